@@ -1,0 +1,38 @@
+# The two commands of the README: `make demo` and `make test`. Each does its own set-up,
+# idempotently (stamp files), so both work on a fresh Debian machine with Python 3.11 and Node 20.
+
+PYTHON      ?= python3
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+NODE_DIR    := tests/clients/node
+PYTEST_ARGS ?=
+
+.PHONY: setup setup-python setup-node test bench regen clean
+
+setup: setup-python setup-node
+
+# Reinstall when pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $@
+setup-python: $(VENV)/.installed
+
+$(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+setup-node: $(NODE_DIR)/node_modules/.installed
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) -m bench
+
+# Regenerate committed generated files from ../shared (tests fail if they drift).
+regen: setup-python
+	$(PY) -m capture.kafka.gen_apis
+
+clean:
+	rm -rf $(VENV) $(NODE_DIR)/node_modules .pytest_cache .hypothesis

@@ -1,0 +1,178 @@
+"""Decoders for the few request/response bodies kafka-census reads; every other body is skipped.
+
+Owns: ApiVersions request/response (KIP-511 software fields, KIP-35 ranges, KIP-584 features),
+SaslHandshake, SaslAuthenticate framing, the prefix of Produce (acks, transactional id) and of
+JoinGroup (group id). Imports only `readers` and `errors`: no I/O. Each function reads from
+`off` up to `end` (the end of the frame) and raises `ProtocolError` on malformed input.
+Field layouts follow the upstream message schemas named in each docstring.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .readers import (
+    read_array_length,
+    read_bool,
+    read_bytes_span,
+    read_compact_bytes_span,
+    read_compact_nullable_string,
+    read_compact_string,
+    read_int16,
+    read_int32,
+    read_int64,
+    read_nullable_string,
+    read_string,
+    read_tagged_fields,
+    skip_tagged_fields,
+)
+
+UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = 42
+
+# The broker's own check, not the KIP-511 text: ApiVersionsRequest.java, SOFTWARE_NAME_VERSION_PATTERN
+# ("[a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?"), applied to name and version with matches().
+# An invalid pair gets INVALID_REQUEST (42) and registers nothing.
+_SOFTWARE_FIELD = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+def software_field_valid(value: str | None) -> bool:
+    return value is not None and _SOFTWARE_FIELD.fullmatch(value) is not None
+
+
+# --- ApiVersions (key 18) -------------------------------------------------------------------
+
+
+def read_api_versions_request(buf, off: int, end: int, version: int) -> tuple[str | None, str | None]:
+    """ApiVersionsRequest.json: v0-2 have an empty body; v3+ (flexible) carry
+    ClientSoftwareName and ClientSoftwareVersion as compact strings, then tagged fields."""
+    if version < 3:
+        return None, None
+    name, off = read_compact_string(buf, off, end)
+    sw_version, off = read_compact_string(buf, off, end)
+    skip_tagged_fields(buf, off, end)
+    return name, sw_version
+
+
+# (api_key, min, max) entries: 6 bytes, + 1 tagged-field byte when flexible.
+def read_api_versions_response(buf, off: int, end: int, request_version: int) -> dict:
+    """ApiVersionsResponse.json (header v0 always, see headers.py).
+
+    ErrorCode comes first at a fixed offset in every version. On UNSUPPORTED_VERSION (35) the
+    broker answers in the v0 shape whatever was asked, listing at least ApiVersions' own range
+    (KIP-511), so the client can retry at a version both support.
+    v3+ tagged fields: 0 SupportedFeatures, 1 FinalizedFeaturesEpoch, 2 FinalizedFeatures
+    (note: MaxVersionLevel before MinVersionLevel), 3 ZkMigrationReady; others are skipped.
+    """
+    error_code, off = read_int16(buf, off, end)
+    shape = 0 if error_code == UNSUPPORTED_VERSION else request_version
+    flexible = shape >= 3
+    count, off = read_array_length(buf, off, end, compact=flexible, min_item_size=7 if flexible else 6)
+    ranges = []
+    for _ in range(count):
+        key, off = read_int16(buf, off, end)
+        lo, off = read_int16(buf, off, end)
+        hi, off = read_int16(buf, off, end)
+        if flexible:
+            off = skip_tagged_fields(buf, off, end)
+        ranges.append((key, lo, hi))
+    throttle = 0
+    if shape >= 1:
+        throttle, off = read_int32(buf, off, end)
+    out = {
+        "error_code": error_code,
+        "api_ranges": tuple(ranges),
+        "throttle_time_ms": throttle,
+        "supported_features": (),
+        "finalized_features_epoch": -1,
+        "finalized_features": (),
+        "zk_migration_ready": False,
+        "unknown_tags": (),
+    }
+    if flexible:
+        fields, off = read_tagged_fields(buf, off, end)
+        unknown = []
+        for tag, start, stop in fields:
+            if tag == 0:
+                out["supported_features"] = _read_features(buf, start, stop, max_first=False)
+            elif tag == 1:
+                out["finalized_features_epoch"] = read_int64(buf, start, stop)[0]
+            elif tag == 2:
+                out["finalized_features"] = _read_features(buf, start, stop, max_first=True)
+            elif tag == 3:
+                out["zk_migration_ready"] = read_bool(buf, start, stop)[0]
+            else:
+                unknown.append(tag)
+        out["unknown_tags"] = tuple(unknown)
+    return out
+
+
+def _read_features(buf, off: int, end: int, *, max_first: bool) -> tuple[tuple[str, int, int], ...]:
+    """SupportedFeatureKey (Name, MinVersion, MaxVersion) or FinalizedFeatureKey (Name,
+    MaxVersionLevel, MinVersionLevel). Returned uniformly as (name, min, max)."""
+    count, off = read_array_length(buf, off, end, compact=True, min_item_size=6)
+    items = []
+    for _ in range(count):
+        name, off = read_compact_string(buf, off, end)
+        a, off = read_int16(buf, off, end)
+        b, off = read_int16(buf, off, end)
+        off = skip_tagged_fields(buf, off, end)
+        items.append((name, b, a) if max_first else (name, a, b))
+    return tuple(items)
+
+
+# --- SASL (keys 17 and 36) -------------------------------------------------------------------
+
+
+def read_sasl_handshake_request(buf, off: int, end: int, version: int) -> str:
+    """SaslHandshakeRequest.json v0-1: Mechanism (string). Never flexible."""
+    return read_string(buf, off, end)[0]
+
+
+def read_sasl_handshake_response(buf, off: int, end: int, version: int) -> tuple[int, tuple[str, ...]]:
+    """SaslHandshakeResponse.json: ErrorCode, Mechanisms ([]string)."""
+    error_code, off = read_int16(buf, off, end)
+    count, off = read_array_length(buf, off, end, compact=False, min_item_size=2)
+    mechanisms = []
+    for _ in range(count):
+        mech, off = read_string(buf, off, end)
+        mechanisms.append(mech)
+    return error_code, tuple(mechanisms)
+
+
+def read_sasl_authenticate_request(buf, off: int, end: int, version: int) -> tuple[int, int]:
+    """SaslAuthenticateRequest.json: AuthBytes (bytes; compact from v2). Returns its span only:
+    the token is a secret and is read in place by `sasl.py`, never copied out whole."""
+    if version >= 2:
+        return read_compact_bytes_span(buf, off, end)[0]
+    return read_bytes_span(buf, off, end)[0]
+
+
+def read_sasl_authenticate_response(buf, off: int, end: int, version: int) -> int:
+    """SaslAuthenticateResponse.json: ErrorCode first. The rest (message, server token,
+    session lifetime) is not needed."""
+    return read_int16(buf, off, end)[0]
+
+
+# --- Produce (key 0) and JoinGroup (key 11) ----------------------------------------------------
+
+
+def read_produce_prefix(buf, off: int, end: int, version: int, flexible: bool) -> tuple[int, bool]:
+    """ProduceRequest.json: v3+ start with TransactionalId (nullable; compact when flexible),
+    then Acks (int16) in every version. Returns (acks, transactional)."""
+    transactional = False
+    if version >= 3:
+        if flexible:
+            txn, off = read_compact_nullable_string(buf, off, end)
+        else:
+            txn, off = read_nullable_string(buf, off, end)
+        transactional = txn is not None
+    acks, off = read_int16(buf, off, end)
+    return acks, transactional
+
+
+def read_join_group_group_id(buf, off: int, end: int, version: int, flexible: bool) -> str:
+    """JoinGroupRequest.json: GroupId (string; compact when flexible) comes first in every version."""
+    if flexible:
+        return read_compact_string(buf, off, end)[0]
+    return read_string(buf, off, end)[0]

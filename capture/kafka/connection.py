@@ -1,0 +1,673 @@
+"""`KafkaConnection`: one Kafka TCP connection's two byte streams in, events out.
+
+Owns: framing (size prefix, maximum frame size, skipping bodies without buffering them),
+matching responses to requests by correlation id, the identity rule, SASL raw framing and
+resynchronisation after a desync. Imports only the other modules of `capture.kafka`:
+no sockets, threads, clocks, logging or third-party packages (a test enforces this).
+
+Use (h11's model): `receive(direction, data, ts)` any number of times, then `next_event()`
+until it returns `NEED_DATA`. Bytes are decoded lazily in arrival order across both
+directions, so memory stays bounded by what the caller has fed and not yet drained.
+Malformed input never raises: it becomes a `Desync` (frame boundary lost; the direction
+scans for the next plausible frame) or a `DecodeError` (boundary kept, one body unreadable).
+
+States of each direction, and what moves between them:
+
+    state      meaning                                   leaves on
+    SYNCED     at a frame boundary                        bad size/header -> SCANNING
+    SCANNING   looking for a plausible header             candidate found -> VERIFYING
+    VERIFYING  skipped one candidate frame; the next      plausible -> SYNCED (Resynced)
+               header must be plausible too               implausible -> SCANNING
+    SASL_RAW   raw SASL tokens after SaslHandshake v0     token count / a Kafka frame -> SYNCED
+    IGNORED    TLS or closed: bytes are counted, unread   -
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections import deque
+
+from .api_table import API_TABLE, ApiSpec
+from .bodies import (
+    read_api_versions_request,
+    read_api_versions_response,
+    read_join_group_group_id,
+    read_produce_prefix,
+    read_sasl_authenticate_request,
+    read_sasl_authenticate_response,
+    read_sasl_handshake_request,
+    read_sasl_handshake_response,
+    software_field_valid,
+)
+from .errors import Kind, ProtocolError
+from .events import (
+    NEED_DATA,
+    ApiVersionsAnswer,
+    ClientSoftware,
+    ConnectionClosed,
+    DecodeError,
+    Desync,
+    Direction,
+    GroupSeen,
+    ProduceAcks,
+    RequestSeen,
+    Resynced,
+    ResponseSeen,
+    SaslHandshake,
+    SaslIdentity,
+    TlsDetected,
+)
+from .headers import read_request_header, skip_response_header
+from .readers import read_int16
+from .sasl import CLIENT_TOKENS, principal_from_first_token
+
+# socket.request.max.bytes, the broker's default limit on a request (KafkaConfig).
+DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024
+# Bodies decoded whole (ApiVersions, SASL, JoinGroup) are buffered up to this size; a larger
+# one is counted (FRAME_TOO_LARGE_TO_DECODE) and skipped.
+DEFAULT_MAX_DECODED_FRAME = 1024 * 1024
+# Requests awaiting a response. Brokers answer in order and mute a connection while one request
+# is processed, so a real client rarely has more than a handful; at the bound the oldest is
+# dropped and counted (IN_FLIGHT_OVERFLOW).
+DEFAULT_MAX_IN_FLIGHT = 1024
+# Bytes kept while scanning for a frame boundary: enough for any header with its client id.
+_SCAN_KEEP = 14
+
+PRODUCE, JOIN_GROUP, SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 0, 11, 17, 18, 36
+_DECODED_REQUESTS = frozenset((JOIN_GROUP, SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE))
+_DECODED_RESPONSES = frozenset((SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE))
+
+_SIZE = struct.Struct(">i")
+_REQ = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
+_REQ_CID = struct.Struct(">ihhih")  # ... + client_id length
+_RESP = struct.Struct(">ii")  # size, correlation_id
+
+SYNCED, SCANNING, VERIFYING, SASL_RAW, IGNORED = "synced", "scanning", "verifying", "sasl_raw", "ignored"
+
+_OP_DATA, _OP_GAP, _OP_CLOSE = 0, 1, 2
+
+
+def _request_scan_pattern(max_frame_size: int) -> re.Pattern:
+    """Candidate request headers: size below the maximum, api_key and api_version within the
+    table's range. A lookahead so that overlapping candidates are all found, in C."""
+    top = min(max_frame_size >> 24, 0x7F)
+    max_key = max(API_TABLE)
+    max_version = max(spec.max_version for spec in API_TABLE.values())
+    assert max_key < 256 and max_version < 256
+    return re.compile(
+        b"(?=[\\x00-%s]...\\x00[\\x00-%s]\\x00[\\x00-%s])"
+        % (re.escape(bytes([top])), re.escape(bytes([max_key])), re.escape(bytes([max_version]))),
+        re.DOTALL,
+    )
+
+
+class _Half:
+    """One direction: its buffer, framing state and counters."""
+
+    __slots__ = ("direction", "buf", "pos", "skip", "state", "scan_skipped", "bytes_seen",
+                 "tokens", "cid_raw", "cid_str")
+
+    def __init__(self, direction: Direction, state: str) -> None:
+        self.direction = direction
+        self.buf = bytearray()
+        self.pos = 0  # start of the unparsed part of buf
+        self.skip = 0  # bytes of the current frame still to discard, not buffered
+        self.state = state
+        self.scan_skipped = 0
+        self.bytes_seen = 0
+        self.tokens = 0  # raw SASL tokens seen in this direction
+        self.cid_raw = b""  # last client_id bytes and their decoding: ids rarely change
+        self.cid_str = ""
+
+    def feed(self, data) -> None:
+        n = len(data)
+        self.bytes_seen += n
+        if self.skip:
+            if n <= self.skip:
+                self.skip -= n
+                return
+            data = memoryview(data)[self.skip:]
+            self.skip = 0
+        if self.pos:
+            del self.buf[: self.pos]
+            self.pos = 0
+        self.buf += data
+
+    def consume_frame(self, frame_end: int) -> None:
+        """Move past a frame whose tail may not have arrived yet: that tail is skipped."""
+        end = len(self.buf)
+        if frame_end <= end:
+            self.pos = frame_end
+        else:
+            self.pos = end
+            self.skip = frame_end - end
+
+
+class _InFlight:
+    __slots__ = ("seq", "api_key", "api_version", "spec", "ts", "detail")
+
+    def __init__(self, seq: int, api_key: int, api_version: int, spec: ApiSpec | None, ts: float, detail) -> None:
+        self.seq = seq  # request order on the connection
+        self.api_key = api_key
+        self.api_version = api_version
+        self.spec = spec
+        self.ts = ts
+        self.detail = detail  # ApiVersions: (name, version); SaslHandshake: mechanism
+
+
+class _Sasl:
+    """An authentication in progress. Holds the user name only, never token bytes."""
+
+    __slots__ = ("mechanism", "principal", "framing", "answered")
+
+    def __init__(self, mechanism: str, framing: str) -> None:
+        self.mechanism = mechanism
+        self.principal: str | None = None
+        self.framing = framing
+        self.answered = False  # the broker accepted at least one token
+
+
+class KafkaConnection:
+    """Decoder of one Kafka connection. See the module docstring for the model."""
+
+    def __init__(
+        self,
+        conn_id: str,
+        *,
+        mid_stream: bool = False,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_decoded_frame: int = DEFAULT_MAX_DECODED_FRAME,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    ) -> None:
+        if not 0 < max_decoded_frame <= max_frame_size:
+            raise ValueError("need 0 < max_decoded_frame <= max_frame_size")
+        self.conn_id = conn_id
+        self.max_frame_size = max_frame_size
+        self.max_decoded_frame = max_decoded_frame
+        self.max_in_flight = max_in_flight
+        start = SCANNING if mid_stream else SYNCED
+        self._client = _Half(Direction.FROM_CLIENT, start)
+        self._broker = _Half(Direction.FROM_BROKER, start)
+        self._input: deque = deque()
+        self._active: _Half | None = None
+        self._events: deque = deque()
+        self._ts = 0.0
+        self._in_flight: dict[int, _InFlight] = {}
+        self._requests = 0
+        self._sasl: _Sasl | None = None
+        self._scan = _request_scan_pattern(max_frame_size)
+        self._first_client_bytes = not mid_stream
+        self.closed = False
+        # What the connection has told so far, for readers that want state rather than events.
+        self.mid_stream = mid_stream
+        self.tls = False
+        self.identity: ClientSoftware | None = None  # the last accepted ApiVersions exchange
+        self.refused: list[ClientSoftware] = []  # offers the broker refused (bounded)
+
+    # --- caller API ---------------------------------------------------------------------
+
+    def receive(self, direction: Direction, data, ts: float) -> None:
+        """Queue bytes seen in one direction at time `ts`. Empty data is ignored."""
+        if self.closed:
+            raise RuntimeError("receive() after close()")
+        if data:
+            self._input.append((_OP_DATA, direction, data, ts))
+
+    def gap(self, direction: Direction, nbytes: int, ts: float) -> None:
+        """The caller lost `nbytes` of this direction (a TCP gap): never zero-filled, the
+        direction desyncs and resyncs at the next plausible frame."""
+        if not self.closed:
+            self._input.append((_OP_GAP, direction, nbytes, ts))
+
+    def close(self, reason: str, ts: float) -> None:
+        """The connection ended (FIN, RST, idle timeout...). Further receive() is an error."""
+        if not self.closed:
+            self.closed = True
+            self._input.append((_OP_CLOSE, None, reason, ts))
+
+    def next_event(self):
+        """The next event, or NEED_DATA when the queued bytes hold no further event."""
+        events = self._events
+        while not events:
+            if not self._pump():
+                return NEED_DATA
+        return events.popleft()
+
+    def events(self) -> list:
+        """Drain: every event the queued bytes hold."""
+        out = []
+        while (ev := self.next_event()) is not NEED_DATA:
+            out.append(ev)
+        return out
+
+    @property
+    def pending_requests(self) -> int:
+        return len(self._in_flight)
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._client.buf) - self._client.pos + len(self._broker.buf) - self._broker.pos
+
+    # --- the pump -----------------------------------------------------------------------
+
+    def _pump(self) -> bool:
+        """Do one step of work; False when nothing can progress without more input."""
+        half = self._active
+        if half is not None:
+            if self._step(half):
+                return True
+            self._active = None
+        if not self._input:
+            return False
+        op, direction, payload, ts = self._input.popleft()
+        self._ts = ts
+        if op == _OP_DATA:
+            half = self._client if direction == Direction.FROM_CLIENT else self._broker
+            half.feed(payload)
+            self._active = half
+        elif op == _OP_GAP:
+            half = self._client if direction == Direction.FROM_CLIENT else self._broker
+            if half.state != IGNORED:
+                half.buf.clear()
+                half.pos = half.skip = 0
+                self._desync(half, Kind.GAP, f"{payload} bytes lost")
+        else:
+            self._finish(payload)
+        return True
+
+    def _step(self, half: _Half) -> bool:
+        state = half.state
+        if state == SYNCED:
+            if half is self._client:
+                return self._client_frame(half)
+            return self._broker_frame(half)
+        if state == SCANNING:
+            return self._scan_step(half)
+        if state == VERIFYING:
+            return self._verify_step(half)
+        if state == SASL_RAW:
+            return self._sasl_raw_frame(half)
+        half.pos = len(half.buf)  # IGNORED
+        return False
+
+    def _emit(self, event) -> None:
+        self._events.append(event)
+
+    def _desync(self, half: _Half, kind: str, detail: str) -> None:
+        half.state = SCANNING
+        half.scan_skipped = 0
+        self._emit(Desync(conn_id=self.conn_id, ts=self._ts, direction=half.direction, kind=kind, detail=detail))
+
+    def _decode_error(self, half: _Half, kind: str, api_key, api_version, detail: str) -> None:
+        self._emit(DecodeError(conn_id=self.conn_id, ts=self._ts, direction=half.direction, kind=kind,
+                               api_key=api_key, api_version=api_version, detail=detail))
+
+    # --- requests -----------------------------------------------------------------------
+
+    def _client_frame(self, half: _Half) -> bool:
+        buf = half.buf
+        pos = half.pos
+        avail = len(buf) - pos
+        if avail < 4:
+            return False
+        if self._first_client_bytes:
+            if avail < 3:
+                return False
+            self._first_client_bytes = False
+            # A TLS record: ContentType handshake (22), then version major 3 (RFC 8446 5.1).
+            # As a Kafka size it would be >= 369 MB, so no valid request starts like this.
+            if buf[pos] == 0x16 and buf[pos + 1] == 0x03 and buf[pos + 2] <= 0x04:
+                self.tls = True
+                self._client.state = self._broker.state = IGNORED
+                self._emit(TlsDetected(conn_id=self.conn_id, ts=self._ts))
+                return True
+        size = _SIZE.unpack_from(buf, pos)[0]
+        if size < 8 or size > self.max_frame_size:
+            self._desync(half, Kind.FRAME_SIZE, f"request size {size} outside 8..{self.max_frame_size}")
+            return True
+        frame_end = pos + 4 + size
+        complete = frame_end <= len(buf)
+        if avail < 14 and not complete:
+            return False
+        if size >= 10:
+            _, api_key, api_version, corr, cid_len = _REQ_CID.unpack_from(buf, pos)
+        else:
+            _, api_key, api_version, corr = _REQ.unpack_from(buf, pos)
+            cid_len = None
+        spec = API_TABLE.get(api_key)
+
+        # Header: the fast path reads client_id in place; decoded bodies re-read it fully.
+        if api_key == 7 and api_version == 0:  # ControlledShutdown v0: header v0 (headers.py)
+            client_id = None
+        elif cid_len is None or cid_len < -1 or 10 + max(cid_len, 0) > size:
+            self._desync(half, Kind.BAD_HEADER, "client_id length outside the frame")
+            return True
+        elif cid_len == -1:
+            client_id = None
+        else:
+            if pos + 14 + cid_len > len(buf):
+                return False
+            if cid_len == len(half.cid_raw) and buf.startswith(half.cid_raw, pos + 14):
+                client_id = half.cid_str
+            else:
+                half.cid_raw = raw = bytes(buf[pos + 14 : pos + 14 + cid_len])
+                half.cid_str = client_id = raw.decode("utf-8", "replace")
+
+        if api_key in _DECODED_REQUESTS or api_key == PRODUCE:
+            if size > self.max_decoded_frame and api_key != PRODUCE:
+                self._decode_error(half, Kind.FRAME_TOO_LARGE_TO_DECODE, api_key, api_version,
+                                   f"{size}-byte request not decoded")
+                detail = None
+            else:
+                if not complete and api_key != PRODUCE:
+                    return False
+                try:
+                    detail = self._request_body(half, api_key, api_version, corr, spec, pos, frame_end)
+                except ProtocolError as e:
+                    if not complete and e.kind == Kind.TRUNCATED:
+                        return False  # the produce prefix has not all arrived
+                    self._decode_error(half, e.kind, api_key, api_version, e.message)
+                    detail = None
+        else:
+            detail = None
+
+        if spec is None:
+            self._decode_error(half, Kind.UNKNOWN_API_KEY, api_key, api_version, "api key not in the table")
+        elif not spec.min_version <= api_version <= spec.max_version:
+            self._decode_error(half, Kind.UNKNOWN_API_VERSION, api_key, api_version, "version not in the table")
+
+        ts = self._ts
+        if self._sasl is not None and self._sasl.answered and api_key not in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+            self._sasl_done("success", None)  # the broker serves other requests only once authenticated
+        self._emit(RequestSeen(conn_id=self.conn_id, ts=ts, api_key=api_key,
+                               api_name=spec.name if spec is not None else None, api_version=api_version,
+                               correlation_id=corr, client_id=client_id, size=size))
+        if api_key == PRODUCE and detail is not None:
+            acks, transactional = detail
+            self._emit(ProduceAcks(conn_id=self.conn_id, ts=ts, api_version=api_version,
+                                   correlation_id=corr, acks=acks, transactional=transactional))
+            if acks == 0:  # no response will come (ProduceRequest.json, Acks)
+                half.consume_frame(frame_end)
+                return True
+        self._requests += 1
+        self._track(half, corr, _InFlight(self._requests, api_key, api_version, spec, ts, detail))
+        half.consume_frame(frame_end)
+        return True
+
+    def _track(self, half: _Half, corr: int, entry: _InFlight) -> None:
+        in_flight = self._in_flight
+        if corr in in_flight:
+            del in_flight[corr]  # a reused id: the newer request is the one to be answered
+        elif len(in_flight) >= self.max_in_flight:
+            old = next(iter(in_flight))
+            dropped = in_flight.pop(old)
+            self._decode_error(half, Kind.IN_FLIGHT_OVERFLOW, dropped.api_key, dropped.api_version,
+                               f"more than {self.max_in_flight} requests in flight")
+        in_flight[corr] = entry
+
+    def _request_body(self, half: _Half, api_key: int, api_version: int, corr: int, spec, pos: int, frame_end: int):
+        """Decode the body of a request kafka-census reads. Returns the in-flight detail."""
+        buf = half.buf
+        end = min(frame_end, len(buf))
+        _, _, _, client_id, off = read_request_header(buf, pos + 4, end, spec)
+        flexible = spec is not None and spec.flexible_from is not None and api_version >= spec.flexible_from
+        if api_key == PRODUCE:
+            return read_produce_prefix(buf, off, end, api_version, flexible)
+        if api_key == API_VERSIONS:
+            return read_api_versions_request(buf, off, end, api_version)
+        if api_key == JOIN_GROUP:
+            group_id = read_join_group_group_id(buf, off, end, api_version, flexible)
+            self._emit(GroupSeen(conn_id=self.conn_id, ts=self._ts, group_id=group_id, api_version=api_version))
+            return None
+        if api_key == SASL_HANDSHAKE:
+            return read_sasl_handshake_request(buf, off, end, api_version)
+        # SaslAuthenticate (v1+ handshake): the token rides in AuthBytes.
+        start, stop = read_sasl_authenticate_request(buf, off, end, api_version)
+        self._client_token(buf, start, stop)
+        return None
+
+    def _client_token(self, buf, start: int, stop: int) -> None:
+        """A client SASL token, in either framing. Reads the user name from the first token,
+        then overwrites the token in the buffer so no secret outlives the parse."""
+        sasl = self._sasl
+        try:
+            if sasl is not None and self._client.tokens == 0:
+                sasl.principal = principal_from_first_token(sasl.mechanism, buf, start, stop)
+        except ProtocolError as e:
+            self._decode_error(self._client, e.kind, SASL_AUTHENTICATE, None, e.message)
+        finally:
+            self._client.tokens += 1
+            buf[start:stop] = bytes(stop - start)
+
+    # --- responses ----------------------------------------------------------------------
+
+    def _broker_frame(self, half: _Half) -> bool:
+        buf = half.buf
+        pos = half.pos
+        if len(buf) - pos < 8:
+            return False
+        size, corr = _RESP.unpack_from(buf, pos)
+        if size < 4 or size > self.max_frame_size:
+            self._desync(half, Kind.FRAME_SIZE, f"response size {size} outside 4..{self.max_frame_size}")
+            return True
+        frame_end = pos + 4 + size
+        entry = self._in_flight.get(corr)
+        if entry is None:
+            self._decode_error(half, Kind.UNMATCHED_RESPONSE, None, None, "no request in flight with this correlation id")
+            half.consume_frame(frame_end)
+            return True
+        api_key = entry.api_key
+        decode = api_key in _DECODED_RESPONSES
+        if decode and size <= self.max_decoded_frame and frame_end > len(buf):
+            return False  # decoded bodies are buffered whole
+        self._match(half, corr)
+        if decode:
+            if size > self.max_decoded_frame:
+                self._decode_error(half, Kind.FRAME_TOO_LARGE_TO_DECODE, api_key, entry.api_version,
+                                   f"{size}-byte response not decoded")
+            else:
+                try:
+                    self._response_body(half, entry, pos, frame_end)
+                except ProtocolError as e:
+                    self._decode_error(half, e.kind, api_key, entry.api_version, e.message)
+        self._emit(ResponseSeen(conn_id=self.conn_id, ts=self._ts, api_key=api_key,
+                                api_name=entry.spec.name if entry.spec is not None else None,
+                                api_version=entry.api_version, correlation_id=corr, size=size,
+                                latency=self._ts - entry.ts))
+        half.consume_frame(frame_end)
+        return True
+
+    def _match(self, half: _Half, corr: int) -> _InFlight | None:
+        """Pop the request this response answers. Brokers answer in request order on a
+        connection (Kafka protocol guide, "Network"), so requests sent before it will never be
+        answered: they are dropped and counted."""
+        in_flight = self._in_flight
+        entry = in_flight.pop(corr, None)
+        if entry is None:
+            return None
+        while in_flight:
+            older = next(iter(in_flight))
+            if in_flight[older].seq > entry.seq:
+                break
+            lost = in_flight.pop(older)
+            self._decode_error(half, Kind.UNANSWERED_REQUEST, lost.api_key, lost.api_version,
+                               "a later request was answered first")
+        return entry
+
+    def _response_body(self, half: _Half, entry: _InFlight, pos: int, frame_end: int) -> None:
+        buf = half.buf
+        api_key, version = entry.api_key, entry.api_version
+        off = skip_response_header(buf, pos + 4, frame_end, api_key, version, entry.spec)
+        ts = self._ts
+        if api_key == API_VERSIONS:
+            answer = read_api_versions_response(buf, off, frame_end, version)
+            self._emit(ApiVersionsAnswer(conn_id=self.conn_id, ts=ts, request_version=version, **answer))
+            name, sw_version = entry.detail if entry.detail is not None else (None, None)
+            error = answer["error_code"]
+            offered = ClientSoftware(
+                conn_id=self.conn_id, ts=ts, request_version=version, name=name, version=sw_version,
+                valid=None if name is None else (software_field_valid(name) and software_field_valid(sw_version)),
+                error_code=error, accepted=error == 0)
+            if offered.accepted:
+                self.identity = offered
+            elif len(self.refused) < 16:
+                self.refused.append(offered)
+            self._emit(offered)
+        elif api_key == SASL_HANDSHAKE:
+            error, mechanisms = read_sasl_handshake_response(buf, off, frame_end, version)
+            mechanism = entry.detail or ""
+            self._emit(SaslHandshake(conn_id=self.conn_id, ts=ts, handshake_version=version, mechanism=mechanism,
+                                     error_code=error, enabled_mechanisms=mechanisms))
+            if error == 0:
+                # v0: raw tokens follow without Kafka headers; v1: they ride in SaslAuthenticate.
+                self._sasl = _Sasl(mechanism, "raw" if version == 0 else "SaslAuthenticate")
+                self._client.tokens = self._broker.tokens = 0
+                if version == 0:
+                    self._client.state = self._broker.state = SASL_RAW
+        else:  # SaslAuthenticate
+            error = read_sasl_authenticate_response(buf, off, frame_end, version)
+            if self._sasl is not None:
+                if error != 0:
+                    self._sasl_done("failure", error)
+                else:
+                    self._sasl.answered = True
+
+    # --- SASL raw framing (after SaslHandshake v0) ----------------------------------------
+
+    def _sasl_raw_frame(self, half: _Half) -> bool:
+        """KIP-43: after SaslHandshake v0 the tokens are int32-size-prefixed with no Kafka header."""
+        buf = half.buf
+        pos = half.pos
+        if len(buf) - pos < 4:
+            return False
+        sasl = self._sasl
+        if sasl is None:
+            half.state = SYNCED
+            return True
+        if half is self._client:
+            expected = CLIENT_TOKENS.get(sasl.mechanism)
+            done = half.tokens >= expected if expected is not None else self._plausible_request(buf, pos) is True
+            if done:
+                half.state = SYNCED
+                return True
+        elif len(buf) - pos >= 8 and _RESP.unpack_from(buf, pos)[1] in self._in_flight:
+            half.state = SYNCED  # a response to a Kafka request: the exchange is over
+            return True
+        size = _SIZE.unpack_from(buf, pos)[0]
+        if size < 0 or size > self.max_decoded_frame:
+            self._desync(half, Kind.SASL_TOKEN, f"raw SASL token size {size}")
+            return True
+        frame_end = pos + 4 + size
+        if frame_end > len(buf):
+            return False
+        if half is self._client:
+            self._client_token(buf, pos + 4, frame_end)
+        else:
+            half.tokens += 1
+            sasl.answered = True
+        half.pos = frame_end
+        return True
+
+    def _sasl_done(self, outcome: str, error_code: int | None) -> None:
+        sasl = self._sasl
+        self._sasl = None
+        self._emit(SaslIdentity(conn_id=self.conn_id, ts=self._ts, mechanism=sasl.mechanism, principal=sasl.principal,
+                                outcome=outcome, error_code=error_code, framing=sasl.framing))
+
+    # --- resynchronisation --------------------------------------------------------------
+
+    def _plausible_request(self, buf, i: int):
+        """True / False / None (need more bytes): does a request header start at i?"""
+        end = len(buf)
+        if end - i < 12:
+            return None
+        size, api_key, api_version, corr = _REQ.unpack_from(buf, i)
+        if size < 10 or size > self.max_frame_size or corr < 0:
+            return False  # clients count correlation ids up from 0 (NetworkClient, librdkafka)
+        spec = API_TABLE.get(api_key)
+        if spec is None or not spec.min_version <= api_version <= spec.max_version:
+            return False
+        if api_key == 7 and api_version == 0:
+            return True
+        if end - i < 14:
+            return None
+        cid_len = read_int16(buf, i + 12, end)[0]
+        return -1 <= cid_len <= size - 10
+
+    def _plausible_response(self, buf, i: int):
+        if len(buf) - i < 8:
+            return None
+        size, corr = _RESP.unpack_from(buf, i)
+        return 4 <= size <= self.max_frame_size and corr in self._in_flight
+
+    def _scan_step(self, half: _Half) -> bool:
+        """Find the next candidate frame start; skip that frame unread and verify the next."""
+        buf = half.buf
+        start = half.pos
+        end = len(buf)
+        if half is self._client:
+            candidates = (m.start() for m in self._scan.finditer(buf, start))
+            plausible = self._plausible_request
+        else:
+            candidates = iter(sorted(self._response_candidates(buf, start)))
+            plausible = self._plausible_response
+        for i in candidates:
+            verdict = plausible(buf, i)
+            if verdict is None:
+                half.scan_skipped += i - start
+                half.pos = i
+                return False
+            if verdict:
+                half.scan_skipped += i - start
+                size = _SIZE.unpack_from(buf, i)[0]
+                if half is self._broker:
+                    self._in_flight.pop(_RESP.unpack_from(buf, i)[1], None)
+                half.pos = i
+                half.consume_frame(i + 4 + size)
+                half.state = VERIFYING
+                return True
+        keep = max(start, end - _SCAN_KEEP)
+        half.scan_skipped += keep - start
+        half.pos = keep
+        return False
+
+    def _response_candidates(self, buf, start: int):
+        # Responses are found by the correlation ids of requests in flight, searched in C.
+        for corr in self._in_flight:
+            needle = corr.to_bytes(4, "big", signed=True)
+            i = buf.find(needle, start + 4)
+            while i >= 0:
+                yield i - 4
+                i = buf.find(needle, i + 1)
+
+    def _verify_step(self, half: _Half) -> bool:
+        if half.skip:
+            return False
+        plausible = self._plausible_request if half is self._client else self._plausible_response
+        verdict = plausible(half.buf, half.pos)
+        if verdict is None:
+            return False
+        if verdict:
+            half.state = SYNCED
+            self._emit(Resynced(conn_id=self.conn_id, ts=self._ts, direction=half.direction,
+                                skipped_bytes=half.scan_skipped))
+        else:
+            half.state = SCANNING
+        return True
+
+    # --- close --------------------------------------------------------------------------
+
+    def _finish(self, reason: str) -> None:
+        for half in (self._client, self._broker):
+            if half.state == SYNCED and (half.skip or len(half.buf) > half.pos):
+                self._decode_error(half, Kind.TRUNCATED_AT_CLOSE, None, None, "connection closed inside a frame")
+            half.state = IGNORED
+            half.buf = bytearray()  # drop everything, SASL remnants included
+            half.pos = half.skip = 0
+        if self._sasl is not None:
+            self._sasl_done("incomplete", None)
+        self._emit(ConnectionClosed(conn_id=self.conn_id, ts=self._ts, reason=reason,
+                                    pending_requests=len(self._in_flight)))
+        self._in_flight.clear()
+        self._active = None

@@ -1,0 +1,158 @@
+"""The event vocabulary: what one Kafka connection's byte streams turned out to contain.
+
+Owns: `Direction`, the event dataclasses and `NEED_DATA`. Imports nothing from the project;
+this is the module `exporter` and `pipeline` may import. Events are frozen, slotted and
+keyword-only (h11's model). They never carry credentials: SASL events hold the mechanism and
+the user name only.
+
+Every event names its connection (`conn_id`, chosen by the caller) and the caller-supplied
+timestamp `ts` (seconds) of the chunk that completed it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Direction(enum.IntEnum):
+    FROM_CLIENT = 0  # client -> broker: requests
+    FROM_BROKER = 1  # broker -> client: responses
+
+
+class _NeedData:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA = _NeedData()
+"""Returned by `KafkaConnection.next_event()` when no event can be produced without more bytes."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    conn_id: str
+    ts: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestSeen(Event):
+    api_key: int
+    api_name: str | None  # None: key newer than the generated table
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    size: int  # frame payload bytes (header + body, without the 4-byte size prefix)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseSeen(Event):
+    api_key: int
+    api_name: str | None
+    api_version: int
+    correlation_id: int
+    size: int
+    latency: float  # last request byte -> last response byte, as seen by the caller's clock
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientSoftware(Event):
+    """One ApiVersions exchange, emitted when the broker's answer arrives (KIP-511).
+
+    The connection's identity is the last exchange with `accepted` true. Versions 0-2 carry
+    no software fields: name and version are None and `valid` is None.
+    """
+
+    request_version: int
+    name: str | None
+    version: str | None
+    valid: bool | None  # both fields match the broker's regex (None: not sent)
+    error_code: int
+    accepted: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiVersionsAnswer(Event):
+    """The broker's ApiVersionsResponse (KIP-35 ranges, KIP-584 features)."""
+
+    request_version: int
+    error_code: int
+    api_ranges: tuple[tuple[int, int, int], ...]  # (api_key, min_version, max_version)
+    throttle_time_ms: int
+    supported_features: tuple[tuple[str, int, int], ...]  # (name, min_version, max_version)
+    finalized_features_epoch: int  # -1: unknown
+    finalized_features: tuple[tuple[str, int, int], ...]  # (name, min_level, max_level)
+    zk_migration_ready: bool
+    unknown_tags: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaslHandshake(Event):
+    handshake_version: int
+    mechanism: str
+    error_code: int
+    enabled_mechanisms: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaslIdentity(Event):
+    """The end of one SASL authentication. Never holds a password, proof or token."""
+
+    mechanism: str
+    principal: str | None  # user name from PLAIN / SCRAM; None for other mechanisms
+    outcome: str  # "success" | "failure" | "incomplete" (closed before it was decided)
+    error_code: int | None
+    framing: str  # "raw" (after SaslHandshake v0) | "SaslAuthenticate"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceAcks(Event):
+    api_version: int
+    correlation_id: int
+    acks: int  # 0, 1, -1; anything else is invalid since KIP-1 (error 21)
+    transactional: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupSeen(Event):
+    group_id: str
+    api_version: int  # of the JoinGroup request
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TlsDetected(Event):
+    """The client's first bytes are a TLS record: nothing more is decodable."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecodeError(Event):
+    """A counted problem that did not lose the frame boundary."""
+
+    direction: Direction
+    kind: str  # an errors.Kind value
+    api_key: int | None
+    api_version: int | None
+    detail: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Desync(Event):
+    """Frame boundaries are lost in one direction; the core looks for the next plausible frame."""
+
+    direction: Direction
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resynced(Event):
+    direction: Direction
+    skipped_bytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionClosed(Event):
+    reason: str  # as given by the caller: "fin", "rst", "idle", "eof", ...
+    pending_requests: int  # requests still waiting for a response

@@ -1,0 +1,1 @@
+"""PySpark jobs over event logs and pcap archives (a later issue). Nothing imports `pipeline`."""
