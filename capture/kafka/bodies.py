@@ -10,7 +10,9 @@ Field layouts follow the upstream message schemas named in each docstring.
 from __future__ import annotations
 
 import re
+import struct
 
+from .errors import Kind, ProtocolError
 from .readers import (
     read_array_length,
     read_bool,
@@ -26,6 +28,8 @@ from .readers import (
     read_tagged_fields,
     skip_tagged_fields,
 )
+
+_RANGE = struct.Struct(">hhh")
 
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
@@ -70,12 +74,12 @@ def read_api_versions_response(buf, off: int, end: int, request_version: int) ->
     count, off = read_array_length(buf, off, end, compact=flexible, min_item_size=7 if flexible else 6)
     ranges = []
     for _ in range(count):
-        key, off = read_int16(buf, off, end)
-        lo, off = read_int16(buf, off, end)
-        hi, off = read_int16(buf, off, end)
+        if off + 6 > end:
+            raise ProtocolError(Kind.TRUNCATED, "ApiVersion entry runs past the end of the frame")
+        ranges.append(_RANGE.unpack_from(buf, off))  # ApiKey, MinVersion, MaxVersion
+        off += 6
         if flexible:
             off = skip_tagged_fields(buf, off, end)
-        ranges.append((key, lo, hi))
     throttle = 0
     if shape >= 1:
         throttle, off = read_int32(buf, off, end)
@@ -162,11 +166,15 @@ def read_produce_prefix(buf, off: int, end: int, version: int, flexible: bool) -
     then Acks (int16) in every version. Returns (acks, transactional)."""
     transactional = False
     if version >= 3:
-        if flexible:
-            txn, off = read_compact_nullable_string(buf, off, end)
+        # Fast path for the usual null id (compact 0 / int16 -1); the readers check the rest.
+        if flexible and off < end and buf[off] == 0:
+            off += 1
+        elif not flexible and off + 2 <= end and buf[off] == 0xFF and buf[off + 1] == 0xFF:
+            off += 2
         else:
-            txn, off = read_nullable_string(buf, off, end)
-        transactional = txn is not None
+            reader = read_compact_nullable_string if flexible else read_nullable_string
+            txn, off = reader(buf, off, end)
+            transactional = txn is not None
     acks, off = read_int16(buf, off, end)
     return acks, transactional
 

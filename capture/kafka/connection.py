@@ -57,9 +57,10 @@ from .events import (
     SaslHandshake,
     SaslIdentity,
     TlsDetected,
+    positional_maker,
 )
-from .headers import read_request_header, skip_response_header
-from .readers import read_int16
+from .headers import request_header_version, skip_response_header
+from .readers import read_int16, skip_tagged_fields
 from .sasl import CLIENT_TOKENS, principal_from_first_token
 
 # socket.request.max.bytes, the broker's default limit on a request (KafkaConfig).
@@ -86,11 +87,27 @@ _RESP = struct.Struct(">ii")  # size, correlation_id
 SYNCED, SCANNING, VERIFYING, SASL_RAW, IGNORED = "synced", "scanning", "verifying", "sasl_raw", "ignored"
 
 _OP_DATA, _OP_GAP, _OP_CLOSE = 0, 1, 2
+# Frames decoded per step: amortises the pump without letting one chunk queue unbounded events.
+_BATCH = 64
+
+_make_request_seen = positional_maker(RequestSeen)
+_make_produce_acks = positional_maker(ProduceAcks)
+_make_response_seen = positional_maker(ResponseSeen)
+
+
+_scan_patterns: dict[int, re.Pattern] = {}
 
 
 def _request_scan_pattern(max_frame_size: int) -> re.Pattern:
     """Candidate request headers: size below the maximum, api_key and api_version within the
     table's range. A lookahead so that overlapping candidates are all found, in C."""
+    pattern = _scan_patterns.get(max_frame_size)
+    if pattern is None:
+        pattern = _scan_patterns[max_frame_size] = _compile_scan_pattern(max_frame_size)
+    return pattern
+
+
+def _compile_scan_pattern(max_frame_size: int) -> re.Pattern:
     top = min(max_frame_size >> 24, 0x7F)
     max_key = max(API_TABLE)
     max_version = max(spec.max_version for spec in API_TABLE.values())
@@ -280,7 +297,7 @@ class KafkaConnection:
         state = half.state
         if state == SYNCED:
             if half is self._client:
-                return self._client_frame(half)
+                return self._client_frames(half)
             return self._broker_frame(half)
         if state == SCANNING:
             return self._scan_step(half)
@@ -305,16 +322,14 @@ class KafkaConnection:
 
     # --- requests -----------------------------------------------------------------------
 
-    def _client_frame(self, half: _Half) -> bool:
+    def _client_frames(self, half: _Half) -> bool:
+        """Decode up to _BATCH request frames; False when none could progress."""
         buf = half.buf
-        pos = half.pos
-        avail = len(buf) - pos
-        if avail < 4:
-            return False
         if self._first_client_bytes:
-            if avail < 3:
+            if len(buf) - half.pos < 3:
                 return False
             self._first_client_bytes = False
+            pos = half.pos
             # A TLS record: ContentType handshake (22), then version major 3 (RFC 8446 5.1).
             # As a Kafka size it would be >= 369 MB, so no valid request starts like this.
             if buf[pos] == 0x16 and buf[pos + 1] == 0x03 and buf[pos + 2] <= 0x04:
@@ -322,77 +337,99 @@ class KafkaConnection:
                 self._client.state = self._broker.state = IGNORED
                 self._emit(TlsDetected(conn_id=self.conn_id, ts=self._ts))
                 return True
-        size = _SIZE.unpack_from(buf, pos)[0]
-        if size < 8 or size > self.max_frame_size:
-            self._desync(half, Kind.FRAME_SIZE, f"request size {size} outside 8..{self.max_frame_size}")
-            return True
-        frame_end = pos + 4 + size
-        complete = frame_end <= len(buf)
-        if avail < 14 and not complete:
-            return False
-        if size >= 10:
-            _, api_key, api_version, corr, cid_len = _REQ_CID.unpack_from(buf, pos)
-        else:
-            _, api_key, api_version, corr = _REQ.unpack_from(buf, pos)
-            cid_len = None
-        spec = API_TABLE.get(api_key)
-
-        # Header: the fast path reads client_id in place; decoded bodies re-read it fully.
-        if api_key == 7 and api_version == 0:  # ControlledShutdown v0: header v0 (headers.py)
-            client_id = None
-        elif cid_len is None or cid_len < -1 or 10 + max(cid_len, 0) > size:
-            self._desync(half, Kind.BAD_HEADER, "client_id length outside the frame")
-            return True
-        elif cid_len == -1:
-            client_id = None
-        else:
-            if pos + 14 + cid_len > len(buf):
-                return False
-            if cid_len == len(half.cid_raw) and buf.startswith(half.cid_raw, pos + 14):
-                client_id = half.cid_str
+        conn_id = self.conn_id
+        ts = self._ts
+        emit = self._events.append
+        max_frame_size = self.max_frame_size
+        in_flight = self._in_flight
+        max_in_flight = self.max_in_flight
+        for done in range(_BATCH):
+            pos = half.pos
+            end = len(buf)
+            avail = end - pos
+            if avail < 4:
+                return done > 0
+            size = _SIZE.unpack_from(buf, pos)[0]
+            if size < 8 or size > max_frame_size:
+                self._desync(half, Kind.FRAME_SIZE, f"request size {size} outside 8..{max_frame_size}")
+                return True
+            frame_end = pos + 4 + size
+            complete = frame_end <= end
+            if avail < 14 and not complete:
+                return done > 0
+            if size >= 10:
+                _, api_key, api_version, corr, cid_len = _REQ_CID.unpack_from(buf, pos)
             else:
-                half.cid_raw = raw = bytes(buf[pos + 14 : pos + 14 + cid_len])
-                half.cid_str = client_id = raw.decode("utf-8", "replace")
+                _, api_key, api_version, corr = _REQ.unpack_from(buf, pos)
+                cid_len = None
+            spec = API_TABLE.get(api_key)
 
-        if api_key in _DECODED_REQUESTS or api_key == PRODUCE:
-            if size > self.max_decoded_frame and api_key != PRODUCE:
-                self._decode_error(half, Kind.FRAME_TOO_LARGE_TO_DECODE, api_key, api_version,
-                                   f"{size}-byte request not decoded")
-                detail = None
+            # client_id is read in place (and decoded once per distinct value).
+            body = pos + 14
+            header_version = request_header_version(api_key, api_version, spec)
+            if header_version == 0:
+                client_id = None
+                body = pos + 12
+            elif cid_len is None or cid_len < -1 or 10 + cid_len > size:
+                self._desync(half, Kind.BAD_HEADER, "client_id length outside the frame")
+                return True
+            elif cid_len == -1:
+                client_id = None
             else:
-                if not complete and api_key != PRODUCE:
-                    return False
+                body += cid_len
+                if body > end:
+                    return done > 0
+                if cid_len == len(half.cid_raw) and buf.startswith(half.cid_raw, pos + 14):
+                    client_id = half.cid_str
+                else:
+                    half.cid_raw = raw = bytes(buf[pos + 14 : body])
+                    half.cid_str = client_id = raw.decode("utf-8", "replace")
+
+            detail = None
+            if api_key == PRODUCE:
                 try:
-                    detail = self._request_body(half, api_key, api_version, corr, spec, pos, frame_end)
+                    lim = frame_end if complete else end
+                    off = skip_tagged_fields(buf, body, lim) if header_version == 2 else body
+                    detail = read_produce_prefix(buf, off, lim, api_version, header_version == 2)
                 except ProtocolError as e:
                     if not complete and e.kind == Kind.TRUNCATED:
-                        return False  # the produce prefix has not all arrived
+                        return done > 0  # the prefix has not all arrived
                     self._decode_error(half, e.kind, api_key, api_version, e.message)
-                    detail = None
-        else:
-            detail = None
+            elif api_key in _DECODED_REQUESTS:
+                if size > self.max_decoded_frame:
+                    self._decode_error(half, Kind.FRAME_TOO_LARGE_TO_DECODE, api_key, api_version,
+                                       f"{size}-byte request not decoded")
+                elif not complete:
+                    return done > 0  # decoded bodies are buffered whole
+                else:
+                    try:
+                        detail = self._request_body(half, api_key, api_version, header_version, body, frame_end)
+                    except ProtocolError as e:
+                        self._decode_error(half, e.kind, api_key, api_version, e.message)
 
-        if spec is None:
-            self._decode_error(half, Kind.UNKNOWN_API_KEY, api_key, api_version, "api key not in the table")
-        elif not spec.min_version <= api_version <= spec.max_version:
-            self._decode_error(half, Kind.UNKNOWN_API_VERSION, api_key, api_version, "version not in the table")
+            if spec is None:
+                self._decode_error(half, Kind.UNKNOWN_API_KEY, api_key, api_version, "api key not in the table")
+            elif not spec.min_version <= api_version <= spec.max_version:
+                self._decode_error(half, Kind.UNKNOWN_API_VERSION, api_key, api_version, "version not in the table")
+            if self._sasl is not None and self._sasl.answered and api_key != SASL_HANDSHAKE and api_key != SASL_AUTHENTICATE:
+                self._sasl_done("success", None)  # the broker serves other requests only once authenticated
 
-        ts = self._ts
-        if self._sasl is not None and self._sasl.answered and api_key not in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
-            self._sasl_done("success", None)  # the broker serves other requests only once authenticated
-        self._emit(RequestSeen(conn_id=self.conn_id, ts=ts, api_key=api_key,
-                               api_name=spec.name if spec is not None else None, api_version=api_version,
-                               correlation_id=corr, client_id=client_id, size=size))
-        if api_key == PRODUCE and detail is not None:
-            acks, transactional = detail
-            self._emit(ProduceAcks(conn_id=self.conn_id, ts=ts, api_version=api_version,
-                                   correlation_id=corr, acks=acks, transactional=transactional))
-            if acks == 0:  # no response will come (ProduceRequest.json, Acks)
-                half.consume_frame(frame_end)
-                return True
-        self._requests += 1
-        self._track(half, corr, _InFlight(self._requests, api_key, api_version, spec, ts, detail))
-        half.consume_frame(frame_end)
+            emit(_make_request_seen(conn_id=conn_id, ts=ts, api_key=api_key,
+                                    api_name=spec.name if spec is not None else None, api_version=api_version,
+                                    correlation_id=corr, client_id=client_id, size=size))
+            half.consume_frame(frame_end)
+            if api_key == PRODUCE and detail is not None:
+                acks, transactional = detail
+                emit(_make_produce_acks(conn_id=conn_id, ts=ts, api_version=api_version,
+                                        correlation_id=corr, acks=acks, transactional=transactional))
+                if acks == 0:  # no response will come (ProduceRequest.json, Acks)
+                    continue
+            self._requests += 1
+            entry = _InFlight(self._requests, api_key, api_version, spec, ts, detail)
+            if corr in in_flight or len(in_flight) >= max_in_flight:
+                self._track(half, corr, entry)
+            else:
+                in_flight[corr] = entry
         return True
 
     def _track(self, half: _Half, corr: int, entry: _InFlight) -> None:
@@ -406,14 +443,13 @@ class KafkaConnection:
                                f"more than {self.max_in_flight} requests in flight")
         in_flight[corr] = entry
 
-    def _request_body(self, half: _Half, api_key: int, api_version: int, corr: int, spec, pos: int, frame_end: int):
-        """Decode the body of a request kafka-census reads. Returns the in-flight detail."""
+    def _request_body(self, half: _Half, api_key: int, api_version: int, header_version: int, off: int, end: int):
+        """Decode the body of a request kafka-census reads; `off` is just past client_id.
+        Returns the in-flight detail."""
         buf = half.buf
-        end = min(frame_end, len(buf))
-        _, _, _, client_id, off = read_request_header(buf, pos + 4, end, spec)
-        flexible = spec is not None and spec.flexible_from is not None and api_version >= spec.flexible_from
-        if api_key == PRODUCE:
-            return read_produce_prefix(buf, off, end, api_version, flexible)
+        flexible = header_version == 2  # flexible versions use header v2 and compact bodies
+        if flexible:
+            off = skip_tagged_fields(buf, off, end)
         if api_key == API_VERSIONS:
             return read_api_versions_request(buf, off, end, api_version)
         if api_key == JOIN_GROUP:
@@ -471,10 +507,9 @@ class KafkaConnection:
                     self._response_body(half, entry, pos, frame_end)
                 except ProtocolError as e:
                     self._decode_error(half, e.kind, api_key, entry.api_version, e.message)
-        self._emit(ResponseSeen(conn_id=self.conn_id, ts=self._ts, api_key=api_key,
-                                api_name=entry.spec.name if entry.spec is not None else None,
-                                api_version=entry.api_version, correlation_id=corr, size=size,
-                                latency=self._ts - entry.ts))
+        self._events.append(_make_response_seen(
+            conn_id=self.conn_id, ts=self._ts, api_key=api_key, api_name=entry.spec.name if entry.spec is not None else None,
+            api_version=entry.api_version, correlation_id=corr, size=size, latency=self._ts - entry.ts))
         half.consume_frame(frame_end)
         return True
 

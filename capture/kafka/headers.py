@@ -10,7 +10,7 @@ Sources: clients/src/main/resources/common/message/RequestHeader.json and Respon
 from __future__ import annotations
 
 from .api_table import ApiSpec
-from .readers import read_int16, read_int32, read_nullable_string, skip_tagged_fields
+from .readers import skip_tagged_fields
 
 API_VERSIONS = 18
 CONTROLLED_SHUTDOWN = 7
@@ -18,6 +18,9 @@ CONTROLLED_SHUTDOWN = 7
 
 def request_header_version(api_key: int, api_version: int, spec: ApiSpec | None) -> int:
     """0: (api_key, api_version, correlation_id); 1: + client_id; 2: 1 + tagged fields.
+
+    client_id is a NULLABLE_STRING (int16 length) in v1 and v2 alike, never a compact string,
+    even in the flexible header v2 (RequestHeader.json: "flexibleVersions": "none" on ClientId).
 
     RequestHeader.json: "Version 0 of the RequestHeader is only used by v0 of
     ControlledShutdownRequest." An API newer than the generated table is read as header v1:
@@ -41,25 +44,6 @@ def response_header_version(api_key: int, api_version: int, spec: ApiSpec | None
     if spec is not None and spec.flexible_from is not None and api_version >= spec.flexible_from:
         return 1
     return 0
-
-
-def read_request_header(buf, off: int, end: int, spec: ApiSpec | None):
-    """Read a request header at `off` (just after the size prefix).
-
-    Returns (api_key, api_version, correlation_id, client_id, body_offset). client_id is a
-    NULLABLE_STRING (int16 length) in v1 and v2 alike — never a compact string, even in the
-    flexible header v2 (RequestHeader.json: "flexibleVersions": "none" for ClientId).
-    """
-    api_key, off = read_int16(buf, off, end)
-    api_version, off = read_int16(buf, off, end)
-    correlation_id, off = read_int32(buf, off, end)
-    version = request_header_version(api_key, api_version, spec)
-    client_id = None
-    if version >= 1:
-        client_id, off = read_nullable_string(buf, off, end)
-    if version >= 2:
-        off = skip_tagged_fields(buf, off, end)
-    return api_key, api_version, correlation_id, client_id, off
 
 
 def skip_response_header(buf, off: int, end: int, api_key: int, api_version: int, spec: ApiSpec | None) -> int:

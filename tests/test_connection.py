@@ -1,0 +1,341 @@
+"""KafkaConnection state machine: each protocol rule and each bound, one test at least.
+
+Frames come from kio (tests/kafka_frames.py) wherever kio can encode them, so these tests do
+not share an encoder with the code under test."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import logging
+import struct
+
+import pytest
+from kio.schema.api_versions.v0 import response as av0
+from kio.schema.api_versions.v3.request import ApiVersionsRequest as AvReq3
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12.request import MetadataRequest
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
+from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as Hs0
+from kio.schema.sasl_handshake.v0.response import SaslHandshakeResponse as Hs0Resp
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest as Hs1
+from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse as Hs1Resp
+from kio.static.primitive import i16, i32, i64
+
+from capture.kafka import (
+    API_TABLE,
+    ClientSoftware,
+    ConnectionClosed,
+    DecodeError,
+    Desync,
+    Direction,
+    KafkaConnection,
+    Kind,
+    ProduceAcks,
+    RequestSeen,
+    Resynced,
+    ResponseSeen,
+    SaslHandshake,
+    SaslIdentity,
+    TlsDetected,
+)
+from capture.kafka.headers import request_header_version, response_header_version
+from tests.kafka_frames import produce_v0_2, raw_request, request_frame, response_frame, sized
+
+C, B = Direction.FROM_CLIENT, Direction.FROM_BROKER
+PASSWORD = b"hunter2-Very-Secret"
+
+
+def run(frames, *, mid_stream=False, close=True, **limits):
+    """Feed [(direction, bytes)] with increasing timestamps; return (connection, events)."""
+    conn = KafkaConnection("t", mid_stream=mid_stream, **limits)
+    for i, (direction, data) in enumerate(frames):
+        conn.receive(direction, data, float(i))
+    if close:
+        conn.close("fin", float(len(frames)))
+    return conn, conn.events()
+
+
+def of(events, cls):
+    return [e for e in events if isinstance(e, cls)]
+
+
+def opaque_response(corr: int, body: bytes = b"\x00" * 8) -> bytes:
+    return sized(struct.pack(">i", corr) + body)
+
+
+def metadata(corr: int, client_id="app-1") -> bytes:
+    return request_frame(MetadataRequest(topics=None, allow_auto_topic_creation=True,
+                                         include_topic_authorized_operations=False), corr, client_id)
+
+
+# --- header rules -------------------------------------------------------------------------
+
+
+def test_header_versions_follow_flexible_versions_with_both_exceptions():
+    produce, fetch, av, cs = API_TABLE[0], API_TABLE[1], API_TABLE[18], API_TABLE[7]
+    assert request_header_version(0, 8, produce) == 1 and request_header_version(0, 9, produce) == 2
+    assert response_header_version(1, 11, fetch) == 0 and response_header_version(1, 12, fetch) == 1
+    # KIP-511: ApiVersionsResponse always header v0, even at flexible v3/v4.
+    assert response_header_version(18, 4, av) == 0 and request_header_version(18, 4, av) == 2
+    # RequestHeader.json: header v0 only for ControlledShutdown v0.
+    assert request_header_version(7, 0, cs) == 0 and request_header_version(7, 1, cs) == 1
+    # An API newer than the table: client_id sits where header v1 puts it.
+    assert request_header_version(999, 0, None) == 1
+
+
+def test_controlled_shutdown_v0_has_no_client_id():
+    frame = sized(struct.pack(">hhi", 7, 0, 42) + struct.pack(">i", 1))  # header v0 + BrokerId
+    _, events = run([(C, frame), (B, opaque_response(42))])
+    req = of(events, RequestSeen)[0]
+    assert (req.api_name, req.api_version, req.correlation_id, req.client_id) == ("ControlledShutdown", 0, 42, None)
+    assert len(of(events, ResponseSeen)) == 1
+
+
+def test_client_id_is_int16_length_even_in_flexible_header_v2():
+    # Metadata v12 uses header v2; a compact-string reading would take 0x00 as "null".
+    _, events = run([(C, metadata(5, client_id="x" * 300))])
+    assert of(events, RequestSeen)[0].client_id == "x" * 300
+
+
+def test_null_and_non_ascii_client_ids():
+    _, events = run([(C, metadata(1, client_id=None)), (B, opaque_response(1)), (C, metadata(2, client_id="zähler-ü"))])
+    assert [r.client_id for r in of(events, RequestSeen)] == [None, "zähler-ü"]
+
+
+# --- requests and responses ---------------------------------------------------------------
+
+
+def test_latency_is_matched_by_correlation_id():
+    frames = [(C, metadata(7)), (C, metadata(8)), (B, opaque_response(7)), (B, opaque_response(8))]
+    _, events = run(frames)
+    assert [(r.correlation_id, r.latency) for r in of(events, ResponseSeen)] == [(7, 2.0), (8, 2.0)]
+
+
+def test_acks_zero_produce_waits_for_no_response():
+    frames = [(C, produce_v0_2(2, 1, acks=0)), (C, produce_v0_2(2, 2, acks=1)), (B, opaque_response(2))]
+    conn, events = run(frames, close=False)
+    assert [a.acks for a in of(events, ProduceAcks)] == [0, 1]
+    assert conn.pending_requests == 0
+    assert not of(events, DecodeError)  # the acks=0 request is not "unanswered"
+
+
+def test_response_without_request_is_counted_and_skipped():
+    _, events = run([(B, opaque_response(99)), (C, metadata(1)), (B, opaque_response(1))])
+    assert [e.kind for e in of(events, DecodeError)] == [Kind.UNMATCHED_RESPONSE]
+    assert len(of(events, ResponseSeen)) == 1
+
+
+def test_requests_answered_out_of_order_are_counted_unanswered():
+    # Brokers answer in order; if 2 is answered, 1 never will be.
+    _, events = run([(C, metadata(1)), (C, metadata(2)), (B, opaque_response(2))])
+    errors = of(events, DecodeError)
+    assert [(e.kind, e.api_key) for e in errors] == [(Kind.UNANSWERED_REQUEST, 3)]
+
+
+def test_in_flight_table_is_bounded():
+    frames = [(C, metadata(i)) for i in range(10)]
+    conn, events = run(frames, close=False, max_in_flight=4)
+    assert conn.pending_requests == 4
+    assert len([e for e in of(events, DecodeError) if e.kind == Kind.IN_FLIGHT_OVERFLOW]) == 6
+
+
+def test_unknown_api_key_and_version_are_counted_not_fatal():
+    frames = [(C, raw_request(4242, 0, 1, "new-client", b"")), (C, raw_request(3, 99, 2, "new-client", b"")),
+              (C, metadata(3))]
+    _, events = run(frames)
+    assert [e.kind for e in of(events, DecodeError)] == [Kind.UNKNOWN_API_KEY, Kind.UNKNOWN_API_VERSION]
+    assert [(r.api_key, r.api_name) for r in of(events, RequestSeen)] == [(4242, None), (3, "Metadata"), (3, "Metadata")]
+
+
+def test_large_bodies_are_skipped_without_being_buffered():
+    body = b"\x00" * 5_000_000
+    frame = raw_request(1, 12, 1, "consumer", body)  # a Fetch-sized request, header-only path
+    conn = KafkaConnection("t")
+    conn.receive(C, frame[:1000], 0.0)
+    assert [type(e) for e in conn.events()] == [RequestSeen]
+    for off in range(1000, len(frame), 65536):
+        conn.receive(C, frame[off:off + 65536], 0.0)
+        assert conn.events() == [] and conn.buffered_bytes == 0
+    conn.receive(C, metadata(2), 1.0)
+    assert [r.correlation_id for r in of(conn.events(), RequestSeen)] == [2]
+
+
+def test_decoded_frames_over_the_limit_are_counted_and_skipped():
+    big = request_frame(AvReq3(client_software_name="a" * 5000, client_software_version="1"), 1)
+    _, events = run([(C, big), (C, metadata(2))], max_decoded_frame=4096)
+    assert [e.kind for e in of(events, DecodeError)] == [Kind.FRAME_TOO_LARGE_TO_DECODE]
+    assert [r.correlation_id for r in of(events, RequestSeen)] == [1, 2]
+
+
+# --- identity (KIP-511) ------------------------------------------------------------------
+
+
+def _av0_response(error: ErrorCode, corr: int) -> bytes:
+    return response_frame(av0.ApiVersionsResponse(
+        error_code=error, api_keys=(av0.ApiVersion(api_key=i16(18), min_version=i16(0), max_version=i16(3)),)), corr)
+
+
+def test_identity_is_the_last_accepted_exchange_and_refusals_are_kept():
+    v4 = request_frame(AvReq3(client_software_name="librdkafka", client_software_version="2.16.1"), 1)
+    v4 = v4[:6] + b"\x00\x04" + v4[8:]  # same body at v4 (ApiVersionsRequest.json: v4 == v3)
+    retry = request_frame(AvReq3(client_software_name="librdkafka", client_software_version="2.16.1"), 2)
+    accepted = response_frame(__import__("kio.schema.api_versions.v3.response", fromlist=["x"]).ApiVersionsResponse(
+        error_code=ErrorCode.none, api_keys=(), throttle_time=datetime.timedelta(0)), 2)
+    conn, events = run([(C, v4), (B, _av0_response(ErrorCode.unsupported_version, 1)), (C, retry), (B, accepted)])
+    offers = of(events, ClientSoftware)
+    assert [(o.request_version, o.error_code, o.accepted) for o in offers] == [(4, 35, False), (3, 0, True)]
+    assert conn.identity == offers[1] and conn.refused == [offers[0]]
+
+
+def test_v0_exchange_gives_an_accepted_identity_without_software_fields():
+    from kio.schema.api_versions.v0.request import ApiVersionsRequest as AvReq0
+    _, events = run([(C, request_frame(AvReq0(), 1)), (B, _av0_response(ErrorCode.none, 1))])
+    [offer] = of(events, ClientSoftware)
+    assert (offer.name, offer.version, offer.valid, offer.accepted) == (None, None, None, True)
+
+
+# --- SASL ----------------------------------------------------------------------------------
+
+
+def _handshake_v0(mechanism: str, corr: int = 1):
+    return [(C, request_frame(Hs0(mechanism=mechanism), corr)),
+            (B, response_frame(Hs0Resp(error_code=ErrorCode.none, mechanisms=("PLAIN", "SCRAM-SHA-256")), corr))]
+
+
+def test_raw_sasl_plain_after_handshake_v0_yields_the_user_only():
+    frames = _handshake_v0("PLAIN") + [
+        (C, sized(b"\x00alice\x00" + PASSWORD)), (B, sized(b"")),  # RFC 4616 token, empty server reply
+        (C, metadata(2)), (B, opaque_response(2))]
+    _, events = run(frames)
+    assert of(events, SaslHandshake)[0].mechanism == "PLAIN"
+    [ident] = of(events, SaslIdentity)
+    assert (ident.principal, ident.outcome, ident.framing) == ("alice", "success", "raw")
+    assert [r.correlation_id for r in of(events, RequestSeen)] == [1, 2]
+    assert len(of(events, ResponseSeen)) == 2 and not of(events, Desync)
+
+
+def test_raw_sasl_scram_two_round_trips():
+    frames = _handshake_v0("SCRAM-SHA-256") + [
+        (C, sized(b"n,,n=bob=2Cjr,r=fyko+d2lbbFgONRv9qkxdawL")),
+        (B, sized(b"r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,s=QSXCR+Q6sek8bf92,i=4096")),
+        (C, sized(b"c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,p=" + PASSWORD)),
+        (B, sized(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")),
+        (C, metadata(2)), (B, opaque_response(2))]
+    _, events = run(frames)
+    [ident] = of(events, SaslIdentity)
+    assert (ident.mechanism, ident.principal, ident.outcome) == ("SCRAM-SHA-256", "bob,jr", "success")
+    assert len(of(events, ResponseSeen)) == 2 and not of(events, Desync) and not of(events, DecodeError)
+
+
+def _authenticate(corr: int, token: bytes) -> bytes:
+    return request_frame(SaslAuthenticateRequest(auth_bytes=token), corr)
+
+
+def _auth_response(corr: int, error: ErrorCode) -> bytes:
+    return response_frame(SaslAuthenticateResponse(error_code=error, error_message=None, auth_bytes=b"",
+                                                   session_lifetime=datetime.timedelta(0)), corr)
+
+
+def _handshake_v1(corr=1):
+    return [(C, request_frame(Hs1(mechanism="PLAIN"), corr)),
+            (B, response_frame(Hs1Resp(error_code=ErrorCode.none, mechanisms=("PLAIN",)), corr))]
+
+
+def test_sasl_authenticate_success_and_failure():
+    ok = _handshake_v1() + [(C, _authenticate(2, b"\x00carol\x00" + PASSWORD)), (B, _auth_response(2, ErrorCode.none)),
+                            (C, metadata(3))]
+    _, events = run(ok)
+    assert [(i.principal, i.outcome, i.framing) for i in of(events, SaslIdentity)] == [("carol", "success", "SaslAuthenticate")]
+    bad = _handshake_v1() + [(C, _authenticate(2, b"\x00carol\x00wrong")),
+                             (B, _auth_response(2, ErrorCode.sasl_authentication_failed))]
+    _, events = run(bad)
+    assert [(i.principal, i.outcome, i.error_code) for i in of(events, SaslIdentity)] == [("carol", "failure", 58)]
+
+
+def test_authentication_cut_short_is_incomplete():
+    _, events = run(_handshake_v1() + [(C, _authenticate(2, b"\x00dave\x00" + PASSWORD))])
+    assert [(i.principal, i.outcome) for i in of(events, SaslIdentity)] == [("dave", "incomplete")]
+
+
+def test_password_never_leaves_the_parse(caplog):
+    """The password appears in no event, repr, log line or exception message, and no buffer
+    of the connection holds it after the parse."""
+    caplog.set_level(logging.DEBUG)
+    flows = [
+        _handshake_v0("PLAIN") + [(C, sized(b"\x00alice\x00" + PASSWORD)), (B, sized(b"")), (C, metadata(2))],
+        _handshake_v1() + [(C, _authenticate(2, b"\x00carol\x00" + PASSWORD)), (B, _auth_response(2, ErrorCode.none))],
+        _handshake_v1() + [(C, _authenticate(2, b"broken-no-separators" + PASSWORD))],  # a malformed token
+    ]
+    for frames in flows:
+        conn = KafkaConnection("t")
+        for i, (direction, data) in enumerate(frames):
+            conn.receive(direction, data, float(i))
+            seen = conn.events()
+            dump = io.StringIO()
+            for event in seen:
+                print(repr(event), str(event), file=dump)
+            assert PASSWORD.decode() not in dump.getvalue()
+            for half in (conn._client, conn._broker):
+                assert PASSWORD not in bytes(half.buf)
+        conn.close("fin", 99.0)
+        assert PASSWORD.decode() not in repr(conn.events())
+    assert PASSWORD.decode() not in caplog.text
+
+
+# --- TLS, desync and resync ----------------------------------------------------------------
+
+
+def test_tls_client_hello_marks_the_connection():
+    hello = bytes([0x16, 0x03, 0x01, 0x02, 0x00, 0x01]) + b"\x00" * 600
+    conn, events = run([(C, hello), (B, b"\x16\x03\x03" + b"\x00" * 100), (C, b"\x17\x03\x03" + b"x" * 50)])
+    assert conn.tls and [type(e) for e in events] == [TlsDetected, ConnectionClosed]
+
+
+def test_non_kafka_bytes_on_a_listener_port_desync_without_a_crash():
+    _, events = run([(C, b"GET / HTTP/1.1\r\nHost: broker\r\n\r\n"), (B, b"HTTP/1.1 400 Bad Request\r\n\r\n")])
+    assert [(e.direction, e.kind) for e in of(events, Desync)] == [(C, Kind.FRAME_SIZE), (B, Kind.FRAME_SIZE)]
+    assert not of(events, RequestSeen) and not of(events, Resynced)
+
+
+def test_mid_stream_join_resyncs_after_verifying_two_frames():
+    tail = metadata(6)[9:]  # the end of a request whose start was before the capture
+    frames = [(C, tail), (C, metadata(7)), (B, b"\x00\x01\x02" + opaque_response(7)), (C, metadata(8)),
+              (B, opaque_response(8)), (C, metadata(9)), (B, opaque_response(9))]
+    conn, events = run(frames, mid_stream=True)
+    # Request 7 is the unconfirmed candidate and 8 confirms it. Responses resync on the ids of
+    # requests in flight: 7 was never tracked, so its answer is skipped; 8 is the candidate.
+    assert [r.correlation_id for r in of(events, RequestSeen)] == [8, 9]
+    assert [r.correlation_id for r in of(events, ResponseSeen)] == [9]
+    resynced = of(events, Resynced)
+    assert [(r.direction, r.skipped_bytes) for r in resynced] == [(C, len(tail)), (B, 3 + len(opaque_response(7)))]
+    assert of(events, RequestSeen)[0].client_id == "app-1"
+
+
+def test_gap_desyncs_one_direction_and_recovers():
+    conn = KafkaConnection("t")
+    conn.receive(C, metadata(1), 0.0)
+    conn.receive(B, opaque_response(1), 0.1)
+    half = metadata(2)
+    conn.receive(C, half[:10], 0.2)
+    conn.gap(C, 100, 0.3)
+    for corr in (3, 4, 5):
+        conn.receive(C, metadata(corr), 1.0)
+    events = conn.events()
+    assert [(e.direction, e.kind) for e in of(events, Desync)] == [(C, Kind.GAP)]
+    assert [r.correlation_id for r in of(events, RequestSeen)] == [1, 4, 5]
+    assert len(of(events, Resynced)) == 1
+
+
+def test_close_inside_a_frame_is_counted():
+    _, events = run([(C, metadata(1)[:15])])
+    assert [e.kind for e in of(events, DecodeError)] == [Kind.TRUNCATED_AT_CLOSE]
+    assert isinstance(events[-1], ConnectionClosed) and events[-1].reason == "fin"
+
+
+def test_receive_after_close_is_a_caller_bug():
+    conn = KafkaConnection("t")
+    conn.close("rst", 0.0)
+    with pytest.raises(RuntimeError):
+        conn.receive(C, b"x", 1.0)
