@@ -7,7 +7,7 @@ PY          := $(VENV)/bin/python
 NODE_DIR    := tests/clients/node
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-python setup-node test bench regen clean
+.PHONY: setup setup-python setup-node demo test bench regen clean
 
 setup: setup-python setup-node
 
@@ -24,11 +24,15 @@ $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/packag
 	@touch $@
 setup-node: $(NODE_DIR)/node_modules/.installed
 
+# Until the exporter lands: Tansu + six real clients, each connection decoded by the core.
+demo: setup
+	$(PY) tests/demo.py
+
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: setup
-	$(PY) -m bench
+	$(PY) -m bench.core_decode
 
 # Regenerate committed generated files from ../shared (tests fail if they drift).
 regen: setup-python
