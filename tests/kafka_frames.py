@@ -35,7 +35,8 @@ def response_frame(msg, correlation_id: int) -> bytes:
 
 def raw_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: bytes) -> bytes:
     """Request header v1 (RequestHeader.json) + an opaque body."""
-    cid = b"\xff\xff" if client_id is None else struct.pack(">h", len(client_id)) + client_id.encode()
+    raw = None if client_id is None else client_id.encode()
+    cid = b"\xff\xff" if raw is None else struct.pack(">h", len(raw)) + raw  # length in bytes
     return sized(struct.pack(">hhi", api_key, api_version, correlation_id) + cid + body)
 
 
