@@ -378,22 +378,32 @@ class KafkaConnection:
             else:
                 body += cid_len
                 if body > end:
-                    return done > 0
-                if cid_len == len(half.cid_raw) and buf.startswith(half.cid_raw, pos + 14):
+                    if avail < self.max_decoded_frame + 4:
+                        return done > 0
+                    # Never hold more than max_decoded_frame of one frame for its prefix.
+                    self._decode_error(half, Kind.FRAME_TOO_LARGE_TO_DECODE, api_key, api_version,
+                                       "client_id longer than the decode limit")
+                    client_id = None
+                    body = None
+                elif cid_len == len(half.cid_raw) and buf.startswith(half.cid_raw, pos + 14):
                     client_id = half.cid_str
                 else:
                     half.cid_raw = raw = bytes(buf[pos + 14 : body])
                     half.cid_str = client_id = raw.decode("utf-8", "replace")
 
             detail = None
-            if api_key == PRODUCE:
+            if body is None:
+                pass  # the header was not readable within the limit: the body is skipped
+            elif api_key == PRODUCE:
                 try:
                     lim = frame_end if complete else end
                     off = skip_tagged_fields(buf, body, lim) if header_version == 2 else body
                     detail = read_produce_prefix(buf, off, lim, api_version, header_version == 2)
                 except ProtocolError as e:
                     if not complete and e.kind == Kind.TRUNCATED:
-                        return done > 0  # the prefix has not all arrived
+                        if avail < self.max_decoded_frame + 4:
+                            return done > 0  # the prefix has not all arrived
+                        e = ProtocolError(Kind.FRAME_TOO_LARGE_TO_DECODE, "produce prefix longer than the decode limit")
                     self._decode_error(half, e.kind, api_key, api_version, e.message)
             elif api_key in _DECODED_REQUESTS:
                 if size > self.max_decoded_frame:
@@ -637,7 +647,10 @@ class KafkaConnection:
         return 4 <= size <= self.max_frame_size and corr in self._in_flight
 
     def _scan_step(self, half: _Half) -> bool:
-        """Find the next candidate frame start; skip that frame unread and verify the next."""
+        """Find where frames start again. A candidate header is trusted once the header after
+        its frame is plausible too: checked in the buffer when both fit in max_decoded_frame
+        (waiting for bytes if need be), otherwise, for a large frame with no verifiable
+        alternative in the buffer, by skipping it unread and checking the next (VERIFYING)."""
         buf = half.buf
         start = half.pos
         end = len(buf)
@@ -647,25 +660,50 @@ class KafkaConnection:
         else:
             candidates = iter(sorted(self._response_candidates(buf, start)))
             plausible = self._plausible_response
+        window = self.max_decoded_frame + 4
+        large = None
         for i in candidates:
             verdict = plausible(buf, i)
-            if verdict is None:
-                half.scan_skipped += i - start
-                half.pos = i
-                return False
-            if verdict:
-                half.scan_skipped += i - start
-                size = _SIZE.unpack_from(buf, i)[0]
+            if verdict is None:  # the header itself is cut by the end of the buffer
+                return self._scan_wait(half, start, i)
+            if not verdict:
+                continue
+            following = i + 4 + _SIZE.unpack_from(buf, i)[0]
+            if following + _SCAN_KEEP - i > window:  # the frame and the next header must fit
+                if large is None:
+                    large = i
+                continue
+            after = plausible(buf, following) if following <= end else None
+            if after is None:  # verifiable once the rest arrives (within the window)
+                return self._scan_wait(half, start, i)
+            if after:
                 if half is self._broker:
                     self._in_flight.pop(_RESP.unpack_from(buf, i)[1], None)
-                half.pos = i
-                half.consume_frame(i + 4 + size)
-                half.state = VERIFYING
+                half.pos = following
+                self._resynced(half, half.scan_skipped + following - start)
                 return True
-        keep = max(start, end - _SCAN_KEEP)
-        half.scan_skipped += keep - start
-        half.pos = keep
+        if large is not None:
+            if half is self._broker:
+                self._in_flight.pop(_RESP.unpack_from(buf, large)[1], None)
+            following = large + 4 + _SIZE.unpack_from(buf, large)[0]
+            half.scan_skipped += following - start
+            half.pos = large
+            half.consume_frame(following)
+            half.state = VERIFYING
+            return True
+        return self._scan_wait(half, start, max(start, end - _SCAN_KEEP))
+
+    def _scan_wait(self, half: _Half, start: int, keep_from: int) -> bool:
+        """Drop the bytes before `keep_from` and wait for more. What is kept is at most one
+        candidate's frame and the next header, so scanning holds <= max_decoded_frame + 4."""
+        half.scan_skipped += keep_from - start
+        half.pos = keep_from
         return False
+
+    def _resynced(self, half: _Half, skipped: int) -> None:
+        half.state = SYNCED
+        half.scan_skipped = 0
+        self._emit(Resynced(conn_id=self.conn_id, ts=self._ts, direction=half.direction, skipped_bytes=skipped))
 
     def _response_candidates(self, buf, start: int):
         # Responses are found by the correlation ids of requests in flight, searched in C.
@@ -684,9 +722,7 @@ class KafkaConnection:
         if verdict is None:
             return False
         if verdict:
-            half.state = SYNCED
-            self._emit(Resynced(conn_id=self.conn_id, ts=self._ts, direction=half.direction,
-                                skipped_bytes=half.scan_skipped))
+            self._resynced(half, half.scan_skipped)
         else:
             half.state = SCANNING
         return True
