@@ -112,24 +112,32 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=200_000, help="frames per stream (default 200000)")
     ap.add_argument("--handshakes", type=int, default=20_000)
+    ap.add_argument("--repeat", type=int, default=3, help="passes per column; the best is reported (default 3)")
     args = ap.parse_args(argv)
-    if args.requests < 1 or args.handshakes < 1:
+    if args.requests < 1 or args.handshakes < 1 or args.repeat < 1:
         ap.error("counts must be positive")
-    print(f"machine: {describe()}", file=sys.stderr)
+    print(f"machine: {describe()}; best of {args.repeat} passes", file=sys.stderr)
+    def best(run, *a):
+        # Best of N: this runs on shared VMs, where a neighbour can halve one pass.
+        results = [run(*a) for _ in range(args.repeat)]
+        return results[0][0], min(t for _, t in results)
+
     rows = []
     for name, data in (("produce v9, 1 KiB", produce_stream(args.requests)), ("fetch v11", fetch_stream(args.requests))):
-        n1, t1 = census_requests(chunks(data))
-        n2, t2 = kio_requests(data)
-        n3, t3 = struct_walk(data)
+        parts = chunks(data)
+        n1, t1 = best(census_requests, parts)
+        n2, t2 = best(kio_requests, data)
+        n3, t3 = best(struct_walk, data)
         assert n1 == n2 == n3 == args.requests, (n1, n2, n3)
         rows.append((f"request headers/s, {name}", n1 / t1, n2 / t2, n3 / t3, len(data) / t1 / 1e6))
-    n1, t1 = handshakes(args.handshakes)
-    n2, t2 = kio_handshakes(args.handshakes)
+        print(f"  {name}: done", file=sys.stderr)
+    n1, t1 = best(handshakes, args.handshakes)
+    n2, t2 = best(kio_handshakes, args.handshakes)
     rows.append(("ApiVersions handshakes/s (req+resp, 75 ranges)", n1 / t1, n2 / t2, None, None))
     print("| stream | kafka-census | kio (header only) | ratio | struct walk (ceiling) | census MB/s |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, census, kio, walk, mbs in rows:
-        print(f"| {name} | {census:,.0f} | {kio:,.0f} | {census / kio:.1f}x | "
+        print(f"| {name} | {census:,.0f} | {kio:,.0f} | {census / kio:.2f}x | "
               f"{'' if walk is None else f'{walk:,.0f}'} | {'' if mbs is None else f'{mbs:,.0f}'} |")
     return 0
 

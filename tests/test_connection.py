@@ -341,3 +341,12 @@ def test_receive_after_close_is_a_caller_bug():
     conn.close("rst", 0.0)
     with pytest.raises(RuntimeError):
         conn.receive(C, b"x", 1.0)
+
+
+def test_response_header_reader_never_runs_past_the_frame():
+    from capture.kafka import ProtocolError
+    from capture.kafka.headers import skip_response_header
+    with pytest.raises(ProtocolError) as err:
+        skip_response_header(b"\x00\x00", 0, 2, 3, 0, API_TABLE[3])
+    assert err.value.kind == Kind.TRUNCATED
+    assert skip_response_header(b"\x00\x00\x00\x01\x00", 0, 5, 3, 12, API_TABLE[3]) == 5  # v1: empty tags

@@ -10,6 +10,7 @@ Sources: clients/src/main/resources/common/message/RequestHeader.json and Respon
 from __future__ import annotations
 
 from .api_table import ApiSpec
+from .errors import Kind, ProtocolError
 from .readers import skip_tagged_fields
 
 API_VERSIONS = 18
@@ -49,6 +50,8 @@ def response_header_version(api_key: int, api_version: int, spec: ApiSpec | None
 def skip_response_header(buf, off: int, end: int, api_key: int, api_version: int, spec: ApiSpec | None) -> int:
     """Skip a response header at `off` (just after the size prefix); return the body offset."""
     off += 4  # correlation_id, already read by the caller
+    if off > end:
+        raise ProtocolError(Kind.TRUNCATED, "response header runs past the end of the frame")
     if response_header_version(api_key, api_version, spec) >= 1:
         off = skip_tagged_fields(buf, off, end)
     return off
