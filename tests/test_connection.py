@@ -21,7 +21,7 @@ from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as Hs0
 from kio.schema.sasl_handshake.v0.response import SaslHandshakeResponse as Hs0Resp
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest as Hs1
 from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse as Hs1Resp
-from kio.static.primitive import i16, i32, i64
+from kio.static.primitive import i16
 
 from capture.kafka import (
     API_TABLE,

@@ -14,12 +14,13 @@ scans for the next plausible frame) or a `DecodeError` (boundary kept, one body 
 States of each direction, and what moves between them:
 
     state      meaning                                   leaves on
-    SYNCED     at a frame boundary                        bad size/header -> SCANNING
-    SCANNING   looking for a plausible header             candidate found -> VERIFYING
-    VERIFYING  skipped one candidate frame; the next      plausible -> SYNCED (Resynced)
-               header must be plausible too               implausible -> SCANNING
+    SYNCED     at a frame boundary                        bad size/header, gap -> SCANNING
+    SCANNING   looking for a plausible header whose       verified in the buffer -> SYNCED (Resynced)
+               frame is followed by a plausible header    only a large unverifiable one -> VERIFYING
+    VERIFYING  skipped that large frame unread; the       plausible -> SYNCED (Resynced)
+               next header must be plausible              implausible -> SCANNING
     SASL_RAW   raw SASL tokens after SaslHandshake v0     token count / a Kafka frame -> SYNCED
-    IGNORED    TLS or closed: bytes are counted, unread   -
+    IGNORED    TLS or closed: bytes are dropped unread    -
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ DEFAULT_MAX_DECODED_FRAME = 1024 * 1024
 # is processed, so a real client rarely has more than a handful; at the bound the oldest is
 # dropped and counted (IN_FLIGHT_OVERFLOW).
 DEFAULT_MAX_IN_FLIGHT = 1024
-# Bytes kept while scanning for a frame boundary: enough for any header with its client id.
+# A request header up to its client_id length (size, key, version, correlation id, length):
+# what scanning keeps at the end of the buffer, and what a plausibility check reads.
 _SCAN_KEEP = 14
 
 PRODUCE, JOIN_GROUP, SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 0, 11, 17, 18, 36
@@ -122,8 +124,7 @@ def _compile_scan_pattern(max_frame_size: int) -> re.Pattern:
 class _Half:
     """One direction: its buffer, framing state and counters."""
 
-    __slots__ = ("direction", "buf", "pos", "skip", "state", "scan_skipped", "bytes_seen",
-                 "tokens", "cid_raw", "cid_str")
+    __slots__ = ("direction", "buf", "pos", "skip", "state", "scan_skipped", "tokens", "cid_raw", "cid_str")
 
     def __init__(self, direction: Direction, state: str) -> None:
         self.direction = direction
@@ -132,14 +133,12 @@ class _Half:
         self.skip = 0  # bytes of the current frame still to discard, not buffered
         self.state = state
         self.scan_skipped = 0
-        self.bytes_seen = 0
         self.tokens = 0  # raw SASL tokens seen in this direction
         self.cid_raw = b""  # last client_id bytes and their decoding: ids rarely change
         self.cid_str = ""
 
     def feed(self, data) -> None:
         n = len(data)
-        self.bytes_seen += n
         if self.skip:
             if n <= self.skip:
                 self.skip -= n
