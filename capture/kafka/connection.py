@@ -60,7 +60,7 @@ from .events import (
     TlsDetected,
     positional_maker,
 )
-from .headers import request_header_version, skip_response_header
+from .headers import API_VERSIONS, request_header_version, skip_response_header
 from .readers import read_int16, skip_tagged_fields
 from .sasl import CLIENT_TOKENS, principal_from_first_token
 
@@ -77,7 +77,7 @@ DEFAULT_MAX_IN_FLIGHT = 1024
 # what scanning keeps at the end of the buffer, and what a plausibility check reads.
 _SCAN_KEEP = 14
 
-PRODUCE, JOIN_GROUP, SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 0, 11, 17, 18, 36
+PRODUCE, JOIN_GROUP, SASL_HANDSHAKE, SASL_AUTHENTICATE = 0, 11, 17, 36
 _DECODED_REQUESTS = frozenset((JOIN_GROUP, SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE))
 _DECODED_RESPONSES = frozenset((SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE))
 
@@ -632,8 +632,8 @@ class KafkaConnection:
         spec = API_TABLE.get(api_key)
         if spec is None or not spec.min_version <= api_version <= spec.max_version:
             return False
-        if api_key == 7 and api_version == 0:
-            return True
+        if request_header_version(api_key, api_version, spec) == 0:
+            return True  # no client_id to check
         if end - i < 14:
             return None
         cid_len = read_int16(buf, i + 12, end)[0]

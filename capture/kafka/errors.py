@@ -15,7 +15,6 @@ class Kind:
     FRAME_SIZE = "frame_size"                  # size prefix negative or above the maximum
     TRUNCATED = "truncated"                    # a field runs past the end of its frame
     BAD_HEADER = "bad_header"                  # request/response header not decodable
-    BAD_BODY = "bad_body"                      # a decoded body is malformed (framing intact)
     VARINT = "varint"                          # unsigned varint longer than 5 bytes
     BAD_LENGTH = "bad_length"                  # string/bytes/array length negative or too big
     FRAME_TOO_LARGE_TO_DECODE = "frame_too_large_to_decode"
@@ -25,8 +24,6 @@ class Kind:
     UNANSWERED_REQUEST = "unanswered_request"  # a later response came first: this one never will
     IN_FLIGHT_OVERFLOW = "in_flight_overflow"
     SASL_TOKEN = "sasl_token"                  # a SASL token we could not read
-    NOT_KAFKA = "not_kafka"                    # resync found no plausible frame in the window
-    MID_STREAM = "mid_stream"                  # flow joined after its start
     GAP = "gap"                                # the caller lost bytes (TCP gap)
     TRUNCATED_AT_CLOSE = "truncated_at_close"  # connection closed inside a frame
 
