@@ -7,9 +7,22 @@ PY          := $(VENV)/bin/python
 NODE_DIR    := tests/clients/node
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-python setup-node demo test bench regen clean
+.PHONY: setup setup-system setup-python setup-node demo test bench regen clean
 
-setup: setup-python setup-node
+setup: setup-system setup-python setup-node
+
+# Debian tools the tests use as oracles (tshark, tcpdump). Installed only when missing, so
+# a machine that has them needs neither root nor the network.
+SYSTEM_TOOLS := tshark tcpdump
+setup-system:
+	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    echo "error: missing$$missing; install as root: apt-get install -y$$missing" >&2; exit 1; fi; \
+	  echo "installing$$missing (apt-get)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
 
 # Reinstall when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml

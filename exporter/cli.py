@@ -1,18 +1,24 @@
 """The `kafka-census` command line.
 
-Owns: argument parsing, exit codes (0 ok, 2 bad usage) and output formatting of the commands.
-Imports the public reference data of `capture.kafka` only. Capture, replay and the HTTP
-server join here as their issues land.
+Owns: argument parsing, exit codes (0 ok, 1 the input could not be read, 2 bad usage) and
+output formatting of the commands. This is the composition root: the only exporter module
+that imports capture's packet sources, to wire them to the registry. Progress and summaries
+go to stderr, results to stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
+import time
 from importlib import metadata
 
 from capture.kafka.api_table import API_TABLE, removed_in_kafka4
+from capture.listeners import DEFAULT_LISTENER, ListenerMap
+from exporter.registry import ConnectionRegistry
 
 
 def _version() -> str:
@@ -50,6 +56,128 @@ def cmd_api_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _listeners(args: argparse.Namespace) -> ListenerMap:
+    try:
+        return ListenerMap.parse(args.listener)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+class UsageError(Exception):
+    """Bad flags or values: exit 2 with the message."""
+
+
+def print_connections(conns: list[dict], fmt: str) -> None:
+    if fmt == "json":
+        json.dump(conns, sys.stdout, indent=2)
+        print()
+        return
+    head = (f"{'client':<22} {'listener':<12} {'state':<6} {'client_id':<24} {'software':<40} "
+            f"{'identity':<16} {'principal':<12} {'reqs':>6} {'bytes in/out':>17}")
+    print(head)
+    for c in conns:
+        sw = c["client_software_name"] or "-"
+        if c["client_software_version"]:
+            sw += " " + c["client_software_version"]
+        state = c["state"] if c["state"] == "open" else (c["close_reason"] or "closed")
+        reqs = sum(r["count"] for r in c["requests"])
+        nbytes = f"{c['bytes_from_client']}/{c['bytes_from_broker']}"
+        client = f"{c['client_address']}:{c['client_port']}"
+        print(f"{client:<22} {c['listener']:<12} {state:<6} {(c['client_id'] or '-'):<24.24} {sw:<40.40} "
+              f"{c['identity_source']:<16} {(c['principal'] or '-'):<12.12} {reqs:>6} {nbytes:>17}")
+
+
+def print_summary(what: str, stats, seconds: float) -> None:
+    drops = ", ".join(f"{k} {v}" for k, v in stats.drops) or "none"
+    rate = stats.packets / seconds if seconds > 0 else 0.0
+    print(f"{what}: {stats.packets} packets, {stats.bytes} bytes in {seconds:.2f} s ({rate:,.0f} packets/s); "
+          f"{stats.flows_opened} connections ({stats.flows_open} still open, {stats.tls_flows} TLS, "
+          f"{stats.flows_evicted} evicted); gaps {stats.gaps} ({stats.gap_bytes} bytes); not decoded: {drops}",
+          file=sys.stderr)
+    if stats.kernel_dropped:
+        print(f"warning: the kernel dropped {stats.kernel_dropped} packets "
+              f"(interface drops {stats.kernel_if_dropped}): raise --buffer-mb", file=sys.stderr)
+
+
+def _progress(packets: int, fraction: float) -> None:
+    end = "\r" if sys.stderr.isatty() else "\n"
+    print(f"replay: {packets:,} packets ({fraction:.0%})", end=end, file=sys.stderr, flush=True)
+
+
+def _tracker_options(args: argparse.Namespace) -> dict:
+    if args.idle_timeout <= 0:
+        raise UsageError("--idle-timeout must be positive")
+    if args.max_flows < 1:
+        raise UsageError("--max-flows must be at least 1")
+    return {"idle_timeout": args.idle_timeout, "max_flows": args.max_flows}
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Decode a pcap/pcapng file and list every connection in it."""
+    from capture.replay import replay
+    from capture.sources import CaptureError
+
+    listeners = _listeners(args)
+    registry = ConnectionRegistry(max_closed=10**9)  # a file is finite: keep every connection
+    try:
+        result = replay(args.file, listeners, registry.apply, progress=_progress, **_tracker_options(args))
+    except CaptureError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print_connections(registry.connections(), args.format)
+    print_summary("replay", result.stats, result.seconds)
+    if result.truncated:
+        print(f"warning: {result.truncated}; the connections above are from the readable part",
+              file=sys.stderr)
+    return 0
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    """Capture live until Ctrl-C (or --duration), then list every connection seen."""
+    from capture.flows import FlowTracker
+    from capture.live import run_live
+    from capture.sources import CaptureError, LiveCapture
+
+    listeners = _listeners(args)
+    if args.duration is not None and args.duration <= 0:
+        raise UsageError("--duration must be positive")
+    registry = ConnectionRegistry()
+    try:
+        source = LiveCapture(args.interface, listeners, buffer_mb=args.buffer_mb)
+    except CaptureError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    tracker = FlowTracker(listeners, registry.apply, name=args.interface, **_tracker_options(args))
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if args.duration is not None:
+        threading.Timer(args.duration, stop.set).start()
+    print(f"capturing on {args.interface} (filter: {source.bpf}); Ctrl-C to stop", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    try:
+        run_live(source, tracker, stop)
+        kernel = source.kernel_stats()
+    except CaptureError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        stop.set()
+        source.close()
+    print_connections(registry.connections(), args.format)
+    print_summary("capture", tracker.stats(kernel), time.perf_counter() - started)
+    return 0
+
+
+def _add_capture_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--listener", action="append", metavar="NAME=PORT[:SECURITY_PROTOCOL]",
+                   help=f"a broker listener port (repeatable; default {DEFAULT_LISTENER})")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--idle-timeout", type=float, default=660.0, metavar="SECONDS",
+                   help="close a connection silent this long (default 660: the broker's 10 min idle close + 1)")
+    p.add_argument("--max-flows", type=int, default=100_000, help="bound of the connection table (default 100000)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kafka-census",
@@ -60,6 +188,16 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_argument("--removed-only", action="store_true", help="only APIs with versions removed by Kafka 4.0")
     api.add_argument("--format", choices=("table", "json"), default="table")
     api.set_defaults(func=cmd_api_table)
+    rep = sub.add_parser("replay", help="list the Kafka connections in a pcap/pcapng file")
+    rep.add_argument("file", help="pcap or pcapng file (tcpdump -w, tshark -w, Wireshark)")
+    _add_capture_options(rep)
+    rep.set_defaults(func=cmd_replay)
+    cap = sub.add_parser("capture", help="capture live on an interface; list the connections seen on exit")
+    cap.add_argument("--interface", "-i", required=True, help="interface: lo, eth0, any...")
+    cap.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long (default: Ctrl-C)")
+    cap.add_argument("--buffer-mb", type=int, default=64, help="kernel capture buffer (default 64 MiB)")
+    _add_capture_options(cap)
+    cap.set_defaults(func=cmd_capture)
     return parser
 
 
@@ -71,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.func(args)
+    except UsageError as exc:
+        parser.error(str(exc))  # exits 2 with the usage line
     except BrokenPipeError:  # `kafka-census api-table | head`
         sys.stderr.close()
         return 0

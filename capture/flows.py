@@ -1,0 +1,404 @@
+"""TCP flows to Kafka listeners: reassembly per 4-tuple, one protocol-core connection each.
+
+Owns `FlowTracker`: parsed segments in, events out. It decides which end is the broker (the
+port in the listener map), reassembles each direction (sequence numbers modulo 2**32,
+retransmissions dropped, overlaps trimmed, out-of-order segments held up to a bound, a gap
+handed to the core as lost bytes, never zero-filled), closes flows on FIN from both ends, RST,
+an idle timeout or eviction from the bounded flow table, and counts every packet it does not
+pass on, by reason. Time is the packets' own timestamps, so a replay behaves like the live
+capture it came from. Imports `capture.kafka`, `capture.packets`, `capture.events` and
+`capture.listeners`; never a packet source, so it runs on any bytes.
+
+Not tracked: a pure ACK, FIN or RST of a flow not already tracked (counted as
+"untracked_control": it has nothing to decode); segments of a flow closed less than
+`TOMBSTONE_SECONDS` ago (late data is counted as "after_close"; without this, data in flight
+after an RST would open a ghost "mid-stream" connection; the closing ACKs are not counted).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections import Counter, OrderedDict
+
+from capture.events import (
+    CaptureStats,
+    ConnectionClosed,
+    ConnectionOpened,
+    Direction,
+    TlsDetected,
+    TrafficUpdate,
+)
+from capture.kafka import KafkaConnection
+from capture.packets import ACK, FIN, RST, SYN, segment_parser
+
+FROM_CLIENT, FROM_BROKER = Direction.FROM_CLIENT, Direction.FROM_BROKER
+
+# A tracked connection may be silent for up to the broker's connections.max.idle.ms (10 min,
+# after which the broker closes it and we see the FIN): go idle a minute after that.
+DEFAULT_IDLE_TIMEOUT = 660.0
+DEFAULT_MAX_FLOWS = 100_000
+DEFAULT_MAX_OOO_BYTES = 1 << 20  # per direction
+DEFAULT_MAX_OOO_TOTAL = 256 << 20  # all flows together
+TOMBSTONE_SECONDS = 120.0  # Linux TIME_WAIT is 60 s
+MAX_TOMBSTONES = 65_536
+
+NOT_LISTENER = "not_listener"
+RETRANSMISSION = "retransmission"
+AFTER_CLOSE = "after_close"
+NO_FLOW = "untracked_control"  # ACK/FIN/RST without payload for a flow we do not track
+OUT_OF_WINDOW = "out_of_window"
+
+_MAX_AHEAD = 1 << 30  # a segment this far past the expected sequence is garbage, not reordering
+_meta_records = struct.Struct("=IIII").iter_unpack
+
+
+def _signed32(x: int) -> int:
+    return ((x + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+
+
+def format_address(raw: bytes) -> str:
+    return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
+
+
+class _Stream:
+    """One direction of a flow."""
+
+    __slots__ = ("next", "held", "held_bytes", "fin", "bytes", "segments", "direction")
+
+    def __init__(self, direction: Direction) -> None:
+        self.direction = direction
+        self.next: int | None = None  # absolute (unwrapped) sequence number expected next
+        self.held: dict[int, bytes] = {}  # out-of-order segments by absolute sequence number
+        self.held_bytes = 0
+        self.fin = False
+        self.bytes = 0  # payload bytes passed to the core
+        self.segments = 0
+
+
+class _Flow:
+    __slots__ = ("conn_id", "conn", "listener", "client", "broker", "first_seen", "last_seen",
+                 "updated", "syn_isn", "tls")
+
+    def __init__(self, conn_id: str, conn: KafkaConnection | None, listener, ts: float) -> None:
+        self.conn_id = conn_id
+        self.conn = conn  # None on a TLS listener: nothing to decode
+        self.listener = listener
+        self.client = _Stream(FROM_CLIENT)
+        self.broker = _Stream(FROM_BROKER)
+        self.first_seen = ts
+        self.last_seen = ts
+        self.updated = ts
+        self.syn_isn: int | None = None
+        self.tls = listener.tls
+
+
+class FlowTracker:
+    """Segments in, events out, through `emit(event)`. See the module docstring."""
+
+    def __init__(
+        self,
+        listeners,
+        emit,
+        *,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        max_flows: int = DEFAULT_MAX_FLOWS,
+        max_ooo_bytes: int = DEFAULT_MAX_OOO_BYTES,
+        max_ooo_total: int = DEFAULT_MAX_OOO_TOTAL,
+        update_interval: float = 1.0,
+        source: str = "capture",
+        name: str = "capture",
+    ) -> None:
+        if idle_timeout <= 0 or max_flows < 1 or max_ooo_bytes < 0 or update_interval <= 0:
+            raise ValueError("idle_timeout, max_flows and update_interval must be positive")
+        self.listeners = listeners
+        self._ports = listeners.by_port
+        self.emit = emit
+        self.idle_timeout = idle_timeout
+        self.max_flows = max_flows
+        self.max_ooo_bytes = max_ooo_bytes
+        self.max_ooo_total = max_ooo_total
+        self.update_interval = update_interval
+        self.source = source
+        self.name = name
+        self.flows: OrderedDict[tuple, _Flow] = OrderedDict()  # least recently active first
+        self._tombstones: OrderedDict[tuple, float] = OrderedDict()
+        self._next_expiry = None
+        self._conn_seq = 0
+        self._held_total = 0
+        self.last_ts = 0.0
+        self.packets = 0
+        self.bytes = 0
+        self.drops: Counter[str] = Counter()
+        self.gaps = 0
+        self.gap_bytes = 0
+        self.flows_opened = 0
+        self.flows_evicted = 0
+        self.tls_flows = 0
+
+    # --- input --------------------------------------------------------------------------
+
+    def feed(self, linktype: int, buf: bytes, meta: bytes) -> None:
+        """One batch from pcapy-ng's `next_batch`: packed (sec, usec, offset, caplen) records."""
+        parse = segment_parser(linktype)
+        segment = self.segment
+        drops = self.drops
+        n = nbytes = 0
+        for sec, usec, off, caplen in _meta_records(meta):
+            n += 1
+            nbytes += caplen
+            r = parse(buf, off, off + caplen)
+            if r.__class__ is str:
+                drops[r] += 1
+                continue
+            segment(sec + usec * 1e-6, buf, *r)
+        self.packets += n
+        self.bytes += nbytes
+
+    def packet(self, ts: float, data: bytes, linktype: int = 1) -> None:
+        """One packet (tests and small tools; `feed` is the fast path)."""
+        self.packets += 1
+        self.bytes += len(data)
+        r = segment_parser(linktype)(data, 0, len(data))
+        if r.__class__ is str:
+            self.drops[r] += 1
+        else:
+            self.segment(ts, data, *r)
+
+    def segment(self, ts, buf, src, sport, dst, dport, seq, ack, flags, po, pe) -> None:
+        """One parsed TCP segment whose payload is buf[po:pe]."""
+        self.last_ts = ts
+        if self._next_expiry is None or ts >= self._next_expiry:
+            self.expire(ts)
+        if dport in self._ports:
+            key = (src, sport, dst, dport)
+            from_client = True
+        elif sport in self._ports:
+            key = (dst, dport, src, sport)
+            from_client = False
+        else:
+            self.drops[NOT_LISTENER] += 1
+            return
+        flows = self.flows
+        flow = flows.get(key)
+        if flow is None:
+            flow = self._new_flow(key, ts, from_client, seq, ack, flags, pe > po)
+            if flow is None:
+                return
+        else:
+            flows.move_to_end(key)
+            if flags & SYN and from_client and not flags & ACK and flow.syn_isn != seq:
+                # A new connection on a tracked 4-tuple: the old one ended unseen.
+                self._close(key, flow, "reused", ts)
+                flow = self._new_flow(key, ts, from_client, seq, ack, flags, pe > po)
+                if flow is None:
+                    return
+        flow.last_seen = ts
+        if from_client:
+            stream, peer = flow.client, flow.broker
+        else:
+            stream, peer = flow.broker, flow.client
+        if flags & SYN:
+            if stream.next is None:
+                stream.next = seq + 1
+                if flags & ACK and peer.next is None:
+                    peer.next = ack  # SYN-ACK without the SYN: the client's data starts at ack
+            seq = (seq + 1) & 0xFFFFFFFF
+        if flags & RST:
+            self._close(key, flow, "rst", ts)
+            return
+        if pe > po:
+            self._data(flow, stream, seq, buf, po, pe, ts)
+        if flags & ACK and peer.held:
+            self._acked(flow, peer, ack, ts)
+        if flags & FIN:
+            stream.fin = True
+            if peer.fin:
+                self._close(key, flow, "fin", ts)
+                return
+        if ts - flow.updated >= self.update_interval:
+            self._traffic(flow, ts)
+
+    # --- reassembly ---------------------------------------------------------------------
+
+    def _data(self, flow: _Flow, s: _Stream, seq: int, buf, po: int, pe: int, ts: float) -> None:
+        if s.next is None:  # first bytes of a direction joined mid-stream
+            s.next = seq
+        delta = _signed32(seq - s.next)
+        n = pe - po
+        if delta == 0:
+            self._deliver(flow, s, memoryview(buf)[po:pe], ts)
+        elif delta < 0:
+            if delta + n <= 0:
+                self.drops[RETRANSMISSION] += 1
+                return
+            self._deliver(flow, s, memoryview(buf)[po - delta:pe], ts)  # overlap: keep the new tail
+        elif delta > _MAX_AHEAD:
+            self.drops[OUT_OF_WINDOW] += 1
+            return
+        else:
+            start = s.next + delta
+            old = s.held.get(start)
+            if old is not None:
+                if len(old) >= n:
+                    self.drops[RETRANSMISSION] += 1
+                    return
+                s.held_bytes -= len(old)
+                self._held_total -= len(old)
+            s.held[start] = bytes(buf[po:pe])
+            s.held_bytes += n
+            self._held_total += n
+            if s.held_bytes > self.max_ooo_bytes or self._held_total > self.max_ooo_total:
+                self._gap(flow, s, min(s.held), ts)  # the missing bytes are not coming: give up
+            return
+        if s.held:
+            self._drain(flow, s, ts)
+
+    def _deliver(self, flow: _Flow, s: _Stream, data, ts: float) -> None:
+        s.next += len(data)
+        s.bytes += len(data)
+        s.segments += 1
+        conn = flow.conn
+        if conn is not None:
+            conn.receive(s.direction, data, ts)
+            self._drain_events(flow)
+
+    def _drain(self, flow: _Flow, s: _Stream, ts: float) -> None:
+        """Pass on held segments that now continue the stream."""
+        held = s.held
+        while held:
+            start = min(held)
+            if start > s.next:
+                return
+            data = held.pop(start)
+            s.held_bytes -= len(data)
+            self._held_total -= len(data)
+            skip = s.next - start
+            if skip >= len(data):
+                self.drops[RETRANSMISSION] += 1
+                continue
+            self._deliver(flow, s, memoryview(data)[skip:], ts)
+
+    def _gap(self, flow: _Flow, s: _Stream, upto: int, ts: float) -> None:
+        """The bytes before `upto` were lost by the capture: the core resyncs after them."""
+        lost = upto - s.next
+        if lost <= 0:
+            return
+        self.gaps += 1
+        self.gap_bytes += lost
+        s.next = upto
+        if flow.conn is not None:
+            flow.conn.gap(s.direction, lost, ts)
+            self._drain_events(flow)
+        self._drain(flow, s, ts)
+
+    def _acked(self, flow: _Flow, s: _Stream, ack: int, ts: float) -> None:
+        """The receiver acknowledged bytes of `s` the capture never saw while later ones wait:
+        the hole will not be filled by a retransmission, so it is a gap."""
+        acked = s.next + _signed32(ack - s.next)
+        if acked > s.next:
+            self._gap(flow, s, min(acked, min(s.held)), ts)
+
+    # --- flow life ----------------------------------------------------------------------
+
+    def _new_flow(self, key, ts, from_client, seq, ack, flags, has_payload):
+        syn = bool(flags & SYN)
+        if key in self._tombstones:
+            if not syn:  # the closing handshake's last ACKs are expected; late data is not
+                if has_payload:
+                    self.drops[AFTER_CLOSE] += 1
+                return None
+            del self._tombstones[key]
+        if not syn and not has_payload:
+            self.drops[NO_FLOW] += 1
+            return None
+        if len(self.flows) >= self.max_flows:
+            old_key, old = next(iter(self.flows.items()))
+            self.flows_evicted += 1
+            self._close(old_key, old, "evicted", ts)
+        client_ip, client_port, broker_ip, broker_port = key
+        listener = self._ports[broker_port]
+        client_addr, broker_addr = format_address(client_ip), format_address(broker_ip)
+        self._conn_seq += 1
+        conn_id = f"{broker_addr}:{broker_port}-{client_addr}:{client_port}-{self._conn_seq}"
+        # Only a client SYN, or the broker's SYN-ACK, shows where the streams begin.
+        mid_stream = not syn
+        conn = None if listener.tls else KafkaConnection(conn_id, mid_stream=mid_stream)
+        flow = _Flow(conn_id, conn, listener, ts)
+        if syn and from_client and not flags & ACK:
+            flow.syn_isn = seq
+        self.flows[key] = flow
+        self.flows_opened += 1
+        self.emit(ConnectionOpened(
+            conn_id=conn_id, ts=ts, client_address=client_addr, client_port=client_port,
+            broker_address=broker_addr, broker_port=broker_port, listener=listener.name,
+            security_protocol=listener.security_protocol, mid_stream=mid_stream, source=self.source))
+        if listener.tls:
+            self.tls_flows += 1
+            self.emit(TlsDetected(conn_id=conn_id, ts=ts))
+        return flow
+
+    def _drain_events(self, flow: _Flow) -> None:
+        emit = self.emit
+        for ev in flow.conn.events():
+            if ev.__class__ is TlsDetected:
+                flow.tls = True
+                self.tls_flows += 1
+            emit(ev)
+
+    def _traffic(self, flow: _Flow, ts: float) -> None:
+        flow.updated = ts
+        c, b = flow.client, flow.broker
+        self.emit(TrafficUpdate(
+            conn_id=flow.conn_id, ts=flow.last_seen, bytes_from_client=c.bytes, bytes_from_broker=b.bytes,
+            segments_from_client=c.segments, segments_from_broker=b.segments))
+
+    def _close(self, key, flow: _Flow, reason: str, ts: float) -> None:
+        del self.flows[key]
+        for s in (flow.client, flow.broker):
+            while s.held:  # each remaining hole is a gap; what follows it is still decoded
+                self._gap(flow, s, min(s.held), ts)
+        self._traffic(flow, ts)
+        if flow.conn is not None:
+            flow.conn.close(reason, ts)
+            self._drain_events(flow)
+        else:
+            self.emit(ConnectionClosed(conn_id=flow.conn_id, ts=ts, reason=reason, pending_requests=0))
+        tomb = self._tombstones
+        tomb[key] = ts
+        tomb.move_to_end(key)
+        if len(tomb) > MAX_TOMBSTONES:
+            tomb.popitem(last=False)
+
+    def expire(self, now: float) -> None:
+        """Close flows idle for longer than `idle_timeout` and forget old tombstones."""
+        self._next_expiry = now + min(1.0, self.idle_timeout / 4)
+        cutoff = now - self.idle_timeout
+        flows = self.flows
+        while flows:
+            key, flow = next(iter(flows.items()))
+            if flow.last_seen > cutoff:
+                break
+            self._close(key, flow, "idle", now)
+        tomb = self._tombstones
+        cutoff = now - TOMBSTONE_SECONDS
+        while tomb:
+            key, closed = next(iter(tomb.items()))
+            if closed > cutoff:
+                break
+            del tomb[key]
+
+    def finish(self, ts: float | None = None) -> None:
+        """End of input: every open flow reports its traffic; flows stay open."""
+        ts = self.last_ts if ts is None else ts
+        for flow in list(self.flows.values()):
+            self._traffic(flow, ts)
+
+    def stats(self, kernel=None) -> CaptureStats:
+        received, dropped, if_dropped = kernel if kernel is not None else (None, None, None)
+        return CaptureStats(
+            conn_id=self.name, ts=self.last_ts, packets=self.packets, bytes=self.bytes,
+            drops=tuple(sorted(self.drops.items())), gaps=self.gaps, gap_bytes=self.gap_bytes,
+            flows_open=len(self.flows), flows_opened=self.flows_opened, flows_evicted=self.flows_evicted,
+            tls_flows=self.tls_flows, kernel_received=received, kernel_dropped=dropped,
+            kernel_if_dropped=if_dropped)

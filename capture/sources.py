@@ -1,0 +1,160 @@
+"""Packet sources: pcap/pcapng files and live interfaces, both through libpcap (pcapy-ng).
+
+Owns `PcapFile`, `LiveCapture` and `CaptureError`. Packets arrive in batches exactly as
+pcapy-ng's `next_batch` returns them (one bytes buffer plus packed (sec, usec, offset, caplen)
+records), so there is no Python object per packet until a parser looks at it. Every libpcap
+failure becomes a one-line `CaptureError` an operator can act on. Imports pcapy and
+`capture.packets`/`capture.listeners` only.
+
+Live capture: libpcap with a kernel BPF filter built from the listener ports and a large
+kernel buffer. pcapy-ng 2.1.0 does not expose pcap_set_immediate_mode, so a short read
+timeout (50 ms) bounds how long a packet waits in the kernel ring instead. libpcap itself
+skips the outgoing copy of each packet on `lo` (and on `any` for loopback traffic), so each
+packet is seen once.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pcapy
+
+from capture.packets import UnsupportedLinkType, segment_parser
+
+BATCH = 4096  # packets per next_batch call: amortizes the C/Python boundary
+
+
+class CaptureError(Exception):
+    """A packet source cannot be opened or read; the message is for the operator."""
+
+
+def _pcap_message(exc: Exception) -> str:
+    return str(exc).strip().rstrip(".") or exc.__class__.__name__
+
+
+def _check_linktype(linktype: int, what: str) -> None:
+    try:
+        segment_parser(linktype)
+    except UnsupportedLinkType as exc:
+        raise CaptureError(f"{what}: {exc}") from None
+
+
+class PcapFile:
+    """A pcap or pcapng file. `truncated` says why reading stopped early, if it did."""
+
+    def __init__(self, path) -> None:
+        self.path = str(path)
+        if not os.path.exists(self.path):
+            raise CaptureError(f"{self.path}: no such file")
+        if os.path.isdir(self.path):
+            raise CaptureError(f"{self.path}: is a directory, not a pcap file")
+        self.size = os.path.getsize(self.path)
+        self._pcap = self._open()
+        self.linktype = self._pcap.datalink()
+        _check_linktype(self.linktype, self.path)
+        self.truncated: str | None = None
+        self.packets = 0
+
+    def _open(self):
+        try:
+            return pcapy.open_offline(self.path)
+        except pcapy.PcapError as exc:
+            raise CaptureError(f"{self.path}: not a readable pcap or pcapng file ({_pcap_message(exc)})") from None
+
+    def batches(self):
+        """Yield (buf, meta) until the end of the file. A damaged tail ends the iteration with
+        `truncated` set; every whole packet before the damage is still yielded."""
+        while True:
+            try:
+                buf, meta = self._pcap.next_batch(BATCH)
+            except pcapy.PcapError as exc:
+                # next_batch discards its whole batch on an error: read it again one by one.
+                yield from self._salvage()
+                self.truncated = f"{self.path}: damaged after packet {self.packets} ({_pcap_message(exc)})"
+                return
+            if not meta:
+                return
+            self.packets += len(meta) // 16
+            yield buf, meta
+
+    def _salvage(self):
+        pcap = self._open()
+        done = self.packets
+        while done:  # skip what was already yielded
+            _, meta = pcap.next_batch(min(done, BATCH))
+            done -= len(meta) // 16
+        while True:
+            try:
+                hdr, data = pcap.next()
+            except pcapy.PcapError:
+                return
+            if hdr is None:
+                return
+            sec, usec = hdr.getts()
+            self.packets += 1
+            meta = memoryview(bytearray(16)).cast("I")
+            meta[0], meta[1], meta[2], meta[3] = sec, usec, 0, len(data)
+            yield data, meta.tobytes()
+
+    def close(self) -> None:
+        self._pcap.close()
+
+
+class LiveCapture:
+    """libpcap on a live interface (`lo`, `eth0`, `any`...), filtered in the kernel."""
+
+    def __init__(self, interface: str, listeners, *, snaplen: int = 262_144, buffer_mb: int = 64,
+                 timeout_ms: int = 50, promiscuous: bool = False) -> None:
+        self.interface = interface
+        self.bpf = listeners.bpf_filter()
+        try:
+            pcap = pcapy.create(interface)
+            pcap.set_snaplen(snaplen)
+            pcap.set_promisc(1 if promiscuous else 0)
+            pcap.set_timeout(timeout_ms)
+            pcap.set_buffer_size(buffer_mb << 20)
+            pcap.activate()
+        except pcapy.PcapError as exc:
+            raise CaptureError(self._explain(exc)) from None
+        try:
+            pcap.setfilter(self.bpf)
+        except pcapy.PcapError as exc:
+            raise CaptureError(f"cannot set the capture filter {self.bpf!r}: {_pcap_message(exc)}") from None
+        self._pcap = pcap
+        self.linktype = pcap.datalink()
+        _check_linktype(self.linktype, f"interface {interface}")
+
+    def _explain(self, exc: Exception) -> str:
+        msg = _pcap_message(exc)
+        low = msg.lower()
+        if "permission" in low or "not permitted" in low:
+            return (f"capturing on {self.interface} needs root or CAP_NET_RAW "
+                    f"(e.g. setcap cap_net_raw+ep on the Python binary) ({msg})")
+        if "no such device" in low or "doesn't exist" in low:
+            return f"no interface {self.interface!r}; available: {', '.join(available_interfaces()) or 'none'}"
+        return f"cannot capture on {self.interface}: {msg}"
+
+    def batches(self, stop):
+        """Yield (buf, meta) until `stop` (a threading.Event) is set; an empty batch at each
+        read timeout lets the caller do periodic work."""
+        pcap = self._pcap
+        while not stop.is_set():
+            try:
+                buf, meta = pcap.next_batch(BATCH)
+            except pcapy.PcapError as exc:
+                raise CaptureError(f"capture on {self.interface} failed: {_pcap_message(exc)}") from None
+            yield buf, meta
+
+    def kernel_stats(self) -> tuple[int, int, int]:
+        """libpcap's (received, dropped by the kernel, dropped by the interface)."""
+        return self._pcap.stats()
+
+    def close(self) -> None:
+        self._pcap.close()
+
+
+def available_interfaces() -> list[str]:
+    try:
+        return list(pcapy.findalldevs())
+    except pcapy.PcapError:
+        return []
