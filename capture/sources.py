@@ -8,14 +8,18 @@ failure becomes a one-line `CaptureError` an operator can act on. Imports pcapy 
 
 Live capture: libpcap with a kernel BPF filter built from the listener ports and a large
 kernel buffer. pcapy-ng 2.1.0 does not expose pcap_set_immediate_mode, so a short read
-timeout (50 ms) bounds how long a packet waits in the kernel ring instead. libpcap itself
-skips the outgoing copy of each packet on `lo` (and on `any` for loopback traffic), so each
-packet is seen once.
+timeout (50 ms, the TPACKET_V3 block timeout) bounds how long a packet waits in the kernel
+ring instead. The handle is non-blocking and we poll its descriptor ourselves: a blocking
+read on a TPACKET_V3 ring never returns while the wire is silent (the kernel retires only
+non-empty blocks), which would make a quiet capture impossible to stop. libpcap itself skips
+the outgoing copy of each packet on `lo` (and on `any` for loopback traffic), so each packet
+is seen once.
 """
 
 from __future__ import annotations
 
 import os
+import select
 
 import pcapy
 
@@ -121,6 +125,10 @@ class LiveCapture:
         except pcapy.PcapError as exc:
             raise CaptureError(f"cannot set the capture filter {self.bpf!r}: {_pcap_message(exc)}") from None
         self._pcap = pcap
+        self.timeout_ms = timeout_ms
+        pcap.setnonblock(1)
+        self._poll = select.poll()
+        self._poll.register(pcap.getfd(), select.POLLIN)
         self.linktype = pcap.datalink()
         _check_linktype(self.linktype, f"interface {interface}")
 
@@ -135,14 +143,16 @@ class LiveCapture:
         return f"cannot capture on {self.interface}: {msg}"
 
     def batches(self, stop):
-        """Yield (buf, meta) until `stop` (a threading.Event) is set; an empty batch at each
-        read timeout lets the caller do periodic work."""
-        pcap = self._pcap
+        """Yield (buf, meta) until `stop` (a threading.Event) is set; an empty batch after each
+        quiet read timeout lets the caller do periodic work."""
+        pcap, poll, timeout = self._pcap, self._poll.poll, self.timeout_ms
         while not stop.is_set():
             try:
                 buf, meta = pcap.next_batch(BATCH)
             except pcapy.PcapError as exc:
                 raise CaptureError(f"capture on {self.interface} failed: {_pcap_message(exc)}") from None
+            if not meta:
+                poll(timeout)
             yield buf, meta
 
     def kernel_stats(self) -> tuple[int, int, int]:

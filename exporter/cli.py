@@ -141,6 +141,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
     listeners = _listeners(args)
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
+    if args.buffer_mb < 1 or args.write_pcap_max_mb < 1:
+        raise UsageError("--buffer-mb and --write-pcap-max-mb must be at least 1")
     registry = ConnectionRegistry()
     try:
         source = LiveCapture(args.interface, listeners, buffer_mb=args.buffer_mb)
@@ -148,15 +150,26 @@ def cmd_capture(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     tracker = FlowTracker(listeners, registry.apply, name=args.interface, **_tracker_options(args))
+    writer = None
+    if args.write_pcap:
+        from capture.pcapwriter import PcapWriter
+        try:
+            writer = PcapWriter(args.write_pcap, source.linktype, max_bytes=args.write_pcap_max_mb << 20)
+        except OSError as exc:
+            source.close()
+            print(f"error: cannot write {args.write_pcap}: {exc.strerror}", file=sys.stderr)
+            return 1
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     if args.duration is not None:
-        threading.Timer(args.duration, stop.set).start()
+        timer = threading.Timer(args.duration, stop.set)
+        timer.daemon = True
+        timer.start()
     print(f"capturing on {args.interface} (filter: {source.bpf}); Ctrl-C to stop", file=sys.stderr, flush=True)
     started = time.perf_counter()
     try:
-        run_live(source, tracker, stop)
+        run_live(source, tracker, stop, writer=writer)
         kernel = source.kernel_stats()
     except CaptureError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -164,6 +177,11 @@ def cmd_capture(args: argparse.Namespace) -> int:
     finally:
         stop.set()
         source.close()
+        if writer is not None:
+            writer.close()
+            if writer.full:
+                print(f"warning: {args.write_pcap} reached --write-pcap-max-mb after {writer.packets} packets; "
+                      "later packets were decoded but not written", file=sys.stderr)
     print_connections(registry.connections(), args.format)
     print_summary("capture", tracker.stats(kernel), time.perf_counter() - started)
     return 0
@@ -196,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     cap.add_argument("--interface", "-i", required=True, help="interface: lo, eth0, any...")
     cap.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long (default: Ctrl-C)")
     cap.add_argument("--buffer-mb", type=int, default=64, help="kernel capture buffer (default 64 MiB)")
+    cap.add_argument("--write-pcap", metavar="FILE", help="also write every captured packet to this pcap file")
+    cap.add_argument("--write-pcap-max-mb", type=int, default=1024, metavar="MB",
+                     help="stop writing the pcap at this size (default 1024)")
     _add_capture_options(cap)
     cap.set_defaults(func=cmd_capture)
     return parser
