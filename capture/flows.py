@@ -49,6 +49,7 @@ AFTER_CLOSE = "after_close"
 NO_FLOW = "untracked_control"  # ACK/FIN/RST without payload for a flow we do not track
 OUT_OF_WINDOW = "out_of_window"
 
+_SLOW_FLAGS = SYN | FIN | RST
 _MAX_AHEAD = 1 << 30  # a segment this far past the expected sequence is garbage, not reordering
 _meta_records = struct.Struct("=IIII").iter_unpack
 
@@ -64,14 +65,14 @@ def format_address(raw: bytes) -> str:
 class _Stream:
     """One direction of a flow."""
 
-    __slots__ = ("next", "held", "held_bytes", "fin", "bytes", "segments", "direction")
+    __slots__ = ("next", "held", "held_bytes", "fin_at", "bytes", "segments", "direction")
 
     def __init__(self, direction: Direction) -> None:
         self.direction = direction
         self.next: int | None = None  # absolute (unwrapped) sequence number expected next
         self.held: dict[int, bytes] = {}  # out-of-order segments by absolute sequence number
         self.held_bytes = 0
-        self.fin = False
+        self.fin_at: int | None = None  # absolute sequence number of the FIN, once seen
         self.bytes = 0  # payload bytes passed to the core
         self.segments = 0
 
@@ -123,7 +124,7 @@ class FlowTracker:
         self.name = name
         self.flows: OrderedDict[tuple, _Flow] = OrderedDict()  # least recently active first
         self._tombstones: OrderedDict[tuple, float] = OrderedDict()
-        self._next_expiry = None
+        self._next_expiry = float("-inf")
         self._conn_seq = 0
         self._held_total = 0
         self.last_ts = 0.0
@@ -139,10 +140,16 @@ class FlowTracker:
     # --- input --------------------------------------------------------------------------
 
     def feed(self, linktype: int, buf: bytes, meta: bytes) -> None:
-        """One batch from pcapy-ng's `next_batch`: packed (sec, usec, offset, caplen) records."""
+        """One batch from pcapy-ng's `next_batch`: packed (sec, usec, offset, caplen) records.
+
+        Most packets continue a tracked flow in order with no control flag: those are handled
+        inline here (the same steps as `segment` + `_data`); everything else takes `segment`."""
         parse = segment_parser(linktype)
         segment = self.segment
         drops = self.drops
+        ports, flows = self._ports, self.flows
+        get, touch = flows.get, flows.move_to_end
+        mv = memoryview(buf)
         n = nbytes = 0
         for sec, usec, off, caplen in _meta_records(meta):
             n += 1
@@ -151,7 +158,39 @@ class FlowTracker:
             if r.__class__ is str:
                 drops[r] += 1
                 continue
-            segment(sec + usec * 1e-6, buf, *r)
+            ts = sec + usec * 1e-6
+            src, sport, dst, dport, seq, ack, flags, po, pe = r
+            if flags & _SLOW_FLAGS or ts >= self._next_expiry or po == pe:
+                segment(ts, buf, *r)
+                continue
+            if dport in ports:
+                key = (src, sport, dst, dport)
+                flow = get(key)
+                if flow is None:
+                    segment(ts, buf, *r)
+                    continue
+                stream, peer = flow.client, flow.broker
+            else:
+                key = (dst, dport, src, sport)
+                flow = get(key)
+                if flow is None:
+                    segment(ts, buf, *r)
+                    continue
+                stream, peer = flow.broker, flow.client
+            nxt = stream.next
+            if (nxt is None or nxt & 0xFFFFFFFF != seq or stream.held or peer.held or stream.fin_at is not None
+                    or ts - flow.updated >= self.update_interval):
+                segment(ts, buf, *r)
+                continue
+            touch(key)
+            self.last_ts = flow.last_seen = ts
+            stream.next = nxt + pe - po
+            stream.bytes += pe - po
+            stream.segments += 1
+            conn = flow.conn
+            if conn is not None:
+                conn.receive(stream.direction, mv[po:pe], ts)
+                self._drain_events(flow)
         self.packets += n
         self.bytes += nbytes
 
@@ -168,7 +207,7 @@ class FlowTracker:
     def segment(self, ts, buf, src, sport, dst, dport, seq, ack, flags, po, pe) -> None:
         """One parsed TCP segment whose payload is buf[po:pe]."""
         self.last_ts = ts
-        if self._next_expiry is None or ts >= self._next_expiry:
+        if ts >= self._next_expiry:
             self.expire(ts)
         if dport in self._ports:
             key = (src, sport, dst, dport)
@@ -209,11 +248,17 @@ class FlowTracker:
             return
         if pe > po:
             self._data(flow, stream, seq, buf, po, pe, ts)
-        if flags & ACK and peer.held:
+        if flags & FIN and stream.fin_at is None:
+            end = (seq + pe - po) & 0xFFFFFFFF
+            if stream.next is None:
+                stream.next = end
+            stream.fin_at = stream.next + _signed32(end - stream.next)
+        if flags & ACK and (peer.held or peer.fin_at is not None):
             self._acked(flow, peer, ack, ts)
-        if flags & FIN:
-            stream.fin = True
-            if peer.fin:
+        if stream.fin_at is not None and peer.fin_at is not None:
+            # Closed once both FINs are in and every byte before them was passed on (a FIN
+            # can be captured before the data it follows).
+            if stream.next >= stream.fin_at and peer.next >= peer.fin_at:
                 self._close(key, flow, "fin", ts)
                 return
         if ts - flow.updated >= self.update_interval:
@@ -293,11 +338,14 @@ class FlowTracker:
         self._drain(flow, s, ts)
 
     def _acked(self, flow: _Flow, s: _Stream, ack: int, ts: float) -> None:
-        """The receiver acknowledged bytes of `s` the capture never saw while later ones wait:
-        the hole will not be filled by a retransmission, so it is a gap."""
+        """The receiver acknowledged bytes of `s` the capture never saw while later ones (or the
+        FIN) wait: the hole will not be filled by a retransmission, so it is a gap."""
         acked = s.next + _signed32(ack - s.next)
         if acked > s.next:
-            self._gap(flow, s, min(acked, min(s.held)), ts)
+            upto = min(s.held) if s.held else acked
+            if s.fin_at is not None:
+                upto = min(upto, s.fin_at)
+            self._gap(flow, s, min(acked, upto), ts)
 
     # --- flow life ----------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ _IPV6_EXT = frozenset({0, 43, 60})  # hop-by-hop, routing, destination options: 
 _IPV6_FRAG, _IPV6_AH, _IPV6_NONE, _TCP = 44, 51, 59, 6
 
 _u16 = struct.Struct(">H").unpack_from
+_ip4 = struct.Struct(">BxH2xHxB2x4s4s").unpack_from
 _tcp = struct.Struct(">HHIIH").unpack_from
 
 
@@ -72,13 +73,13 @@ def _tcp_segment(buf, t: int, ip_end: int, src, dst):
 
 
 def _ipv4(buf, p: int, end: int):
+    # The hot path: one unpack for the IPv4 header, one for TCP, no helper calls.
     if end - p < 20:
         return SNAPLEN_TRUNCATED
-    vihl = buf[p]
+    vihl, total, frag, proto, src, dst = _ip4(buf, p)
     ihl = (vihl & 0x0F) << 2
     if vihl >> 4 != 4 or ihl < 20:
         return BAD_HEADER
-    total = _u16(buf, p + 2)[0]
     if total == 0:  # TCP segmentation offload: the kernel left the length to the NIC
         ip_end = end
     elif total < ihl:
@@ -87,13 +88,18 @@ def _ipv4(buf, p: int, end: int):
         ip_end = p + total
         if ip_end > end:
             return SNAPLEN_TRUNCATED
-    if _u16(buf, p + 6)[0] & 0x3FFF:  # more-fragments flag or a fragment offset
+    if frag & 0x3FFF:  # more-fragments flag or a fragment offset
         return IP_FRAGMENT
-    if buf[p + 9] != _TCP:
+    if proto != _TCP:
         return NOT_TCP
-    if p + ihl > ip_end:
+    t = p + ihl
+    if ip_end - t < 20:
         return BAD_HEADER
-    return _tcp_segment(buf, p + ihl, ip_end, bytes(buf[p + 12:p + 16]), bytes(buf[p + 16:p + 20]))
+    sport, dport, seq, ack, off_flags = _tcp(buf, t)
+    doff = (off_flags >> 10) & 0x3C
+    if doff < 20 or t + doff > ip_end:
+        return BAD_HEADER
+    return (src, sport, dst, dport, seq, ack, off_flags & 0x3F, t + doff, ip_end)
 
 
 def _ipv6(buf, p: int, end: int):
@@ -150,6 +156,8 @@ def _ethernet(buf, off: int, end: int):
     if end - off < 14:
         return SNAPLEN_TRUNCATED
     ethertype = (buf[off + 12] << 8) | buf[off + 13]
+    if ethertype == ETH_IPV4:
+        return _ipv4(buf, off + 14, end)
     p = off + 14
     while ethertype in _VLAN_TPIDS:
         if end - p < 4:

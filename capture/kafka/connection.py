@@ -253,9 +253,16 @@ class KafkaConnection:
     def events(self) -> list:
         """Drain: every event the queued bytes hold."""
         out = []
-        while (ev := self.next_event()) is not NEED_DATA:
-            out.append(ev)
-        return out
+        events, pump = self._events, self._pump
+        while True:
+            if events:
+                out.extend(events)
+                events.clear()
+            if not pump():
+                if events:
+                    out.extend(events)
+                    events.clear()
+                return out
 
     @property
     def pending_requests(self) -> int:
