@@ -11,11 +11,12 @@ PYTEST_ARGS ?=
 
 setup: setup-system setup-python setup-node
 
-# Debian tools the tests use as oracles (tshark, tcpdump). Installed only when missing, so
-# a machine that has them needs neither root nor the network.
-SYSTEM_TOOLS := tshark tcpdump
+# Debian tools the tests use (tshark and tcpdump as oracles, ip for network namespaces),
+# as command:package. Installed only when missing, so a machine that has them needs neither
+# root nor the network.
+SYSTEM_TOOLS := tshark:tshark tcpdump:tcpdump ip:iproute2
 setup-system:
-	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $${t%%:*} >/dev/null || missing="$$missing $${t#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" != 0 ]; then \
 	    echo "error: missing$$missing; install as root: apt-get install -y$$missing" >&2; exit 1; fi; \

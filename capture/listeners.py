@@ -72,7 +72,8 @@ class ListenerMap:
     def __len__(self) -> int:
         return len(self.by_port)
 
-    def bpf_filter(self) -> str:
-        """TCP on any listener port, untagged or inside one 802.1Q tag."""
+    def bpf_filter(self, *, vlan: bool = True) -> str:
+        """TCP on any listener port; with `vlan` (Ethernet only) also inside one 802.1Q tag."""
         ports = " or ".join(f"port {p}" for p in sorted(self.by_port))
-        return f"(tcp and ({ports})) or (vlan and tcp and ({ports}))"
+        plain = f"tcp and ({ports})"
+        return f"({plain}) or (vlan and {plain})" if vlan else plain

@@ -23,9 +23,18 @@ import select
 
 import pcapy
 
-from capture.packets import UnsupportedLinkType, segment_parser
+from capture.packets import LINKTYPE_ETHERNET, UnsupportedLinkType, segment_parser
 
 BATCH = 4096  # packets per next_batch call: amortizes the C/Python boundary
+
+
+# pcap_activate's negative statuses (pcap/pcap.h).
+_ACTIVATE_ERRORS = {
+    -1: "generic libpcap error", -4: "already activated", -5: "no such device",
+    -6: "monitor mode not supported", -7: "not activated", -8: "permission denied",
+    -9: "interface is not up", -10: "cannot set time stamp type", -11: "promiscuous mode: permission denied",
+    -12: "time stamp precision not supported",
+}
 
 
 class CaptureError(Exception):
@@ -110,16 +119,19 @@ class LiveCapture:
     def __init__(self, interface: str, listeners, *, snaplen: int = 262_144, buffer_mb: int = 64,
                  timeout_ms: int = 50, promiscuous: bool = False) -> None:
         self.interface = interface
-        self.bpf = listeners.bpf_filter()
         try:
             pcap = pcapy.create(interface)
             pcap.set_snaplen(snaplen)
             pcap.set_promisc(1 if promiscuous else 0)
             pcap.set_timeout(timeout_ms)
             pcap.set_buffer_size(buffer_mb << 20)
-            pcap.activate()
+            status = pcap.activate()  # pcapy-ng returns pcap_activate's status, never raises
         except pcapy.PcapError as exc:
-            raise CaptureError(self._explain(exc)) from None
+            raise CaptureError(self._explain(str(exc))) from None
+        if status < 0:
+            raise CaptureError(self._explain(_ACTIVATE_ERRORS.get(status, f"libpcap error {status}")))
+        # 802.1Q tags exist only on Ethernet framing; libpcap refuses `vlan` on cooked (`any`).
+        self.bpf = listeners.bpf_filter(vlan=pcap.datalink() == LINKTYPE_ETHERNET)
         try:
             pcap.setfilter(self.bpf)
         except pcapy.PcapError as exc:
@@ -132,8 +144,8 @@ class LiveCapture:
         self.linktype = pcap.datalink()
         _check_linktype(self.linktype, f"interface {interface}")
 
-    def _explain(self, exc: Exception) -> str:
-        msg = _pcap_message(exc)
+    def _explain(self, msg: str) -> str:
+        msg = msg.strip().rstrip(".")
         low = msg.lower()
         if "permission" in low or "not permitted" in low:
             return (f"capturing on {self.interface} needs root or CAP_NET_RAW "

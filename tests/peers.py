@@ -119,6 +119,7 @@ def start_tansu(
     host: str = "127.0.0.1",
     startup_timeout: float = 20.0,
     log_dir: str | os.PathLike | None = None,
+    prefix: tuple[str, ...] = (),
 ) -> Iterator[Broker]:
     """Run a Tansu broker (in-memory storage) on ``host:listen_port``.
 
@@ -126,6 +127,7 @@ def start_tansu(
     ``listen_port``); point it at a proxy to make every client connection go through it.
     Yields a :class:`Broker`; on exit the broker is terminated, then killed. The broker's
     output goes to a temporary file (kept in ``log_dir`` as ``tansu.log`` if given).
+    ``prefix`` runs it through another command, e.g. ``("ip", "netns", "exec", NS)``.
     """
     binary = tansu_binary()
     port = listen_port or free_port(host)
@@ -137,7 +139,7 @@ def start_tansu(
         log = tempfile.NamedTemporaryFile(prefix="tansu-", suffix=".log", delete=False)
         log_path = Path(log.name)
     cmd = [
-        binary, "broker",
+        *prefix, binary, "broker",
         "--listener-url", f"tcp://{host}:{port}",
         "--advertised-listener-url", f"tcp://{host}:{adv}",
         "--storage-engine", "memory://tansu/",
