@@ -87,13 +87,14 @@ def print_connections(conns: list[dict], fmt: str) -> None:
               f"{c['identity_source']:<16} {(c['principal'] or '-'):<12.12} {reqs:>6} {nbytes:>17}")
 
 
-def print_summary(what: str, stats, seconds: float) -> None:
+def print_summary(what: str, stats, seconds: float, registry: ConnectionRegistry) -> None:
     drops = ", ".join(f"{k} {v}" for k, v in stats.drops) or "none"
+    problems = ", ".join(f"{k} {v}" for k, v in sorted(registry.problems.items())) or "none"
     rate = stats.packets / seconds if seconds > 0 else 0.0
     print(f"{what}: {stats.packets} packets, {stats.bytes} bytes in {seconds:.2f} s ({rate:,.0f} packets/s); "
           f"{stats.flows_opened} connections ({stats.flows_open} still open, {stats.tls_flows} TLS, "
-          f"{stats.flows_evicted} evicted); gaps {stats.gaps} ({stats.gap_bytes} bytes); not decoded: {drops}",
-          file=sys.stderr)
+          f"{stats.flows_evicted} evicted); gaps {stats.gaps} ({stats.gap_bytes} bytes); not decoded: {drops}; "
+          f"protocol problems: {problems}", file=sys.stderr)
     if stats.kernel_dropped:
         print(f"warning: the kernel dropped {stats.kernel_dropped} packets "
               f"(interface drops {stats.kernel_if_dropped}): raise --buffer-mb", file=sys.stderr)
@@ -125,7 +126,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print_connections(registry.connections(), args.format)
-    print_summary("replay", result.stats, result.seconds)
+    print_summary("replay", result.stats, result.seconds, registry)
     if result.truncated:
         print(f"warning: {result.truncated}; the connections above are from the readable part",
               file=sys.stderr)
@@ -183,7 +184,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
                 print(f"warning: {args.write_pcap} reached --write-pcap-max-mb after {writer.packets} packets; "
                       "later packets were decoded but not written", file=sys.stderr)
     print_connections(registry.connections(), args.format)
-    print_summary("capture", tracker.stats(kernel), time.perf_counter() - started)
+    print_summary("capture", tracker.stats(kernel), time.perf_counter() - started, registry)
     return 0
 
 

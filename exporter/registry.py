@@ -119,6 +119,7 @@ class ConnectionRegistry:
         self.closed: OrderedDict[str, ConnectionRecord] = OrderedDict()
         self.max_closed = max_closed
         self.forgotten = 0  # closed records dropped at the bound
+        self.problems: Counter[str] = Counter()  # "decode_error:KIND" / "desync:KIND", all connections
         self._handlers = {
             ConnectionOpened: self._opened, RequestSeen: self._request, ClientSoftware: self._software,
             SaslHandshake: self._sasl_handshake, SaslIdentity: self._sasl_identity, TlsDetected: self._tls,
@@ -192,11 +193,13 @@ class ConnectionRegistry:
             rec.last_seen = max(rec.last_seen, ev.ts)
 
     def _decode_error(self, ev: DecodeError) -> None:
+        self.problems[f"decode_error:{ev.kind}"] += 1
         rec = self.open.get(ev.conn_id)
         if rec is not None:
             rec.decode_errors += 1
 
     def _desync(self, ev: Desync) -> None:
+        self.problems[f"desync:{ev.kind}"] += 1
         rec = self.open.get(ev.conn_id)
         if rec is not None:
             rec.desyncs += 1

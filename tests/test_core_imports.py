@@ -30,3 +30,36 @@ def test_the_check_catches_a_forbidden_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import socket\nfrom time import monotonic\nfrom . import readers\n")
     assert _imports(bad) - ALLOWED == {"socket", "time"}
+
+
+def _project_imports(path: pathlib.Path) -> set[str]:
+    """Full dotted names of absolute imports (`from a.b import c` -> a.b)."""
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+ROOT = CORE.parent.parent
+
+
+def test_exporter_takes_only_event_types_from_capture():
+    """DESIGN.md: exporter imports capture's event types, never its internals. The CLI is the
+    composition root that wires packet sources to the registry, so it is the one exception."""
+    for path in (ROOT / "exporter").glob("*.py"):
+        if path.name == "cli.py":
+            continue
+        capture = {m for m in _project_imports(path) if m.split(".")[0] == "capture"}
+        assert capture <= {"capture.events"}, (path.name, capture)
+
+
+def test_reassembly_and_parsing_never_touch_a_packet_source():
+    """Flows, packets, listeners and events run on any bytes: no libpcap, no scapy."""
+    for name in ("flows.py", "packets.py", "listeners.py", "events.py", "pcapwriter.py"):
+        mods = {m.split(".")[0] for m in _project_imports(ROOT / "capture" / name)}
+        assert not mods & {"pcapy", "scapy", "socketserver", "asyncio"}, (name, mods)
+        assert "capture.sources" not in _project_imports(ROOT / "capture" / name), name
