@@ -45,8 +45,14 @@ demo: setup
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: setup
+# Benchmarks (not tests): each runs kafka-census and a peer in the same run and prints ratios.
+bench: setup bench/data/produce.pcap
 	$(PY) -m bench.core_decode
+	$(PY) -m bench.replay
+	$(PY) -m bench.live
+
+bench/data/produce.pcap:
+	$(PY) -m bench.record_produce_pcap --out $@
 
 # Regenerate committed generated files from ../shared (tests fail if they drift).
 regen: setup-python

@@ -40,6 +40,7 @@ DEFAULT_IDLE_TIMEOUT = 660.0
 DEFAULT_MAX_FLOWS = 100_000
 DEFAULT_MAX_OOO_BYTES = 1 << 20  # per direction
 DEFAULT_MAX_OOO_TOTAL = 256 << 20  # all flows together
+MAX_OOO_SEGMENTS = 256  # per direction: keeps the held-segment bookkeeping cheap
 TOMBSTONE_SECONDS = 120.0  # Linux TIME_WAIT is 60 s
 MAX_TOMBSTONES = 65_536
 
@@ -293,7 +294,8 @@ class FlowTracker:
             s.held[start] = bytes(buf[po:pe])
             s.held_bytes += n
             self._held_total += n
-            if s.held_bytes > self.max_ooo_bytes or self._held_total > self.max_ooo_total:
+            if (s.held_bytes > self.max_ooo_bytes or self._held_total > self.max_ooo_total
+                    or len(s.held) > MAX_OOO_SEGMENTS):
                 self._gap(flow, s, min(s.held), ts)  # the missing bytes are not coming: give up
             return
         if s.held:

@@ -13,7 +13,9 @@ ring instead. The handle is non-blocking and we poll its descriptor ourselves: a
 read on a TPACKET_V3 ring never returns while the wire is silent (the kernel retires only
 non-empty blocks), which would make a quiet capture impossible to stop. libpcap itself skips
 the outgoing copy of each packet on `lo` (and on `any` for loopback traffic), so each packet
-is seen once.
+is seen once. The kernel still queues both copies on `lo` (libpcap 1.9, bundled by pcapy-ng,
+drops the outgoing one in user space), so there pcap_stats counts each packet twice. An
+`inbound` filter would avoid that, but lost packets in our tests: not used.
 """
 
 from __future__ import annotations
@@ -132,6 +134,7 @@ class LiveCapture:
             raise CaptureError(self._explain(_ACTIVATE_ERRORS.get(status, f"libpcap error {status}")))
         # 802.1Q tags exist only on Ethernet framing; libpcap refuses `vlan` on cooked (`any`).
         self.bpf = listeners.bpf_filter(vlan=pcap.datalink() == LINKTYPE_ETHERNET)
+
         try:
             pcap.setfilter(self.bpf)
         except pcapy.PcapError as exc:

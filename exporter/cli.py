@@ -97,7 +97,8 @@ def print_summary(what: str, stats, seconds: float, registry: ConnectionRegistry
           f"protocol problems: {problems}", file=sys.stderr)
     if stats.kernel_dropped:
         print(f"warning: the kernel dropped {stats.kernel_dropped} packets "
-              f"(interface drops {stats.kernel_if_dropped}): raise --buffer-mb", file=sys.stderr)
+              f"(interface drops {stats.kernel_if_dropped}; on lo each packet is counted twice): "
+              "raise --buffer-mb or give the capture a core of its own", file=sys.stderr)
 
 
 def _progress(packets: int, fraction: float) -> None:

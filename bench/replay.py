@@ -1,0 +1,222 @@
+"""Replay throughput: packets/s and MB/s of `kafka-census replay` on a produce-heavy pcap.
+
+Three readers of the same file in one run, each timed best-of-N on wall time:
+
+* raw libpcap: pcapy-ng `open_offline` + a `next_batch` loop that touches nothing (the ceiling
+  for anything reading the file through libpcap, as kafka-census does);
+* kafka-census: `capture.replay.replay()` into a real `ConnectionRegistry`, the work the CLI's
+  `replay` command does (minus printing);
+* tshark (the peer): Wireshark's Kafka dissector on the same file, printing the request key,
+  version and client id of every request (`-T fields`), output to a scratch file.
+
+Both decoders must find the same number of requests (kafka-census: the sum of the registry's
+per-connection request counts, i.e. of RequestSeen; tshark: the request keys it printed; a
+frame holding several Kafka requests prints them comma-joined). Targets (from the issue):
+kafka-census at least 10x tshark, and within 4x of the raw read.
+
+    python -m bench.replay [--pcap bench/data/produce.pcap] [--repeat 3] [--port PORT]
+
+The pcap comes from `python -m bench.record_produce_pcap`; its `.json` sidecar names the
+broker port. Prints a Markdown table and writes bench/results/replay.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import pcapy
+
+from bench.machine import describe
+from capture.listeners import ListenerMap
+from capture.replay import replay
+from capture.sources import BATCH
+from exporter.registry import ConnectionRegistry
+
+DEFAULT_PCAP = Path("bench/data/produce.pcap")
+DEFAULT_OUT = Path("bench/results/replay.json")
+RECORD_HINT = "record it with `python -m bench.record_produce_pcap --out bench/data/produce.pcap`"
+TSHARK_ONE_RUN_SECONDS = 10.0  # a tshark pass slower than this is not repeated
+TSHARK_TIMEOUT = 600.0
+TARGET_VS_TSHARK = 10.0  # kafka-census packets/s >= 10x tshark's
+TARGET_VS_RAW = 4.0  # raw read packets/s <= 4x kafka-census's
+
+
+def raw_read(path: str) -> dict:
+    """libpcap iterating the file in batches, as `PcapFile.batches` does, and nothing else."""
+    t0 = time.perf_counter()
+    reader = pcapy.open_offline(path)
+    packets = nbytes = 0
+    try:
+        while True:
+            buf, meta = reader.next_batch(BATCH)
+            if not meta:
+                break
+            packets += len(meta) // 16
+            nbytes += len(buf)
+    finally:
+        reader.close()
+    return {"seconds": time.perf_counter() - t0, "packets": packets, "captured_bytes": nbytes}
+
+
+def census_replay(path: str, listeners: ListenerMap) -> dict:
+    registry = ConnectionRegistry()
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    result = replay(path, listeners, registry.apply)
+    seconds = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    by_key: Counter[int] = Counter()
+    for rec in (*registry.open.values(), *registry.closed.values()):
+        for (api_key, _version), count in rec.requests.items():
+            by_key[api_key] += count
+    return {"seconds": seconds, "cpu_seconds": cpu, "packets": result.packets, "captured_bytes": result.bytes,
+            "requests": sum(by_key.values()), "requests_by_api_key": dict(sorted(by_key.items())),
+            "connections": len(registry.open) + len(registry.closed), "forgotten": registry.forgotten,
+            "drops": dict(result.stats.drops), "gaps": result.stats.gaps, "truncated": result.truncated}
+
+
+def tshark_cmd(path: str, port: int) -> list[str]:
+    return [shutil.which("tshark") or "tshark", "-r", path, "-n", "-d", f"tcp.port=={port},kafka",
+            "-T", "fields", "-e", "kafka.request_key", "-e", "kafka.request.version", "-e", "kafka.client_id"]
+
+
+def tshark_decode(path: str, port: int, scratch: Path) -> dict:
+    """One tshark pass, stdout to `scratch`; counted after the clock stops."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    with open(scratch, "wb") as out:
+        proc = subprocess.run(tshark_cmd(path, port), stdin=subprocess.DEVNULL, stdout=out,
+                              stderr=subprocess.PIPE, timeout=TSHARK_TIMEOUT)
+    seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"tshark exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-1000:]}")
+    rows = frames_with_request = 0
+    by_key: Counter[int] = Counter()
+    with open(scratch, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            rows += 1
+            keys = line.split("\t", 1)[0].strip()
+            if keys:
+                frames_with_request += 1
+                for k in keys.split(","):  # several requests in one frame: comma-joined
+                    by_key[int(k)] += 1
+    return {"seconds": seconds, "cpu_seconds": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+            "packets": rows, "frames_with_request": frames_with_request, "requests": sum(by_key.values()),
+            "requests_by_api_key": dict(sorted(by_key.items()))}
+
+
+def best_of(runs: list[dict]) -> dict:
+    best = min(runs, key=lambda r: r["seconds"])
+    return {**best, "passes": len(runs), "all_seconds": [round(r["seconds"], 4) for r in runs]}
+
+
+def tshark_version() -> str:
+    try:
+        out = subprocess.run(["tshark", "-v"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return out.splitlines()[0] if out else "unknown"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pcap", type=Path, default=DEFAULT_PCAP, help=f"pcap to replay (default {DEFAULT_PCAP})")
+    ap.add_argument("--port", type=int, help="broker port (default: from the pcap's .json sidecar)")
+    ap.add_argument("--repeat", type=int, default=3, help="passes per reader; the best is reported (default 3)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT})")
+    args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error("--repeat must be positive")
+    if not args.pcap.is_file():
+        print(f"error: {args.pcap} not found: {RECORD_HINT}", file=sys.stderr)
+        return 1
+    sidecar_path = args.pcap.with_name(args.pcap.name + ".json")
+    sidecar = json.loads(sidecar_path.read_text()) if sidecar_path.is_file() else {}
+    port = args.port or sidecar.get("broker_port")
+    if not port:
+        print(f"error: no --port and no broker_port in {sidecar_path}", file=sys.stderr)
+        return 1
+    if shutil.which("tshark") is None:
+        print("error: tshark not found (run `make setup`)", file=sys.stderr)
+        return 1
+    path = str(args.pcap)
+    size = args.pcap.stat().st_size
+    listeners = ListenerMap.parse([f"PLAINTEXT={port}"])
+    machine = describe()
+    print(f"machine: {machine}; {path} ({size / 1e6:,.1f} MB), broker port {port}; best of {args.repeat}",
+          file=sys.stderr)
+
+    raw_read(path)  # warm the page cache: every reader then reads from memory
+    raw = best_of([raw_read(path) for _ in range(args.repeat)])
+    print(f"  raw libpcap: {raw['seconds']:.3f} s", file=sys.stderr)
+    census = best_of([census_replay(path, listeners) for _ in range(args.repeat)])
+    print(f"  kafka-census: {census['seconds']:.3f} s", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="census-bench-") as tmp:
+        scratch = Path(tmp) / "tshark.tsv"
+        runs = [tshark_decode(path, port, scratch)]
+        while len(runs) < args.repeat and runs[0]["seconds"] <= TSHARK_ONE_RUN_SECONDS:
+            runs.append(tshark_decode(path, port, scratch))
+    tshark = best_of(runs)
+    print(f"  tshark: {tshark['seconds']:.3f} s", file=sys.stderr)
+
+    for r in (raw, census, tshark):
+        r["packets_per_second"] = r["packets"] / r["seconds"]
+        r["mb_per_second"] = size / r["seconds"] / 1e6
+    vs_tshark = census["packets_per_second"] / tshark["packets_per_second"]
+    raw_over_census = raw["packets_per_second"] / census["packets_per_second"]
+    requests_match = census["requests"] == tshark["requests"]
+    packets_match = raw["packets"] == census["packets"] == tshark["packets"]
+
+    print(f"\n{census['packets']:,} packets, {size / 1e6:,.1f} MB ({path}); machine: {machine}\n")
+    print("| reader | best s (of passes) | packets/s | MB/s | requests found | packets/s vs kafka-census |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, r in (("libpcap raw read (ceiling)", raw), ("kafka-census replay", census),
+                    ("tshark 4.0 Kafka fields (peer)", tshark)):
+        found = f"{r['requests']:,}" if "requests" in r else "-"
+        ratio = r["packets_per_second"] / census["packets_per_second"]
+        print(f"| {name} | {r['seconds']:.3f} ({r['passes']}) | {r['packets_per_second']:,.0f} | "
+              f"{r['mb_per_second']:,.0f} | {found} | {ratio:.2f}x |")
+    print()
+    print(f"requests: kafka-census {census['requests']:,} (by api key {census['requests_by_api_key']}), "
+          f"tshark {tshark['requests']:,} (by api key {tshark['requests_by_api_key']}, in "
+          f"{tshark['frames_with_request']:,} frames): {'match' if requests_match else 'MISMATCH'}")
+    if not packets_match:
+        print(f"packets: raw {raw['packets']:,}, kafka-census {census['packets']:,}, tshark rows "
+              f"{tshark['packets']:,}: MISMATCH")
+    met_tshark = vs_tshark >= TARGET_VS_TSHARK
+    met_raw = raw_over_census <= TARGET_VS_RAW
+    print(f"target kafka-census >= {TARGET_VS_TSHARK:.0f}x tshark: {vs_tshark:.2f}x -> "
+          f"{'met' if met_tshark else 'NOT met'}")
+    print(f"target raw read <= {TARGET_VS_RAW:.0f}x kafka-census: {raw_over_census:.2f}x -> "
+          f"{'met' if met_raw else 'NOT met'}")
+    print(f"kafka-census CPU {census['cpu_seconds']:.3f} s for {census['seconds']:.3f} s wall; tshark CPU "
+          f"{tshark['cpu_seconds']:.3f} s for {tshark['seconds']:.3f} s wall")
+
+    result = {
+        "benchmark": "replay", "machine": machine, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "pcap": {"path": path, "bytes": size, "broker_port": port, "recorded": sidecar},
+        "repeat": args.repeat, "tshark_version": tshark_version(), "tshark_command": tshark_cmd(path, port),
+        "readers": {"raw_libpcap": raw, "kafka_census": census, "tshark": tshark},
+        "ratios": {"kafka_census_vs_tshark": vs_tshark, "raw_vs_kafka_census": raw_over_census},
+        "requests_match": requests_match, "packets_match": packets_match,
+        "targets": {f"kafka_census_at_least_{TARGET_VS_TSHARK:.0f}x_tshark": met_tshark,
+                    f"raw_within_{TARGET_VS_RAW:.0f}x_of_kafka_census": met_raw},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0 if requests_match and packets_match else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
