@@ -120,7 +120,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from capture.sources import CaptureError
 
     listeners = _listeners(args)
-    registry = ConnectionRegistry(max_closed=10**9)  # a file is finite: keep every connection
+    registry = ConnectionRegistry(max_closed=10**9, closed_ttl=float("inf"))  # a file is finite: keep all
     try:
         result = replay(args.file, listeners, registry.apply, progress=_progress, **_tracker_options(args))
     except CaptureError as exc:

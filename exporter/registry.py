@@ -1,35 +1,75 @@
-"""The connection registry: capture events in, one record per connection out.
+"""The connection registry: capture events in; connections, the census and metric totals out.
 
-Owns `ConnectionRegistry` and the connection object that `kafka-census replay --format json`
-prints and the REST API serves (`ConnectionRecord.to_dict`). A connection leaves the open set
-the moment its `ConnectionClosed` arrives and is kept as recently closed, bounded in count.
-Imports only `capture.events` (the event contract), never capture's internals.
+Owns `ConnectionRegistry`, the connection object that `replay --format json` prints and the
+REST API serves (`ConnectionRecord.to_dict`), the client census, the brokers' announced API
+ranges and features, upgrade readiness, and the totals the Prometheus collector reads.
+Imports only `capture.events` (the event contract) and the generated API table (reference
+data), never capture's internals; nothing here knows about HTTP or Prometheus.
+
+Model:
+- A connection leaves the open set the moment its `ConnectionClosed` arrives (its gauge drops
+  at once, as the broker's does) and stays queryable as recently closed for `closed_ttl`
+  seconds and at most `max_closed` records. The open set is bounded too (`max_open`): a
+  connection opened beyond it is not tracked, and counted (`untracked_connections`).
+- Closed connections are folded into the census (one row per software name, version, client
+  id, principal and listener), so batch clients that came and went an hour ago still count.
+- Software labels are bounded: the first `max_software_labels` distinct (name, version) pairs
+  get their own label values; later pairs share ("other", "other") and are counted.
+- Every method takes the registry's lock: `apply` comes from the capture thread, reads from
+  HTTP handlers; each read returns plain data built under the lock (a consistent snapshot).
+- "Now" is `clock()` when one is given (live capture: wall time), else the newest event's
+  timestamp (replay: the file's own time).
 """
 
 from __future__ import annotations
 
+import threading
+from bisect import bisect_left
 from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from capture.events import (
+    ApiVersionsAnswer,
+    CaptureStats,
     ClientSoftware,
     ConnectionClosed,
     ConnectionOpened,
     DecodeError,
     Desync,
+    ProduceAcks,
     RequestSeen,
+    ResponseSeen,
     SaslHandshake,
     SaslIdentity,
     TlsDetected,
     TrafficUpdate,
 )
+from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4
 
+DEFAULT_MAX_OPEN = 100_000
 DEFAULT_MAX_CLOSED = 10_000
+DEFAULT_CLOSED_TTL = 900.0
+DEFAULT_MAX_SOFTWARE_LABELS = 1000
+DEFAULT_MAX_CENSUS_ROWS = 10_000
+UNKNOWN = "unknown"  # the broker's own label value when a client sent no software fields
+OTHER = "other"
+# Seconds. Fetch long-polls (fetch.max.wait.ms, 500 ms by default) land in the upper buckets.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# Upgrade targets whose removed versions the API table knows (KIP-896 for 4.0).
+UPGRADE_TARGETS = {"4.0": REMOVED_IN_KAFKA4}
 
 
-def iso_time(ts: float) -> str:
+def iso_time(ts: float | None) -> str | None:
     """RFC 3339 UTC with microseconds, the form JSON consumers parse without guessing."""
+    if ts is None:
+        return None
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def api_name(api_key: int) -> str:
+    spec = API_TABLE.get(api_key)
+    return spec.name if spec is not None else f"api_{api_key}"
 
 
 def identity_source(rec: "ConnectionRecord") -> str:
@@ -47,9 +87,9 @@ def identity_source(rec: "ConnectionRecord") -> str:
 class ConnectionRecord:
     __slots__ = ("id", "client_address", "client_port", "broker_address", "broker_port", "listener",
                  "security_protocol", "source", "mid_stream", "state", "close_reason", "client_id",
-                 "software_name", "software_version", "identity_version", "tls", "principal",
-                 "sasl_mechanism", "sasl_outcome", "first_seen", "last_seen", "bytes_from_client",
-                 "bytes_from_broker", "requests", "api_names", "decode_errors", "desyncs")
+                 "software_name", "software_version", "labels", "identity_version", "tls", "principal",
+                 "sasl_mechanism", "sasl_outcome", "first_seen", "last_seen", "closed_at", "bytes_from_client",
+                 "bytes_from_broker", "requests", "decode_errors", "desyncs")
 
     def __init__(self, ev: ConnectionOpened) -> None:
         self.id = ev.conn_id
@@ -66,6 +106,7 @@ class ConnectionRecord:
         self.client_id: str | None = None
         self.software_name: str | None = None
         self.software_version: str | None = None
+        self.labels = (UNKNOWN, UNKNOWN)  # (name, version) as metric label values
         self.identity_version: int | None = None
         self.tls = False
         self.principal: str | None = None
@@ -73,14 +114,20 @@ class ConnectionRecord:
         self.sasl_outcome: str | None = None
         self.first_seen = ev.ts
         self.last_seen = ev.ts
+        self.closed_at: float | None = None
         self.bytes_from_client = 0
         self.bytes_from_broker = 0
         self.requests: Counter[tuple[int, int]] = Counter()
-        self.api_names: dict[int, str | None] = {}
         self.decode_errors = 0
         self.desyncs = 0
 
-    def to_dict(self) -> dict:
+    def census_key(self) -> tuple:
+        return (self.software_name, self.software_version, self.client_id, self.principal, self.listener)
+
+    def to_dict(self, now: float | None = None) -> dict:
+        idle = None
+        if now is not None:
+            idle = round(max(0.0, (self.closed_at if self.closed_at is not None else now) - self.last_seen), 6)
         return {
             "id": self.id,
             "client_address": self.client_address,
@@ -99,43 +146,125 @@ class ConnectionRecord:
             "sasl_mechanism": self.sasl_mechanism,
             "first_seen": iso_time(self.first_seen),
             "last_seen": iso_time(self.last_seen),
+            "idle_seconds": idle,
             "bytes_from_client": self.bytes_from_client,
             "bytes_from_broker": self.bytes_from_broker,
             "decode_errors": self.decode_errors,
             "desyncs": self.desyncs,
             "requests": [
-                {"api": self.api_names.get(key) or f"api_{key}", "api_key": key, "api_version": version,
-                 "count": count}
+                {"api": api_name(key), "api_key": key, "api_version": version, "count": count}
                 for (key, version), count in sorted(self.requests.items())
             ],
         }
 
 
+@dataclass
+class _CensusRow:
+    open: int = 0
+    total: int = 0
+    first_seen: float = float("inf")
+    last_seen: float = 0.0
+    addresses: set = field(default_factory=set)
+    requests: Counter = field(default_factory=Counter)
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Everything the Prometheus collector needs, copied under the lock."""
+
+    connections: dict  # (listener, name, version) -> open connections
+    opened: dict  # listener -> total
+    closed: dict  # (listener, reason) -> total
+    requests: dict  # (listener, api, version, name, version) -> total
+    deprecated: dict  # same key, versions Kafka 4.0 removed
+    latency: dict  # (listener, api) -> (bucket counts, sum, count)
+    api_versions: dict  # (listener, request_version, error_code) -> total
+    produce_acks: dict  # (listener, acks, name, version) -> total
+    sasl: dict  # (listener, mechanism, outcome) -> total
+    problems: dict  # (kind of problem "decode_error"|"desync", label) -> total
+    broker_ranges: dict  # (broker, api) -> (min, max)
+    broker_features: dict  # (broker, feature) -> (supported min, max, finalized min, max)
+    capture: dict  # source name -> CaptureStats
+    software_overflow: int
+    untracked_connections: int
+    forgotten_connections: int
+    census_overflow: int
+
+
 class ConnectionRegistry:
     """Applies events in arrival order. Events of a connection never opened are ignored."""
 
-    def __init__(self, *, max_closed: int = DEFAULT_MAX_CLOSED) -> None:
+    def __init__(self, *, max_open: int = DEFAULT_MAX_OPEN, max_closed: int = DEFAULT_MAX_CLOSED,
+                 closed_ttl: float = DEFAULT_CLOSED_TTL, max_software_labels: int = DEFAULT_MAX_SOFTWARE_LABELS,
+                 max_census_rows: int = DEFAULT_MAX_CENSUS_ROWS, clock=None) -> None:
+        self.lock = threading.RLock()
         self.open: dict[str, ConnectionRecord] = {}
         self.closed: OrderedDict[str, ConnectionRecord] = OrderedDict()
+        self.max_open = max_open
         self.max_closed = max_closed
-        self.forgotten = 0  # closed records dropped at the bound
-        self.problems: Counter[str] = Counter()  # "decode_error:KIND" / "desync:KIND", all connections
+        self.closed_ttl = closed_ttl
+        self.max_software_labels = max_software_labels
+        self.max_census_rows = max_census_rows
+        self.clock = clock
+        self.last_ts = 0.0
+        self.untracked = 0  # connections not tracked: the open set was full
+        self.forgotten = 0  # closed records dropped at the count bound
+        self.problems: Counter[str] = Counter()  # "decode_error:KIND" / "desync:KIND"
+        self._software_labels: set[tuple[str, str]] = set()
+        self.software_overflow = 0
+        self._census: dict[tuple, _CensusRow] = {}
+        self.census_overflow = 0
+        self._opened: Counter = Counter()
+        self._closed_totals: Counter = Counter()
+        self._requests: Counter = Counter()
+        self._deprecated: Counter = Counter()
+        self._latency: dict[tuple, list] = {}
+        self._api_versions: Counter = Counter()
+        self._produce_acks: Counter = Counter()
+        self._sasl: Counter = Counter()
+        self._brokers: dict[str, dict] = {}
+        self._capture: dict[str, CaptureStats] = {}
         self._handlers = {
-            ConnectionOpened: self._opened, RequestSeen: self._request, ClientSoftware: self._software,
-            SaslHandshake: self._sasl_handshake, SaslIdentity: self._sasl_identity, TlsDetected: self._tls,
+            ConnectionOpened: self._opened_ev, RequestSeen: self._request, ResponseSeen: self._response,
+            ClientSoftware: self._software, ApiVersionsAnswer: self._answer, SaslHandshake: self._sasl_handshake,
+            SaslIdentity: self._sasl_identity, ProduceAcks: self._acks, TlsDetected: self._tls,
             TrafficUpdate: self._traffic, DecodeError: self._decode_error, Desync: self._desync,
-            ConnectionClosed: self._closed,
+            ConnectionClosed: self._closed_ev, CaptureStats: self._capture_stats,
         }
+
+    # --- writing ------------------------------------------------------------------------
 
     def apply(self, event) -> None:
         handler = self._handlers.get(event.__class__)
         if handler is not None:
-            handler(event)
+            with self.lock:
+                if event.ts > self.last_ts:
+                    self.last_ts = event.ts
+                handler(event)
 
-    def get(self, conn_id: str) -> ConnectionRecord | None:
-        return self.open.get(conn_id) or self.closed.get(conn_id)
+    def now(self) -> float:
+        return self.clock() if self.clock is not None else self.last_ts
 
-    def connections(self, state: str = "all") -> list[dict]:
+    def expire(self) -> None:
+        """Forget closed connections older than `closed_ttl`."""
+        with self.lock:
+            cutoff = self.now() - self.closed_ttl
+            closed = self.closed
+            while closed:
+                rec = next(iter(closed.values()))
+                if rec.closed_at > cutoff:
+                    break
+                closed.popitem(last=False)
+
+    # --- reading ------------------------------------------------------------------------
+
+    def get(self, conn_id: str) -> dict | None:
+        with self.lock:
+            rec = self.open.get(conn_id) or self.closed.get(conn_id)
+            return rec.to_dict(self.now()) if rec is not None else None
+
+    def records(self, state: str = "all") -> list[ConnectionRecord]:
+        """The records themselves, for callers holding `lock` (REST filters them in place)."""
         if state not in ("open", "closed", "all"):
             raise ValueError(f"state must be open, closed or all, not {state!r}")
         recs: list[ConnectionRecord] = []
@@ -143,29 +272,159 @@ class ConnectionRegistry:
             recs.extend(self.open.values())
         if state in ("closed", "all"):
             recs.extend(self.closed.values())
-        recs.sort(key=lambda r: (r.first_seen, r.id))
-        return [r.to_dict() for r in recs]
+        return recs
 
-    # --- handlers -----------------------------------------------------------------------
+    def connections(self, state: str = "all") -> list[dict]:
+        with self.lock:
+            self.expire()
+            now = self.now()
+            recs = sorted(self.records(state), key=lambda r: (r.first_seen, r.id))
+            return [r.to_dict(now) for r in recs]
 
-    def _opened(self, ev: ConnectionOpened) -> None:
-        self.open[ev.conn_id] = ConnectionRecord(ev)
+    def clients(self) -> list[dict]:
+        """The census: closed connections folded in, open ones added live."""
+        with self.lock:
+            rows: dict[tuple, _CensusRow] = {}
+            for key, row in self._census.items():
+                rows[key] = _CensusRow(0, row.total, row.first_seen, row.last_seen, set(row.addresses),
+                                       Counter(row.requests))
+            for rec in self.open.values():
+                row = rows.get(rec.census_key())
+                if row is None:
+                    row = rows[rec.census_key()] = _CensusRow()
+                self._fold(row, rec)
+                row.open += 1
+        out = []
+        for (name, version, client_id, principal, listener), row in rows.items():
+            out.append({
+                "client_software_name": name, "client_software_version": version, "client_id": client_id,
+                "principal": principal, "listener": listener, "open_connections": row.open,
+                "total_connections": row.total, "first_seen": iso_time(row.first_seen),
+                "last_seen": iso_time(row.last_seen), "client_addresses": sorted(row.addresses),
+                "requests": [{"api": api_name(k), "api_key": k, "api_version": v, "count": n}
+                             for (k, v), n in sorted(row.requests.items())],
+            })
+        out.sort(key=lambda r: (r["client_software_name"] or "", r["client_software_version"] or "",
+                                r["client_id"] or "", r["listener"]))
+        return out
+
+    def brokers(self) -> list[dict]:
+        with self.lock:
+            return [dict(b, api_ranges=list(b["api_ranges"])) for _, b in sorted(self._brokers.items())]
+
+    def upgrade_readiness(self, target: str = "4.0") -> dict:
+        """Connections and census rows that used API versions the target broker removes."""
+        removed = UPGRADE_TARGETS.get(target)
+        if removed is None:
+            raise ValueError(f"unknown upgrade target {target!r}; known: {', '.join(UPGRADE_TARGETS)}")
+
+        def offending(requests: list[dict]) -> list[dict]:
+            out = []
+            for r in requests:
+                if r["api_version"] in removed.get(r["api_key"], ()):
+                    spec = API_TABLE.get(r["api_key"])
+                    lowest = None if spec is None or spec.kafka4_min_version is None else spec.kafka4_min_version
+                    out.append({**r, "minimum_version": lowest})
+            return out
+
+        conns = [dict(c, removed_requests=off) for c in self.connections() if (off := offending(c["requests"]))]
+        clients = [dict(c, removed_requests=off) for c in self.clients() if (off := offending(c["requests"]))]
+        return {"target": target, "ready": not conns and not clients, "connections": conns, "clients": clients}
+
+    def snapshot(self) -> MetricsSnapshot:
+        with self.lock:
+            self.expire()
+            conns: Counter = Counter()
+            for rec in self.open.values():
+                conns[(rec.listener, *rec.labels)] += 1
+            return MetricsSnapshot(
+                connections=dict(conns), opened=dict(self._opened), closed=dict(self._closed_totals),
+                requests=dict(self._requests), deprecated=dict(self._deprecated),
+                latency={k: (list(v[0]), v[1], v[2]) for k, v in self._latency.items()},
+                api_versions=dict(self._api_versions), produce_acks=dict(self._produce_acks),
+                sasl=dict(self._sasl),
+                problems={tuple(k.split(":", 1)): v for k, v in self.problems.items()},
+                broker_ranges={(b, r[0]): (r[1], r[2]) for b, info in self._brokers.items() for r in info["api_ranges"]},
+                broker_features={(b, f["name"]): (f["min_version"], f["max_version"], f["finalized_min_level"],
+                                                  f["finalized_max_level"])
+                                 for b, info in self._brokers.items() for f in info["features"]},
+                capture=dict(self._capture), software_overflow=self.software_overflow,
+                untracked_connections=self.untracked, forgotten_connections=self.forgotten,
+                census_overflow=self.census_overflow)
+
+    # --- handlers (called under the lock) -----------------------------------------------
+
+    def _label(self, name: str | None, version: str | None) -> tuple[str, str]:
+        pair = (name or UNKNOWN, version or UNKNOWN)
+        labels = self._software_labels
+        if pair in labels:
+            return pair
+        if len(labels) < self.max_software_labels:
+            labels.add(pair)
+            return pair
+        self.software_overflow += 1
+        return (OTHER, OTHER)
+
+    def _opened_ev(self, ev: ConnectionOpened) -> None:
+        if len(self.open) >= self.max_open:
+            self.untracked += 1
+            return
+        rec = self.open[ev.conn_id] = ConnectionRecord(ev)
+        self._opened[ev.listener] += 1
+        rec.labels = self._label(None, None)
 
     def _request(self, ev: RequestSeen) -> None:
         rec = self.open.get(ev.conn_id)
-        if rec is not None:
-            rec.requests[(ev.api_key, ev.api_version)] += 1
-            rec.api_names[ev.api_key] = ev.api_name
-            if ev.client_id is not None:
-                rec.client_id = ev.client_id
-            rec.last_seen = ev.ts
+        if rec is None:
+            return
+        key = (ev.api_key, ev.api_version)
+        rec.requests[key] += 1
+        if ev.client_id is not None:
+            rec.client_id = ev.client_id
+        rec.last_seen = ev.ts
+        labels = (rec.listener, ev.api_name or f"api_{ev.api_key}", ev.api_version, *rec.labels)
+        self._requests[labels] += 1
+        if ev.api_version in REMOVED_IN_KAFKA4.get(ev.api_key, ()):
+            self._deprecated[labels] += 1
+
+    def _response(self, ev: ResponseSeen) -> None:
+        rec = self.open.get(ev.conn_id)
+        if rec is None:
+            return
+        key = (rec.listener, ev.api_name or f"api_{ev.api_key}")
+        hist = self._latency.get(key)
+        if hist is None:
+            hist = self._latency[key] = [[0] * (len(LATENCY_BUCKETS) + 1), 0.0, 0]
+        hist[0][bisect_left(LATENCY_BUCKETS, ev.latency)] += 1  # le semantics: value <= bound
+        hist[1] += ev.latency
+        hist[2] += 1
 
     def _software(self, ev: ClientSoftware) -> None:
         rec = self.open.get(ev.conn_id)
-        if rec is not None and ev.accepted:
+        if rec is None:
+            return
+        self._api_versions[(rec.listener, ev.request_version, ev.error_code)] += 1
+        if ev.accepted:
             rec.identity_version = ev.request_version
             rec.software_name = ev.name
             rec.software_version = ev.version
+            rec.labels = self._label(ev.name, ev.version)
+
+    def _answer(self, ev: ApiVersionsAnswer) -> None:
+        rec = self.open.get(ev.conn_id)
+        if rec is None or ev.error_code != 0:
+            return
+        broker = f"{rec.broker_address}:{rec.broker_port}"
+        finalized = {name: (lo, hi) for name, lo, hi in ev.finalized_features}
+        self._brokers[broker] = {
+            "broker": broker, "listener": rec.listener, "seen_at": iso_time(ev.ts),
+            "api_ranges": [(k, lo, hi) for k, lo, hi in ev.api_ranges],
+            "features": [{"name": name, "min_version": lo, "max_version": hi,
+                          "finalized_min_level": finalized.get(name, (None, None))[0],
+                          "finalized_max_level": finalized.get(name, (None, None))[1]}
+                         for name, lo, hi in ev.supported_features],
+            "finalized_features_epoch": ev.finalized_features_epoch,
+        }
 
     def _sasl_handshake(self, ev: SaslHandshake) -> None:
         rec = self.open.get(ev.conn_id)
@@ -174,11 +433,18 @@ class ConnectionRegistry:
 
     def _sasl_identity(self, ev: SaslIdentity) -> None:
         rec = self.open.get(ev.conn_id)
+        if rec is None:
+            return
+        rec.sasl_mechanism = ev.mechanism
+        rec.sasl_outcome = ev.outcome
+        if ev.outcome == "success":
+            rec.principal = ev.principal
+        self._sasl[(rec.listener, ev.mechanism, ev.outcome)] += 1
+
+    def _acks(self, ev: ProduceAcks) -> None:
+        rec = self.open.get(ev.conn_id)
         if rec is not None:
-            rec.sasl_mechanism = ev.mechanism
-            rec.sasl_outcome = ev.outcome
-            if ev.outcome == "success":
-                rec.principal = ev.principal
+            self._produce_acks[(rec.listener, ev.acks, *rec.labels)] += 1
 
     def _tls(self, ev: TlsDetected) -> None:
         rec = self.open.get(ev.conn_id)
@@ -204,13 +470,36 @@ class ConnectionRegistry:
         if rec is not None:
             rec.desyncs += 1
 
-    def _closed(self, ev: ConnectionClosed) -> None:
+    def _capture_stats(self, ev: CaptureStats) -> None:
+        self._capture[ev.conn_id] = ev
+
+    @staticmethod
+    def _fold(row: _CensusRow, rec: ConnectionRecord) -> None:
+        row.total += 1
+        row.first_seen = min(row.first_seen, rec.first_seen)
+        row.last_seen = max(row.last_seen, rec.last_seen)
+        if len(row.addresses) < 100:  # a census row names its hosts, not every port
+            row.addresses.add(rec.client_address)
+        row.requests.update(rec.requests)
+
+    def _closed_ev(self, ev: ConnectionClosed) -> None:
         rec = self.open.pop(ev.conn_id, None)
         if rec is None:
             return
         rec.state = "closed"
         rec.close_reason = ev.reason
+        rec.closed_at = ev.ts
         rec.last_seen = max(rec.last_seen, ev.ts)
+        self._closed_totals[(rec.listener, ev.reason)] += 1
+        key = rec.census_key()
+        row = self._census.get(key)
+        if row is None:
+            if len(self._census) >= self.max_census_rows:
+                self.census_overflow += 1
+            else:
+                row = self._census[key] = _CensusRow()
+        if row is not None:
+            self._fold(row, rec)
         self.closed[rec.id] = rec
         if len(self.closed) > self.max_closed:
             self.closed.popitem(last=False)
