@@ -52,6 +52,7 @@ DEFAULT_MAX_CLOSED = 10_000
 DEFAULT_CLOSED_TTL = 900.0
 DEFAULT_MAX_SOFTWARE_LABELS = 1000
 DEFAULT_MAX_CENSUS_ROWS = 10_000
+API_VERSIONS = 18
 UNKNOWN = "unknown"  # the broker's own label value when a client sent no software fields
 OTHER = "other"
 # Seconds. Fetch long-polls (fetch.max.wait.ms, 500 ms by default) land in the upper buckets.
@@ -382,9 +383,13 @@ class ConnectionRegistry:
         if ev.client_id is not None:
             rec.client_id = ev.client_id
         rec.last_seen = ev.ts
-        labels = (rec.listener, ev.api_name or f"api_{ev.api_key}", ev.api_version, *rec.labels)
+        if ev.api_key != API_VERSIONS:  # counted when answered, under the identity it gives
+            self._count_request(rec, ev.api_key, ev.api_version)
+
+    def _count_request(self, rec: ConnectionRecord, api_key: int, api_version: int) -> None:
+        labels = (rec.listener, api_name(api_key), api_version, *rec.labels)
         self._requests[labels] += 1
-        if ev.api_version in REMOVED_IN_KAFKA4.get(ev.api_key, ()):
+        if api_version in REMOVED_IN_KAFKA4.get(api_key, ()):
             self._deprecated[labels] += 1
 
     def _response(self, ev: ResponseSeen) -> None:
@@ -409,6 +414,7 @@ class ConnectionRegistry:
             rec.software_name = ev.name
             rec.software_version = ev.version
             rec.labels = self._label(ev.name, ev.version)
+        self._count_request(rec, API_VERSIONS, ev.request_version)
 
     def _answer(self, ev: ApiVersionsAnswer) -> None:
         rec = self.open.get(ev.conn_id)

@@ -1,0 +1,178 @@
+"""The Prometheus collector: one registry snapshot per scrape, turned into metric families.
+
+Owns `CensusCollector`, every `kafka_census_*` series name, and the optional compatibility
+series named as the Strimzi and Confluent jmx_exporter configs name the broker's KIP-511
+gauge. Imports prometheus_client and the registry; nothing else of the project. A custom
+collector (not instruments updated per event) keeps the capture hot path free of metric
+calls and makes every scrape a consistent view: the snapshot is taken under the registry's
+lock, the families are built after it is released.
+
+Label cardinality is bounded by construction: software name/version pairs by the registry
+("other" past its limit), listeners and close reasons by configuration and code, API names by
+the generated table. Per-connection identity (client id, address, principal) is never a label.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from exporter.registry import LATENCY_BUCKETS, api_name
+
+P = "kafka_census_"
+COMPAT_MODES = ("strimzi", "confluent")
+# Kafka error codes an operator meets in ApiVersions answers (KIP-511: 35 makes the client
+# retry with v0; 42 is a software name/version the broker's regex rejects).
+_API_VERSIONS_ERRORS = {0: "NONE", 35: "UNSUPPORTED_VERSION", 42: "INVALID_REQUEST"}
+
+
+def _family(cls, name: str, doc: str, labels: list[str], samples: dict):
+    """A family from {label values (tuple, or one value): sample value}, in label order."""
+    fam = cls(P + name, doc, labels=labels)
+    rows = [((k if isinstance(k, tuple) else (k,)), v) for k, v in samples.items()]
+    for key, value in sorted(rows, key=lambda kv: tuple(map(str, kv[0]))):
+        fam.add_metric([str(k) for k in key], value)
+    return fam
+
+
+def _counter(name: str, doc: str, labels: list[str], samples: dict) -> CounterMetricFamily:
+    return _family(CounterMetricFamily, name, doc, labels, samples)
+
+
+def _gauge(name: str, doc: str, labels: list[str], samples: dict) -> GaugeMetricFamily:
+    return _family(GaugeMetricFamily, name, doc, labels, samples)
+
+
+class CensusCollector:
+    """Register with `prometheus_client.CollectorRegistry().register(...)`.
+
+    `health()` (optional) returns extra exporter-health counters, e.g. the event log's
+    {"event_log_written": n, ...}; `version` goes into build_info."""
+
+    def __init__(self, registry, *, version: str = "unknown", compat: tuple[str, ...] = (), health=None) -> None:
+        unknown = set(compat) - set(COMPAT_MODES)
+        if unknown:
+            raise ValueError(f"unknown --compat-metrics {sorted(unknown)}; known: {', '.join(COMPAT_MODES)}")
+        self.registry = registry
+        self.version = version
+        self.compat = tuple(compat)
+        self.health = health
+        self.last_duration = 0.0
+
+    def describe(self):
+        return []  # dynamic families: never let the registry call collect() at registration
+
+    def collect(self):
+        started = time.perf_counter()
+        s = self.registry.snapshot()
+        sw = ["client_software_name", "client_software_version"]
+
+        yield _gauge("connections", "Open Kafka connections by listener and client software (KIP-511 "
+                     "fields; 'unknown' when the client sent none).", ["listener", *sw], s.connections)
+        yield _counter("connections_opened", "Connections opened.", ["listener"], s.opened)
+        yield _counter("connections_closed", "Connections closed, by reason (fin, rst, idle, evicted, reused).",
+                       ["listener", "reason"], s.closed)
+        yield _counter("requests", "Kafka requests by api and version and client software.",
+                       ["listener", "api", "api_version", *sw], s.requests)
+        yield _counter("deprecated_requests", "Requests using an api version Kafka 4.0 removed (KIP-896).",
+                       ["listener", "api", "api_version", *sw], s.deprecated)
+        hist = HistogramMetricFamily(P + "request_duration_seconds",
+                                     "Time from a request's last byte to its response's last byte, as captured.",
+                                     labels=["listener", "api"])
+        for (listener, api), (counts, total, count) in sorted(s.latency.items()):
+            cumulative, buckets = 0, []
+            for bound, n in zip((*LATENCY_BUCKETS, float("inf")), counts):
+                cumulative += n
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+            hist.add_metric([listener, api], buckets, total)
+        yield hist
+        yield _counter("api_versions_responses", "ApiVersions answers by request version and error "
+                       "(UNSUPPORTED_VERSION makes clients retry with v0; INVALID_REQUEST: the broker "
+                       "rejected the software name/version).", ["listener", "request_version", "error"],
+                       {(lst, v, _API_VERSIONS_ERRORS.get(code, str(code))): n
+                        for (lst, v, code), n in s.api_versions.items()})
+        yield _counter("produce_requests", "Produce requests by acks (acks other than 0, 1, -1 is error 21 "
+                       "since KIP-1).", ["listener", "acks", *sw], s.produce_acks)
+        yield _counter("sasl_authentications", "SASL authentications by mechanism and outcome.",
+                       ["listener", "mechanism", "outcome"], s.sasl)
+        yield _gauge("broker_api_min_version", "Lowest version of each api the broker announced.",
+                     ["broker", "api"], {k: v[0] for k, v in self._named_ranges(s).items()})
+        yield _gauge("broker_api_max_version", "Highest version of each api the broker announced.",
+                     ["broker", "api"], {k: v[1] for k, v in self._named_ranges(s).items()})
+        yield _gauge("broker_feature_max_version", "Highest version of each KIP-584 feature the broker supports.",
+                     ["broker", "feature"], {k: v[1] for k, v in s.broker_features.items()})
+        yield _gauge("broker_feature_finalized_level", "Finalized (cluster-wide) level of each KIP-584 feature.",
+                     ["broker", "feature"], {k: v[3] for k, v in s.broker_features.items() if v[3] is not None})
+        yield _counter("decode_errors", "Protocol problems that kept frame boundaries, by kind.", ["kind"],
+                       {k[1]: v for k, v in s.problems.items() if k[0] == "decode_error"})
+        yield _counter("desyncs", "Times a direction lost its frame boundaries and resynced, by kind.", ["kind"],
+                       {k[1]: v for k, v in s.problems.items() if k[0] == "desync"})
+        yield from self._capture_health(s)
+        yield _counter("software_label_overflow", "Connections whose software name/version went to the "
+                       "'other' label because the distinct-pair limit was reached.", [], {(): s.software_overflow})
+        yield _counter("untracked_connections", "Connections not tracked because the live table was full.",
+                       [], {(): s.untracked_connections})
+        yield _counter("forgotten_closed_connections", "Recently closed connections dropped at the count bound.",
+                       [], {(): s.forgotten_connections})
+        if self.health is not None:
+            for name, value in sorted(self.health().items()):
+                yield _counter(name, f"Exporter health: {name.replace('_', ' ')}.", [], {(): value})
+        yield from self._compat(s)
+        info = GaugeMetricFamily(P + "build_info", "kafka-census build information.",
+                                 labels=["version", "python_version"])
+        info.add_metric([self.version, platform.python_version()], 1)
+        yield info
+        self.last_duration = time.perf_counter() - started
+        yield GaugeMetricFamily(P + "scrape_duration_seconds", "Time this scrape took to build.",
+                                value=self.last_duration)
+
+    @staticmethod
+    def _named_ranges(s) -> dict:
+        return {(broker, api_name(key)): rng for (broker, key), rng in s.broker_ranges.items()}
+
+    @staticmethod
+    def _capture_health(s):
+        stats = s.capture
+        src = ["source"]
+        yield _counter("capture_packets", "Packets read by the capture.", src,
+                       {n: c.packets for n, c in stats.items()})
+        yield _counter("capture_bytes", "Bytes read by the capture.", src, {n: c.bytes for n, c in stats.items()})
+        yield _counter("capture_drops", "Packets or segments not passed to the decoder, by reason.",
+                       ["source", "reason"], {(n, r): v for n, c in stats.items() for r, v in c.drops})
+        yield _counter("capture_gaps", "TCP gaps: bytes the capture lost, handed to the decoder as such.", src,
+                       {n: c.gaps for n, c in stats.items()})
+        yield _counter("capture_gap_bytes", "Bytes lost in TCP gaps.", src, {n: c.gap_bytes for n, c in stats.items()})
+        yield _gauge("capture_flows", "TCP flows tracked now.", src, {n: c.flows_open for n, c in stats.items()})
+        yield _counter("capture_flows_evicted", "Flows evicted because the flow table was full.", src,
+                       {n: c.flows_evicted for n, c in stats.items()})
+        yield _counter("capture_tls_flows", "Flows whose client speaks TLS (identity not observable).", src,
+                       {n: c.tls_flows for n, c in stats.items()})
+        kernel = {n: c for n, c in stats.items() if c.kernel_received is not None}
+        yield _counter("capture_kernel_received", "Packets the kernel passed the capture filter (pcap_stats; "
+                       "on lo each packet counts twice).", src, {n: c.kernel_received for n, c in kernel.items()})
+        yield _counter("capture_kernel_dropped", "Packets the kernel dropped because the capture buffer was "
+                       "full (pcap_stats).", src, {n: c.kernel_dropped for n, c in kernel.items()})
+        yield _counter("capture_interface_dropped", "Packets the interface dropped (pcap_stats).", src,
+                       {n: c.kernel_if_dropped for n, c in kernel.items()})
+
+    def _compat(self, s):
+        if "strimzi" in self.compat:
+            fam = GaugeMetricFamily(
+                "kafka_server_socket_server_metrics_connections_software",
+                "KIP-511 connections by client software, as Strimzi's kafka-metrics.yaml names the broker's "
+                "gauge (from kafka-census; networkProcessor is always 0).",
+                labels=["clientSoftwareName", "clientSoftwareVersion", "listener", "networkProcessor"])
+            for (listener, name, version), n in sorted(s.connections.items()):
+                fam.add_metric([name, version, listener, "0"], n)
+            yield fam
+        if "confluent" in self.compat:
+            fam = GaugeMetricFamily(
+                "kafka_server_socketservermetrics_connections",
+                "KIP-511 connections by client software, as Confluent's jmx-monitoring-stacks names the "
+                "broker's gauge (from kafka-census; network_processor is always 0).",
+                labels=["client_software_name", "client_software_version", "listener", "network_processor"])
+            for (listener, name, version), n in sorted(s.connections.items()):
+                fam.add_metric([name, version, listener, "0"], n)
+            yield fam
