@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -114,18 +115,102 @@ def _tracker_options(args: argparse.Namespace) -> dict:
     return {"idle_timeout": args.idle_timeout, "max_flows": args.max_flows}
 
 
+# --- settings: flags > KAFKA_CENSUS_* environment > --config YAML > defaults ---------------
+
+def _csv(value) -> list[str]:
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return [v.strip() for v in str(value).split(",") if v.strip()]
+
+
+#: dest -> (parse, default). Flags default to None so that "not given" is visible.
+SETTINGS = {
+    "interface": (str, None),
+    "listener": (_csv, [DEFAULT_LISTENER]),
+    "http": (str, None),
+    "event_log": (str, None),
+    "event_log_max_mb": (int, 64),
+    "event_log_max_age": (float, 3600.0),
+    "compat_metrics": (_csv, []),
+    "idle_timeout": (float, 660.0),
+    "max_flows": (int, 100_000),
+    "max_connections": (int, 100_000),
+    "buffer_mb": (int, 64),
+}
+ENV_PREFIX = "KAFKA_CENSUS_"
+
+
+def _load_config(path: str) -> dict:
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as exc:
+        raise UsageError(f"--config {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise UsageError(f"--config {path}:{where} not valid YAML") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {path}: expected a mapping of settings")
+    out = {}
+    for key, value in data.items():
+        dest = str(key).replace("-", "_")
+        if dest not in SETTINGS:
+            raise UsageError(f"--config {path}: unknown setting {key!r}; known: "
+                             + ", ".join(k.replace("_", "-") for k in SETTINGS))
+        out[dest] = value
+    return out
+
+
+def resolve_settings(args: argparse.Namespace, environ=os.environ) -> None:
+    """Fill every setting the command has but the command line left unset."""
+    config = _load_config(args.config) if getattr(args, "config", None) else {}
+    for dest, (parse, default) in SETTINGS.items():
+        if not hasattr(args, dest) or getattr(args, dest) is not None:
+            continue
+        env = environ.get(ENV_PREFIX + dest.upper())
+        if env is not None:
+            origin, raw = f"{ENV_PREFIX}{dest.upper()}", env
+        elif dest in config:
+            origin, raw = f"{dest.replace('_', '-')} in --config", config[dest]
+        else:
+            setattr(args, dest, default)
+            continue
+        try:
+            setattr(args, dest, parse(raw))
+        except (TypeError, ValueError):
+            raise UsageError(f"{origin}: bad value {raw!r}") from None
+
+
+# --- commands -------------------------------------------------------------------------------
+
 def cmd_replay(args: argparse.Namespace) -> int:
-    """Decode a pcap/pcapng file and list every connection in it."""
+    """Decode a pcap/pcapng file and list every connection in it (or serve them)."""
     from capture.replay import replay
     from capture.sources import CaptureError
 
+    if args.serve and not args.http:
+        raise UsageError("--serve needs --http HOST:PORT")
     listeners = _listeners(args)
     registry = ConnectionRegistry(max_closed=10**9, closed_ttl=float("inf"))  # a file is finite: keep all
+    sock = _bind(args) if args.serve else None
     try:
         result = replay(args.file, listeners, registry.apply, progress=_progress, **_tracker_options(args))
     except CaptureError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    registry.apply(result.stats)
+    if args.serve:
+        print_summary("replay", result.stats, result.seconds, registry)
+        from exporter.serve import Service
+
+        service = Service(registry, version=_version(), compat=tuple(args.compat_metrics))
+        _announce(args.http, f"what {args.file} contained")
+        return service.run(sock)
     print_connections(registry.connections(), args.format)
     print_summary("replay", result.stats, result.seconds, registry)
     if result.truncated:
@@ -134,24 +219,73 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bind(args: argparse.Namespace):
+    from exporter.serve import ServeError, bind, parse_http
+
+    try:
+        host, port = parse_http(args.http)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        return bind(host, port)
+    except ServeError as exc:
+        raise StartError(str(exc)) from None
+
+
+def _announce(http: str, what: str) -> None:
+    from exporter.serve import parse_http
+
+    host, port = parse_http(http)
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else (f"[{host}]" if ":" in host else host)
+    base = f"http://{shown}:{port}"
+    print(f"serving {what}:\n  metrics  {base}/metrics\n  REST     {base}/api/v1/connections\n"
+          f"  OpenAPI  {base}/docs\nCtrl-C to stop", file=sys.stderr, flush=True)
+
+
+class StartError(Exception):
+    """Something the command needs cannot be set up: exit 1 with the message."""
+
+
+def _open_event_log(args: argparse.Namespace):
+    if not args.event_log:
+        return None
+    from exporter.eventlog import EventLog, EventLogError
+
+    if args.event_log_max_mb < 1 or args.event_log_max_age <= 0:
+        raise UsageError("--event-log-max-mb must be at least 1 and --event-log-max-age positive")
+    try:
+        return EventLog(args.event_log, max_bytes=args.event_log_max_mb << 20,
+                        max_age_seconds=args.event_log_max_age)
+    except EventLogError as exc:
+        raise StartError(str(exc)) from None
+
+
 def cmd_capture(args: argparse.Namespace) -> int:
-    """Capture live until Ctrl-C (or --duration), then list every connection seen."""
+    """Capture live. With --http: serve /metrics and the REST API until SIGINT/SIGTERM.
+    Without: until Ctrl-C (or --duration), then list every connection seen."""
     from capture.flows import FlowTracker
     from capture.live import run_live
     from capture.sources import CaptureError, LiveCapture
 
+    if not args.interface:
+        raise UsageError(f"capture needs --interface (or {ENV_PREFIX}INTERFACE, or interface: in --config)")
     listeners = _listeners(args)
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
-    if args.buffer_mb < 1 or args.write_pcap_max_mb < 1:
-        raise UsageError("--buffer-mb and --write-pcap-max-mb must be at least 1")
-    registry = ConnectionRegistry()
+    if args.buffer_mb < 1 or args.write_pcap_max_mb < 1 or args.max_connections < 1:
+        raise UsageError("--buffer-mb, --write-pcap-max-mb and --max-connections must be at least 1")
+    if args.http and args.duration is not None:
+        raise UsageError("--duration is for a one-off listing; with --http, stop with SIGTERM")
+    tracker_options = _tracker_options(args)
+    sock = _bind(args) if args.http else None
+    registry = ConnectionRegistry(clock=time.time, max_open=args.max_connections)
+    event_log = _open_event_log(args)
     try:
         source = LiveCapture(args.interface, listeners, buffer_mb=args.buffer_mb)
     except CaptureError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    tracker = FlowTracker(listeners, registry.apply, name=args.interface, **_tracker_options(args))
+        if event_log is not None:
+            event_log.close()
+        raise StartError(str(exc)) from None
     writer = None
     if args.write_pcap:
         from capture.pcapwriter import PcapWriter
@@ -159,8 +293,27 @@ def cmd_capture(args: argparse.Namespace) -> int:
             writer = PcapWriter(args.write_pcap, source.linktype, max_bytes=args.write_pcap_max_mb << 20)
         except OSError as exc:
             source.close()
-            print(f"error: cannot write {args.write_pcap}: {exc.strerror}", file=sys.stderr)
-            return 1
+            raise StartError(f"cannot write {args.write_pcap}: {exc.strerror}") from None
+
+    if args.http:
+        from exporter.serve import Service
+
+        service = Service(registry, version=_version(), compat=tuple(args.compat_metrics), event_log=event_log)
+        tracker = FlowTracker(listeners, service.emit, name=args.interface, **tracker_options)
+
+        def capture_loop(stop) -> None:
+            try:
+                run_live(source, tracker, stop, writer=writer,
+                         tick=lambda t: service.publish_stats(t.stats(source.kernel_stats())))
+            finally:
+                source.close()
+                if writer is not None:
+                    writer.close()
+
+        _announce(args.http, f"live capture on {args.interface} (filter: {source.bpf})")
+        return service.run(sock, capture_loop)
+
+    tracker = FlowTracker(listeners, registry.apply, name=args.interface, **tracker_options)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -190,12 +343,17 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
 
 def _add_capture_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="YAML file of settings (keys: the long flags); "
+                   f"flags win over {ENV_PREFIX}* environment variables, which win over the file")
     p.add_argument("--listener", action="append", metavar="NAME=PORT[:SECURITY_PROTOCOL]",
                    help=f"a broker listener port (repeatable; default {DEFAULT_LISTENER})")
     p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--idle-timeout", type=float, default=660.0, metavar="SECONDS",
+    p.add_argument("--idle-timeout", type=float, metavar="SECONDS",
                    help="close a connection silent this long (default 660: the broker's 10 min idle close + 1)")
-    p.add_argument("--max-flows", type=int, default=100_000, help="bound of the connection table (default 100000)")
+    p.add_argument("--max-flows", type=int, help="bound of the TCP flow table (default 100000)")
+    p.add_argument("--http", metavar="HOST:PORT", help="serve /metrics and the REST API here, e.g. 127.0.0.1:9100")
+    p.add_argument("--compat-metrics", type=_csv, metavar="strimzi,confluent",
+                   help="also emit the broker's KIP-511 gauge under these projects' jmx_exporter names")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,17 +366,23 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_argument("--removed-only", action="store_true", help="only APIs with versions removed by Kafka 4.0")
     api.add_argument("--format", choices=("table", "json"), default="table")
     api.set_defaults(func=cmd_api_table)
-    rep = sub.add_parser("replay", help="list the Kafka connections in a pcap/pcapng file")
+    rep = sub.add_parser("replay", help="list the Kafka connections in a pcap/pcapng file, or serve them")
     rep.add_argument("file", help="pcap or pcapng file (tcpdump -w, tshark -w, Wireshark)")
+    rep.add_argument("--serve", action="store_true", help="serve the result on --http until Ctrl-C")
     _add_capture_options(rep)
     rep.set_defaults(func=cmd_replay)
-    cap = sub.add_parser("capture", help="capture live on an interface; list the connections seen on exit")
-    cap.add_argument("--interface", "-i", required=True, help="interface: lo, eth0, any...")
+    cap = sub.add_parser("capture", help="capture live: serve /metrics and REST (--http), or list on exit")
+    cap.add_argument("--interface", "-i", help="interface: lo, eth0, any...")
     cap.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long (default: Ctrl-C)")
-    cap.add_argument("--buffer-mb", type=int, default=64, help="kernel capture buffer (default 64 MiB)")
+    cap.add_argument("--buffer-mb", type=int, help="kernel capture buffer (default 64 MiB)")
     cap.add_argument("--write-pcap", metavar="FILE", help="also write every captured packet to this pcap file")
     cap.add_argument("--write-pcap-max-mb", type=int, default=1024, metavar="MB",
                      help="stop writing the pcap at this size (default 1024)")
+    cap.add_argument("--event-log", metavar="DIR", help="write every event as NDJSON here (the pipeline's input)")
+    cap.add_argument("--event-log-max-mb", type=int, metavar="MB", help="rotate event log files at this size (default 64)")
+    cap.add_argument("--event-log-max-age", type=float, metavar="SECONDS",
+                     help="rotate event log files at this age (default 3600)")
+    cap.add_argument("--max-connections", type=int, help="bound of the live connection table (default 100000)")
     _add_capture_options(cap)
     cap.set_defaults(func=cmd_capture)
     return parser
@@ -231,9 +395,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
+        resolve_settings(args)
         return args.func(args)
     except UsageError as exc:
         parser.error(str(exc))  # exits 2 with the usage line
+    except StartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # `kafka-census api-table | head`
         sys.stderr.close()
         return 0

@@ -1,0 +1,131 @@
+"""One process, two threads: capture in a worker thread, HTTP (uvicorn) in the main thread.
+
+Owns `Service`: the registry, the Prometheus collector, the FastAPI app, the optional event
+log, and their start and clean shutdown. Why threads and not one asyncio loop: libpcap reads
+block in C (with the GIL released) and the capture loop is CPU-bound Python; on a thread it
+never waits for an HTTP handler and vice versa. The registry's lock is the only shared state;
+scrapes and REST reads copy what they need under it. uvicorn owns SIGINT/SIGTERM in the main
+thread; when it returns, the capture thread is stopped and joined, and the event log is
+flushed, fsync'd and closed.
+
+Imports the registry, collector, app and event log; packet sources come in as a callable
+(`capture_loop(stop, emit, tick)`) from the CLI, the composition root.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+import uvicorn
+from prometheus_client import CollectorRegistry, make_asgi_app
+
+from exporter.api import create_app
+from exporter.metrics import CensusCollector
+
+log = logging.getLogger("kafka-census")
+
+# How often capture health goes to the event log (the registry gets it every second).
+STATS_TO_EVENT_LOG_EVERY = 60.0
+
+
+class ServeError(Exception):
+    """The service cannot start; the message is for the operator."""
+
+
+def parse_http(value: str) -> tuple[str, int]:
+    """`HOST:PORT`, `[IPV6]:PORT` or `:PORT` (all interfaces)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bad --http {value!r}: expected HOST:PORT, e.g. 127.0.0.1:9100 or [::1]:9100")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Bind before starting uvicorn, so a busy port is one clear error, not a log and exit."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+class Service:
+    def __init__(self, registry, *, version: str, compat=(), event_log=None) -> None:
+        self.registry = registry
+        self.event_log = event_log
+        self.ready = threading.Event()
+        self.failed: str | None = None
+        self.collector = CensusCollector(registry, version=version, compat=compat, health=self._health)
+        prom = CollectorRegistry(auto_describe=False)
+        prom.register(self.collector)
+        self.app = create_app(registry, metrics_app=make_asgi_app(registry=prom), ready=self.ready.is_set,
+                              version=version)
+        self._last_stats_logged = 0.0
+
+    def _health(self) -> dict:
+        if self.event_log is None:
+            return {}
+        return {"event_log_written": self.event_log.written, "event_log_write_errors": self.event_log.write_errors,
+                "event_log_dropped": self.event_log.dropped}
+
+    def emit(self, event) -> None:
+        """Every event: to the registry, then to the event log."""
+        self.registry.apply(event)
+        if self.event_log is not None:
+            self.event_log.write(event)
+
+    def publish_stats(self, stats) -> None:
+        """Capture health: to the registry always, to the event log once a minute."""
+        self.registry.apply(stats)
+        self.registry.expire()
+        if self.event_log is not None:
+            self.event_log.tick()  # timed flush and age rotation even when the wire is quiet
+        if self.event_log is not None and time.monotonic() - self._last_stats_logged >= STATS_TO_EVENT_LOG_EVERY:
+            self._last_stats_logged = time.monotonic()
+            self.event_log.write(stats)
+
+    def run(self, sock: socket.socket, capture_loop=None) -> int:
+        """Serve on `sock` until SIGINT/SIGTERM; `capture_loop(stop)` runs on a worker thread.
+        Returns the exit code: 0, or 1 if the capture failed."""
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
+        server = uvicorn.Server(config)
+        stop = threading.Event()
+        worker = None
+        if capture_loop is None:
+            self.ready.set()
+        else:
+            def work() -> None:
+                try:
+                    self.ready.set()
+                    capture_loop(stop)
+                except Exception as exc:  # reported and turned into exit code 1
+                    self.failed = str(exc) or exc.__class__.__name__
+                    log.error("capture failed: %s", self.failed)
+                finally:
+                    self.ready.clear()
+                    server.should_exit = True
+
+            worker = threading.Thread(target=work, name="capture", daemon=True)
+            worker.start()
+        try:
+            server.run(sockets=[sock])
+        finally:
+            stop.set()
+            if worker is not None:
+                worker.join(timeout=10)
+                if worker.is_alive():
+                    log.error("the capture thread did not stop within 10 s")
+            if self.event_log is not None:
+                self.event_log.close()
+            sock.close()
+        return 1 if self.failed else 0
