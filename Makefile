@@ -11,10 +11,13 @@ PYTEST_ARGS ?=
 
 setup: setup-system setup-python setup-node
 
-# Debian tools the tests use (tshark and tcpdump as oracles, ip for network namespaces),
+# Debian tools the tests use (tshark and tcpdump as oracles, ip for network namespaces,
+# prometheus and promtool as the real scraper),
 # as command:package. Installed only when missing, so a machine that has them needs neither
 # root nor the network.
-SYSTEM_TOOLS := tshark:tshark tcpdump:tcpdump ip:iproute2
+SYSTEM_TOOLS := tshark:tshark tcpdump:tcpdump ip:iproute2 prometheus:prometheus promtool:prometheus
+# Packages whose Debian service must not keep running: the tests start their own server.
+NO_SERVICE := prometheus
 setup-system:
 	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $${t%%:*} >/dev/null || missing="$$missing $${t#*:}"; done; \
 	if [ -n "$$missing" ]; then \
@@ -22,7 +25,10 @@ setup-system:
 	    echo "error: missing$$missing; install as root: apt-get install -y$$missing" >&2; exit 1; fi; \
 	  echo "installing$$missing (apt-get)"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+	  for s in $(NO_SERVICE); do case " $$missing " in *" $$s "*) \
+	    if [ -d /run/systemd/system ]; then systemctl disable --now -q $$s; \
+	    else /etc/init.d/$$s stop >/dev/null; update-rc.d $$s disable >/dev/null; fi;; esac; done; \
 	fi
 
 # Reinstall when pyproject.toml changes.

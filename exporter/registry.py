@@ -212,6 +212,7 @@ class ConnectionRegistry:
         self.forgotten = 0  # closed records dropped at the count bound
         self.problems: Counter[str] = Counter()  # "decode_error:KIND" / "desync:KIND"
         self._software_labels: set[tuple[str, str]] = set()
+        self._gauge_keys: set[tuple[str, str, str]] = set()
         self.software_overflow = 0
         self._census: dict[tuple, _CensusRow] = {}
         self.census_overflow = 0
@@ -335,7 +336,9 @@ class ConnectionRegistry:
     def snapshot(self) -> MetricsSnapshot:
         with self.lock:
             self.expire()
-            conns: Counter = Counter()
+            # Label sets that had connections stay at 0 (as the broker's gauge does), bounded by
+            # listeners x software labels.
+            conns: Counter = Counter(dict.fromkeys(self._gauge_keys, 0))
             for rec in self.open.values():
                 conns[(rec.listener, *rec.labels)] += 1
             return MetricsSnapshot(
@@ -373,6 +376,7 @@ class ConnectionRegistry:
         rec = self.open[ev.conn_id] = ConnectionRecord(ev)
         self._opened[ev.listener] += 1
         rec.labels = self._label(None, None)
+        self._gauge_keys.add((rec.listener, *rec.labels))
 
     def _request(self, ev: RequestSeen) -> None:
         rec = self.open.get(ev.conn_id)
@@ -414,6 +418,7 @@ class ConnectionRegistry:
             rec.software_name = ev.name
             rec.software_version = ev.version
             rec.labels = self._label(ev.name, ev.version)
+            self._gauge_keys.add((rec.listener, *rec.labels))
         self._count_request(rec, API_VERSIONS, ev.request_version)
 
     def _answer(self, ev: ApiVersionsAnswer) -> None:
