@@ -19,7 +19,7 @@ import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from exporter.registry import LATENCY_BUCKETS, api_name
+from exporter.registry import LATENCY_BUCKETS
 
 P = "kafka_census_"
 COMPAT_MODES = ("strimzi", "confluent")
@@ -98,9 +98,9 @@ class CensusCollector:
         yield _counter("sasl_authentications", "SASL authentications by mechanism and outcome.",
                        ["listener", "mechanism", "outcome"], s.sasl)
         yield _gauge("broker_api_min_version", "Lowest version of each api the broker announced.",
-                     ["broker", "api"], {k: v[0] for k, v in self._named_ranges(s).items()})
+                     ["broker", "api"], {k: v[0] for k, v in s.broker_ranges.items()})
         yield _gauge("broker_api_max_version", "Highest version of each api the broker announced.",
-                     ["broker", "api"], {k: v[1] for k, v in self._named_ranges(s).items()})
+                     ["broker", "api"], {k: v[1] for k, v in s.broker_ranges.items()})
         yield _gauge("broker_feature_max_version", "Highest version of each KIP-584 feature the broker supports.",
                      ["broker", "feature"], {k: v[1] for k, v in s.broker_features.items()})
         yield _gauge("broker_feature_finalized_level", "Finalized (cluster-wide) level of each KIP-584 feature.",
@@ -128,9 +128,6 @@ class CensusCollector:
         yield GaugeMetricFamily(P + "scrape_duration_seconds", "Time this scrape took to build.",
                                 value=self.last_duration)
 
-    @staticmethod
-    def _named_ranges(s) -> dict:
-        return {(broker, api_name(key)): rng for (broker, key), rng in s.broker_ranges.items()}
 
     @staticmethod
     def _capture_health(s):

@@ -126,9 +126,9 @@ class ConnectionRecord:
         return (self.software_name, self.software_version, self.client_id, self.principal, self.listener)
 
     def to_dict(self, now: float | None = None) -> dict:
-        idle = None
-        if now is not None:
-            idle = round(max(0.0, (self.closed_at if self.closed_at is not None else now) - self.last_seen), 6)
+        idle = None  # how long an open connection has been silent; meaningless once closed
+        if now is not None and self.closed_at is None:
+            idle = round(max(0.0, now - self.last_seen), 6)
         return {
             "id": self.id,
             "client_address": self.client_address,
@@ -183,7 +183,7 @@ class MetricsSnapshot:
     produce_acks: dict  # (listener, acks, name, version) -> total
     sasl: dict  # (listener, mechanism, outcome) -> total
     problems: dict  # (kind of problem "decode_error"|"desync", label) -> total
-    broker_ranges: dict  # (broker, api) -> (min, max)
+    broker_ranges: dict  # (broker, api name) -> (min, max)
     broker_features: dict  # (broker, feature) -> (supported min, max, finalized min, max)
     capture: dict  # source name -> CaptureStats
     software_overflow: int
@@ -262,6 +262,7 @@ class ConnectionRegistry:
 
     def get(self, conn_id: str) -> dict | None:
         with self.lock:
+            self.expire()
             rec = self.open.get(conn_id) or self.closed.get(conn_id)
             return rec.to_dict(self.now()) if rec is not None else None
 
@@ -312,10 +313,12 @@ class ConnectionRegistry:
 
     def brokers(self) -> list[dict]:
         with self.lock:
-            return [dict(b, api_ranges=list(b["api_ranges"])) for _, b in sorted(self._brokers.items())]
+            return [dict(b, api_ranges=[dict(r) for r in b["api_ranges"]], features=[dict(f) for f in b["features"]])
+                    for _, b in sorted(self._brokers.items())]
 
     def upgrade_readiness(self, target: str = "4.0") -> dict:
-        """Connections and census rows that used API versions the target broker removes."""
+        """Connections and census rows that used API versions the target broker removes.
+        One pass under the lock; only the offenders become dicts."""
         removed = UPGRADE_TARGETS.get(target)
         if removed is None:
             raise ValueError(f"unknown upgrade target {target!r}; known: {', '.join(UPGRADE_TARGETS)}")
@@ -325,12 +328,17 @@ class ConnectionRegistry:
             for r in requests:
                 if r["api_version"] in removed.get(r["api_key"], ()):
                     spec = API_TABLE.get(r["api_key"])
-                    lowest = None if spec is None or spec.kafka4_min_version is None else spec.kafka4_min_version
-                    out.append({**r, "minimum_version": lowest})
+                    out.append({**r, "minimum_version": None if spec is None else spec.kafka4_min_version})
             return out
 
-        conns = [dict(c, removed_requests=off) for c in self.connections() if (off := offending(c["requests"]))]
-        clients = [dict(c, removed_requests=off) for c in self.clients() if (off := offending(c["requests"]))]
+        with self.lock:
+            self.expire()
+            now = self.now()
+            uses = [rec for rec in self.records("all")
+                    if any(v in removed.get(k, ()) for k, v in rec.requests)]
+            uses.sort(key=lambda r: (r.first_seen, r.id))
+            conns = [dict(d, removed_requests=offending(d["requests"])) for d in (r.to_dict(now) for r in uses)]
+            clients = [dict(c, removed_requests=off) for c in self.clients() if (off := offending(c["requests"]))]
         return {"target": target, "ready": not conns and not clients, "connections": conns, "clients": clients}
 
     def snapshot(self) -> MetricsSnapshot:
@@ -348,7 +356,8 @@ class ConnectionRegistry:
                 api_versions=dict(self._api_versions), produce_acks=dict(self._produce_acks),
                 sasl=dict(self._sasl),
                 problems={tuple(k.split(":", 1)): v for k, v in self.problems.items()},
-                broker_ranges={(b, r[0]): (r[1], r[2]) for b, info in self._brokers.items() for r in info["api_ranges"]},
+                broker_ranges={(b, r["api"]): (r["min_version"], r["max_version"])
+                               for b, info in self._brokers.items() for r in info["api_ranges"]},
                 broker_features={(b, f["name"]): (f["min_version"], f["max_version"], f["finalized_min_level"],
                                                   f["finalized_max_level"])
                                  for b, info in self._brokers.items() for f in info["features"]},
@@ -400,6 +409,7 @@ class ConnectionRegistry:
         rec = self.open.get(ev.conn_id)
         if rec is None:
             return
+        rec.last_seen = ev.ts
         key = (rec.listener, ev.api_name or f"api_{ev.api_key}")
         hist = self._latency.get(key)
         if hist is None:
@@ -429,7 +439,8 @@ class ConnectionRegistry:
         finalized = {name: (lo, hi) for name, lo, hi in ev.finalized_features}
         self._brokers[broker] = {
             "broker": broker, "listener": rec.listener, "seen_at": iso_time(ev.ts),
-            "api_ranges": [(k, lo, hi) for k, lo, hi in ev.api_ranges],
+            "api_ranges": [{"api_key": k, "api": api_name(k), "min_version": lo, "max_version": hi}
+                           for k, lo, hi in ev.api_ranges],
             "features": [{"name": name, "min_version": lo, "max_version": hi,
                           "finalized_min_level": finalized.get(name, (None, None))[0],
                           "finalized_max_level": finalized.get(name, (None, None))[1]}

@@ -15,6 +15,7 @@ Imports the registry, collector, app and event log; packet sources come in as a 
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import threading
 import time
@@ -59,6 +60,16 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _Server(uvicorn.Server):
+    """uvicorn re-raises a caught SIGTERM/SIGINT after its own shutdown, which would kill the
+    process before the capture thread is joined and the event log closed: only stop."""
+
+    def handle_exit(self, sig, frame) -> None:
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True  # a second Ctrl-C
+        self.should_exit = True
+
+
 class Service:
     def __init__(self, registry, *, version: str, compat=(), event_log=None) -> None:
         self.registry = registry
@@ -98,7 +109,7 @@ class Service:
         """Serve on `sock` until SIGINT/SIGTERM; `capture_loop(stop)` runs on a worker thread.
         Returns the exit code: 0, or 1 if the capture failed."""
         config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
-        server = uvicorn.Server(config)
+        server = _Server(config)
         stop = threading.Event()
         worker = None
         if capture_loop is None:

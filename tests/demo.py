@@ -1,131 +1,136 @@
 #!/usr/bin/env python3
-"""`make demo` until the exporter lands: what the protocol core sees of six real clients.
+"""`make demo`: Tansu, real clients, and kafka-census capturing their traffic on `lo`.
 
-Starts Tansu on loopback with its advertised listener set to a pass-through TCP proxy, runs
-the six real clients (Python and npm) in rounds through it, and decodes every connection with
-`capture.kafka` as it closes: client id, KIP-511 software name/version, APIs and versions
-used, and what of that Kafka 4.0 removed. Ctrl-C stops the broker, the proxy and any client.
+Starts the Tansu broker on loopback, starts `kafka-census capture -i lo --http ...` (the real
+command, as a subprocess, with an event log in a temporary directory), prints the /metrics,
+REST and OpenAPI URLs, then runs the six real clients (Python and npm) in rounds, so
+connections keep opening and closing, and after each client shows what the REST API says of
+it. Ctrl-C (or --rounds) stops the clients, kafka-census and the broker.
 
-    .venv/bin/python tests/demo.py [--rounds N] [--clients a,b,...]
+    .venv/bin/python tests/demo.py [--rounds N] [--clients a,b,...] [--http HOST:PORT]
 
-Lives in tests/ because it drives the test peers (tests/peers.py); the exporter issue
-replaces it with live capture on `lo`, /metrics and the REST API.
+Lives in tests/ because it drives the test peers (tests/peers.py). Live capture needs root or
+CAP_NET_RAW, as on any sidecar.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
+import json
+import os
 import signal
+import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import peers  # noqa: E402
-from fixtures.record_golden import RecordingProxy  # noqa: E402
+from tests import peers  # noqa: E402
 
-from capture.kafka import (  # noqa: E402
-    API_TABLE,
-    ClientSoftware,
-    DecodeError,
-    Desync,
-    Direction,
-    GroupSeen,
-    KafkaConnection,
-    ProduceAcks,
-    RequestSeen,
-)
-from capture.kafka.api_table import removed_in_kafka4  # noqa: E402
-
-CLIENTS = ("confluent-kafka", "kafka-python", "aiokafka", "kafkajs", "platformatic", "kafka-ts")
+REPO = Path(__file__).resolve().parent.parent
+CENSUS = Path(sys.executable).parent / "kafka-census"
 
 
-def describe(index: int, chunks) -> str:
-    conn = KafkaConnection(str(index))
-    for direction, ts, data in chunks:
-        conn.receive(Direction.FROM_CLIENT if direction == "c" else Direction.FROM_BROKER, data, ts)
-    conn.close("fin", chunks[-1][1] if chunks else 0.0)
-    apis = collections.Counter()
-    client_id = group = None
-    acks = set()
-    problems = 0
-    offers = []
-    for ev in conn.events():
-        if isinstance(ev, RequestSeen):
-            apis[(ev.api_name or f"key{ev.api_key}", ev.api_version, ev.api_key)] += 1
-            client_id = ev.client_id
-        elif isinstance(ev, ClientSoftware):
-            offers.append(ev)
-        elif isinstance(ev, GroupSeen):
-            group = ev.group_id
-        elif isinstance(ev, ProduceAcks):
-            acks.add(ev.acks)
-        elif isinstance(ev, (DecodeError, Desync)):
-            problems += 1
-    ident = conn.identity
-    if ident is None:
-        who = "unknown (no ApiVersions on this connection)"
-    elif ident.name is None:
-        who = f"unknown (ApiVersions v{ident.request_version} has no software fields)"
-    else:
-        who = f"{ident.name} {ident.version} (ApiVersions v{ident.request_version})"
-    used = ", ".join(f"{name} v{v}" + (f" x{n}" if n > 1 else "") for (name, v, _), n in sorted(apis.items()))
-    removed = sorted({f"{name} v{v}" for (name, v, key) in apis if key in API_TABLE and v in removed_in_kafka4(API_TABLE[key])})
-    lines = [f"  conn {index}: client_id={client_id!r}  software: {who}"]
-    lines.append(f"      requests: {used}")
-    if group:
-        lines.append(f"      consumer group: {group}")
-    if acks:
-        lines.append(f"      produce acks: {sorted(acks)}")
-    lines.append(f"      removed by Kafka 4.0: {', '.join(removed) or 'none'}"
-                 + (f"   decode problems: {problems}" if problems else ""))
-    return "\n".join(lines)
+def get_json(base: str, path: str):
+    with urllib.request.urlopen(base + path, timeout=5) as resp:
+        return json.load(resp)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Live demo of the kafka-census protocol core on real clients.")
-    ap.add_argument("--rounds", type=int, default=0, help="rounds of all clients (default 0: until Ctrl-C)")
-    ap.add_argument("--clients", default=",".join(CLIENTS), help="comma-separated subset of: " + ", ".join(CLIENTS))
-    args = ap.parse_args(argv)
-    clients = [c for c in args.clients.split(",") if c]
-    unknown = sorted(set(clients) - set(CLIENTS))
-    if unknown or args.rounds < 0:
-        ap.error(f"unknown client(s) {unknown}" if unknown else "--rounds must be >= 0")
-    for name in clients:
-        why = peers.missing_client(name)
-        if why:
-            print(f"demo: {why}", file=sys.stderr)
-            return 2
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+def wait_ready(base: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"kafka-census exited with code {proc.returncode}:\n{proc.stderr.read()}")
+        try:
+            with urllib.request.urlopen(base + "/readyz", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit("kafka-census did not become ready within 20 s")
 
-    broker_port = peers.free_port()
-    shown = 0
-    try:
-        with RecordingProxy("127.0.0.1", broker_port) as proxy, \
-                peers.start_tansu(broker_port, advertised_port=proxy.port):
-            print(f"Tansu {peers.tansu_version()} on 127.0.0.1:{broker_port}, clients connect through "
-                  f"127.0.0.1:{proxy.port} (pass-through). Ctrl-C stops everything.", flush=True)
-            round_no = 0
-            while args.rounds == 0 or round_no < args.rounds:
-                round_no += 1
+
+def describe(base: str, client_id_prefix: str) -> list[str]:
+    conns = get_json(base, "/api/v1/connections?state=all&order_by=first_seen&limit=10000")["connections"]
+    mine = [c for c in conns if (c["client_id"] or "").startswith(client_id_prefix)]
+    lines = []
+    for c in mine[-8:]:
+        sw = " ".join(filter(None, (c["client_software_name"], c["client_software_version"]))) or "unknown"
+        state = "open" if c["state"] == "open" else f"closed ({c['close_reason']})"
+        reqs = ", ".join(f"{r['api']} v{r['api_version']}" for r in c["requests"][:4])
+        lines.append(f"    {c['client_address']}:{c['client_port']:<6} {sw:<45} {c['identity_source']:<16} "
+                     f"{state:<14} {reqs}")
+    return lines
+
+
+def gauge_lines(base: str) -> list[str]:
+    with urllib.request.urlopen(base + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return [line for line in text.splitlines()
+            if line.startswith("kafka_census_connections_closed_total") or line.startswith("kafka_census_connections{")]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=0, help="stop after N rounds (default: until Ctrl-C)")
+    parser.add_argument("--clients", default=",".join(peers.CLIENTS), help="comma-separated subset")
+    parser.add_argument("--http", default="127.0.0.1:9100", help="where kafka-census serves (default 127.0.0.1:9100)")
+    args = parser.parse_args()
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    unknown = [c for c in clients if c not in peers.CLIENTS]
+    if unknown:
+        parser.error(f"unknown client(s) {', '.join(unknown)}; known: {', '.join(peers.CLIENTS)}")
+    if os.geteuid() != 0:
+        print("make demo captures live on lo: run it as root (or give python CAP_NET_RAW)", file=sys.stderr)
+        return 1
+    base = f"http://{args.http}"
+    stopping = False
+
+    def stop(*_):
+        nonlocal stopping
+        stopping = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    port = peers.free_port()
+    with tempfile.TemporaryDirectory(prefix="kafka-census-demo-") as tmp, peers.start_tansu(port, port) as broker:
+        census = subprocess.Popen(
+            [str(CENSUS), "capture", "-i", "lo", "--listener", f"PLAINTEXT={port}", "--http", args.http,
+             "--event-log", f"{tmp}/events", "--idle-timeout", "120"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        try:
+            wait_ready(base, census)
+            print(f"Tansu {peers.tansu_version()} on {broker.bootstrap}; kafka-census capturing lo:")
+            print(f"  metrics  {base}/metrics")
+            print(f"  REST     {base}/api/v1/connections   (also /api/v1/clients, /brokers, /upgrade-readiness)")
+            print(f"  OpenAPI  {base}/docs")
+            print(f"  events   {tmp}/events")
+            print("Ctrl-C stops everything.\n", flush=True)
+            n = 0
+            while not args.rounds or n < args.rounds:
+                n += 1
                 for name in clients:
-                    print(f"\n[round {round_no}] {name} ({peers.client_package_version(name)}): produce 5, "
-                          "consume 5 with a group, metadata", flush=True)
-                    tag = peers.fresh_name(name)
-                    code, _, err = peers.run_client(name, f"127.0.0.1:{proxy.port}", topic=f"demo-{tag}",
-                                                    group=f"demo-{tag}-g", timeout=90, check=False)
-                    if code != 0:
-                        print(f"  client exited with {code}: {err.strip().splitlines()[-1:]}", flush=True)
-                    time.sleep(0.5)  # let the proxy see the client's FINs
-                    for conn in list(proxy.connections[shown:]):
-                        print(describe(conn.index, list(conn.chunks)), flush=True)
-                    shown = len(proxy.connections)
-    except KeyboardInterrupt:
-        print("\nstopped: broker, proxy and clients are gone.", file=sys.stderr)
-        return 130
+                    print(f"[round {n}] {name} ({peers.client_package_version(name)}): produce 5, consume 5 "
+                          "with a group, metadata", flush=True)
+                    peers.run_client(name, broker.bootstrap, timeout=120)
+                    time.sleep(0.5)  # the closing segments reach the capture
+                    for line in describe(base, f"census-{name}"):
+                        print(line)
+                print("  " + "\n  ".join(gauge_lines(base)), flush=True)
+        except KeyboardInterrupt:
+            print("\nstopping", file=sys.stderr)
+        finally:
+            census.send_signal(signal.SIGTERM)
+            try:
+                _, err = census.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                census.kill()
+                _, err = census.communicate()
+            if census.returncode not in (0, -signal.SIGTERM) and not stopping:
+                print(f"kafka-census exited with code {census.returncode}:\n{err}", file=sys.stderr)
+                return 1
     return 0
 
 

@@ -1,0 +1,232 @@
+"""The exporter end to end with real peers: `kafka-census capture -i lo --http` (the real
+command, a subprocess) watching Tansu and the six real clients, read through /metrics, the
+REST API, a real Prometheus and promtool, and the event log it leaves after SIGTERM.
+
+Needs root (live capture), as `make test` has on CI.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.eventlog import list_logs, read_events
+from tests import peers, prom
+from tests.test_golden import EXPECTED_IDENTITY
+
+CENSUS = Path(sys.executable).parent / "kafka-census"
+SOFTWARE = {name: (sw or "unknown", ver or "unknown") for name, (_, sw, ver) in EXPECTED_IDENTITY.items()}
+
+
+class Exporter:
+    def __init__(self, port: int, http_port: int, events: Path) -> None:
+        self.base = f"http://127.0.0.1:{http_port}"
+        self.target = f"127.0.0.1:{http_port}"
+        self.events = events
+        self.proc = subprocess.Popen(
+            [str(CENSUS), "capture", "-i", "lo", "--listener", f"PLAINTEXT={port}", "--http", self.target,
+             "--event-log", str(events), "--compat-metrics", "strimzi,confluent"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 20
+        while True:
+            assert self.proc.poll() is None, f"kafka-census exited: {self.proc.communicate()[1]}"
+            try:
+                if self.get("/readyz")["status"] == "ok":
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "kafka-census not ready within 20 s"
+            time.sleep(0.1)
+
+    def get(self, path: str):
+        with urllib.request.urlopen(self.base + path, timeout=10) as resp:
+            return json.load(resp)
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(self.base + "/metrics", timeout=10) as resp:
+            return resp.read().decode()
+
+    def samples(self, name: str) -> dict[tuple, float]:
+        """{sorted label items: value} of one sample name."""
+        out = {}
+        for fam in text_string_to_metric_families(self.metrics_text()):
+            for s in fam.samples:
+                if s.name == name:
+                    out[tuple(sorted(s.labels.items()))] = s.value
+        return out
+
+    def stop(self) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = self.proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        return self.proc.returncode, err
+
+
+def gauge(exporter: Exporter, listener: str, name: str, version: str) -> float | None:
+    key = tuple(sorted({"listener": listener, "client_software_name": name,
+                        "client_software_version": version}.items()))
+    return exporter.samples("kafka_census_connections").get(key)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("exporter")
+    port = peers.free_port()
+    with peers.start_tansu(port, port) as broker:
+        exporter = Exporter(port, peers.free_port(), tmp / "events")
+        try:
+            for name in peers.CLIENTS:
+                peers.run_client(name, broker.bootstrap, timeout=90)
+            deadline = time.monotonic() + 10  # the closing segments reach the capture
+            while exporter.get("/api/v1/connections?state=open")["total"] and time.monotonic() < deadline:
+                time.sleep(0.1)
+            yield broker, exporter
+        finally:
+            exporter.stop()
+
+
+def test_connection_gauges_are_exact_and_drop_to_zero(run):
+    _, exporter = run
+    for name, (sw, ver) in SOFTWARE.items():
+        if sw != "unknown":
+            assert gauge(exporter, "PLAINTEXT", sw, ver) == 0, name  # every client has closed
+    opened = exporter.samples("kafka_census_connections_opened_total")
+    rows = exporter.get("/api/v1/connections?state=all&limit=10000")["connections"]
+    assert opened == {(("listener", "PLAINTEXT"),): len(rows)}
+    closed = exporter.samples("kafka_census_connections_closed_total")
+    assert sum(closed.values()) == len(rows)
+    assert set(dict(k)["reason"] for k in closed) <= {"fin", "rst"}
+
+
+def test_request_counters_match_the_rest_rows(run):
+    _, exporter = run
+    rows = exporter.get("/api/v1/connections?state=all&limit=10000")["connections"]
+    expected: Counter = Counter()
+    for c in rows:
+        labels = (c["client_software_name"] or "unknown", c["client_software_version"] or "unknown")
+        for r in c["requests"]:
+            expected[(*labels, r["api"], str(r["api_version"]))] += r["count"]
+    got: Counter = Counter()
+    for key, value in exporter.samples("kafka_census_requests_total").items():
+        d = dict(key)
+        got[(d["client_software_name"], d["client_software_version"], d["api"], d["api_version"])] += value
+    assert got == expected
+    assert got[("kafka-python", "3.0.12", "ApiVersions", "4")] >= 1
+    assert got[("confluent-kafka-python", "2.16.1-rdkafka-2.16.0", "ApiVersions", "3")] >= 1
+
+
+def test_rest_rows_and_census_per_client(run):
+    _, exporter = run
+    for name, (version, sw, ver) in EXPECTED_IDENTITY.items():
+        rows = exporter.get(f"/api/v1/connections?client_id=census-{name}-producer&limit=100")["connections"] or \
+            [c for c in exporter.get("/api/v1/connections?limit=10000")["connections"]
+             if (c["client_id"] or "").startswith(f"census-{name}")]
+        assert rows, name
+        identified = [c for c in rows if c["identity_source"] != "none"]
+        assert identified and all(c["identity_source"] == f"api_versions_v{version}" and
+                                  c["client_software_name"] == sw and c["client_software_version"] == ver
+                                  for c in identified), (name, identified)
+        assert all(c["state"] == "closed" and c["close_reason"] in ("fin", "rst") for c in rows)
+    census = exporter.get("/api/v1/clients")["clients"]
+    by_software = Counter()
+    for row in census:
+        by_software[(row["client_software_name"], row["client_software_version"])] += row["total_connections"]
+    assert by_software[("kafka-python", "3.0.12")] >= 3
+    assert by_software[("platformatic-kafka", "1.35.0")] >= 2
+    brokers = exporter.get("/api/v1/brokers")["brokers"]
+    assert len(brokers) == 1 and any(r["api_key"] == 18 for r in brokers[0]["api_ranges"])
+
+
+def test_a_disconnect_drops_the_gauge_within_a_second(run):
+    broker, exporter = run
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, client_id="census-held",
+                             request_timeout_ms=10000)
+    try:
+        consumer.topics()  # connects: ApiVersions v4 + Metadata
+        deadline = time.monotonic() + 5
+        while (gauge(exporter, "PLAINTEXT", "kafka-python", "3.0.12") or 0) < 1:
+            assert time.monotonic() < deadline, "the open connection never reached the gauge"
+            time.sleep(0.05)
+        open_rows = exporter.get("/api/v1/connections?state=open&client_id=census-held")["connections"]
+        assert open_rows and open_rows[0]["idle_seconds"] >= 0
+    finally:
+        consumer.close()
+    closed_at = time.monotonic()
+    while gauge(exporter, "PLAINTEXT", "kafka-python", "3.0.12") != 0:
+        assert time.monotonic() - closed_at < 1.0, "the gauge did not drop within a second"
+        time.sleep(0.02)
+    rows = exporter.get("/api/v1/connections?state=closed&client_id=census-held")["connections"]
+    assert rows and all(r["close_reason"] in ("fin", "rst") for r in rows)
+
+
+def test_compat_series_mirror_the_gauge(run):
+    _, exporter = run
+    ours = {(dict(k)["client_software_name"], dict(k)["client_software_version"]): v
+            for k, v in exporter.samples("kafka_census_connections").items()}
+    strimzi = {(dict(k)["clientSoftwareName"], dict(k)["clientSoftwareVersion"]): v
+               for k, v in exporter.samples("kafka_server_socket_server_metrics_connections_software").items()}
+    confluent = {(dict(k)["client_software_name"], dict(k)["client_software_version"]): v
+                 for k, v in exporter.samples("kafka_server_socketservermetrics_connections").items()}
+    assert ours == strimzi == confluent and ours
+
+
+STRIMZI = "kafka_server_socket_server_metrics_connections_software"
+
+
+def test_promtool_accepts_the_exposition(run):
+    _, exporter = run
+    text = exporter.metrics_text()
+    ours = "\n".join(line for line in text.splitlines() if STRIMZI not in line) + "\n"
+    ok, output = prom.promtool_check_metrics(ours)
+    assert ok, output
+    # Strimzi's series keeps Strimzi's camelCase label names on purpose (its dashboards use
+    # them): that lint, and nothing else, is what promtool may say of the full text.
+    ok, output = prom.promtool_check_metrics(text)
+    lints = {line for line in output.splitlines() if line.strip()}
+    assert lints == {f"{STRIMZI} label names should be written in 'snake_case' not 'camelCase'"}, output
+
+
+def test_a_real_prometheus_scrapes_per_version_counts(run, tmp_path):
+    _, exporter = run
+    expected = Counter()
+    for c in exporter.get("/api/v1/connections?state=all&limit=10000")["connections"]:
+        expected[c["client_software_name"] or "unknown"] += sum(r["count"] for r in c["requests"])
+    with prom.start_prometheus([exporter.target], tmp_dir=tmp_path) as server:
+        server.wait_until_up(timeout=30)
+        result = server.wait_for("sum by (client_software_name) (kafka_census_requests_total)",
+                                 lambda r: len(r) == len(expected), timeout=30)
+        got = {labels["client_software_name"]: value for labels, value in result}
+        assert got == expected
+        up = server.query('kafka_census_build_info')
+        assert up and up[0][1] == 1
+
+
+def test_zz_sigterm_flushes_a_readable_event_log(run):
+    """Last in this module: stops the exporter."""
+    _, exporter = run
+    rows = exporter.get("/api/v1/connections?state=all&limit=10000")["connections"]
+    code, err = exporter.stop()
+    assert code == 0, err
+    files = list_logs(exporter.events)
+    assert files and not list(Path(exporter.events).glob("*.active"))
+    records = [r for f in files for r in read_events(f)]
+    opened = {r["conn_id"] for r in records if r["type"] == "ConnectionOpened"}
+    closed = {r["conn_id"] for r in records if r["type"] == "ConnectionClosed"}
+    assert {c["id"] for c in rows} <= opened and {c["id"] for c in rows if c["state"] == "closed"} <= closed
+    assert all(r["schema"] == 1 for r in records)
+    assert any(r["type"] == "ClientSoftware" and r["name"] == "kafka-ts" for r in records)
