@@ -51,8 +51,8 @@ class ConnectionOpened(Event):
 class TrafficUpdate(Event):
     """Cumulative TCP payload counters of one connection; `ts` is when it was last active.
 
-    Emitted at most once per `update_interval` of packet time while the connection is busy,
-    and once more just before its `ConnectionClosed`."""
+    Emitted once per `update_interval` of packet time for each connection that had traffic in
+    it, once more just before its `ConnectionClosed`, and for every open one at end of input."""
 
     bytes_from_client: int
     bytes_from_broker: int

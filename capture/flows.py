@@ -80,7 +80,7 @@ class _Stream:
 
 class _Flow:
     __slots__ = ("conn_id", "conn", "listener", "client", "broker", "first_seen", "last_seen",
-                 "updated", "syn_isn", "tls")
+                 "syn_isn", "tls")
 
     def __init__(self, conn_id: str, conn: KafkaConnection | None, listener, ts: float) -> None:
         self.conn_id = conn_id
@@ -90,7 +90,6 @@ class _Flow:
         self.broker = _Stream(FROM_BROKER)
         self.first_seen = ts
         self.last_seen = ts
-        self.updated = ts
         self.syn_isn: int | None = None
         self.tls = listener.tls
 
@@ -125,6 +124,7 @@ class FlowTracker:
         self.name = name
         self.flows: OrderedDict[tuple, _Flow] = OrderedDict()  # least recently active first
         self._tombstones: OrderedDict[tuple, float] = OrderedDict()
+        self._dirty: set[tuple] = set()  # flows with traffic not yet reported in a TrafficUpdate
         self._next_expiry = float("-inf")
         self._conn_seq = 0
         self._held_total = 0
@@ -149,7 +149,7 @@ class FlowTracker:
         segment = self.segment
         drops = self.drops
         ports, flows = self._ports, self.flows
-        get, touch = flows.get, flows.move_to_end
+        get, touch, dirty = flows.get, flows.move_to_end, self._dirty.add
         mv = memoryview(buf)
         n = nbytes = 0
         for sec, usec, off, caplen in _meta_records(meta):
@@ -179,11 +179,11 @@ class FlowTracker:
                     continue
                 stream, peer = flow.broker, flow.client
             nxt = stream.next
-            if (nxt is None or nxt & 0xFFFFFFFF != seq or stream.held or peer.held or stream.fin_at is not None
-                    or ts - flow.updated >= self.update_interval):
+            if nxt is None or nxt & 0xFFFFFFFF != seq or stream.held or peer.held or stream.fin_at is not None:
                 segment(ts, buf, *r)
                 continue
             touch(key)
+            dirty(key)
             self.last_ts = flow.last_seen = ts
             stream.next = nxt + pe - po
             stream.bytes += pe - po
@@ -234,6 +234,7 @@ class FlowTracker:
                 if flow is None:
                     return
         flow.last_seen = ts
+        self._dirty.add(key)
         if from_client:
             stream, peer = flow.client, flow.broker
         else:
@@ -262,8 +263,6 @@ class FlowTracker:
             if stream.next >= stream.fin_at and peer.next >= peer.fin_at:
                 self._close(key, flow, "fin", ts)
                 return
-        if ts - flow.updated >= self.update_interval:
-            self._traffic(flow, ts)
 
     # --- reassembly ---------------------------------------------------------------------
 
@@ -397,7 +396,6 @@ class FlowTracker:
             emit(ev)
 
     def _traffic(self, flow: _Flow, ts: float) -> None:
-        flow.updated = ts
         c, b = flow.client, flow.broker
         self.emit(TrafficUpdate(
             conn_id=flow.conn_id, ts=flow.last_seen, bytes_from_client=c.bytes, bytes_from_broker=b.bytes,
@@ -405,6 +403,7 @@ class FlowTracker:
 
     def _close(self, key, flow: _Flow, reason: str, ts: float) -> None:
         del self.flows[key]
+        self._dirty.discard(key)
         for s in (flow.client, flow.broker):
             while s.held:  # each remaining hole is a gap; what follows it is still decoded
                 self._gap(flow, s, min(s.held), ts)
@@ -421,8 +420,15 @@ class FlowTracker:
             tomb.popitem(last=False)
 
     def expire(self, now: float) -> None:
-        """Close flows idle for longer than `idle_timeout` and forget old tombstones."""
-        self._next_expiry = now + min(1.0, self.idle_timeout / 4)
+        """Report the traffic of flows active since the last call, close flows idle for longer
+        than `idle_timeout`, and forget old tombstones. Runs every `update_interval` of packet
+        time (and from the live loop when the wire is quiet)."""
+        self._next_expiry = now + min(self.update_interval, self.idle_timeout / 4)
+        if self._dirty:
+            flows = self.flows
+            for key in self._dirty:
+                self._traffic(flows[key], now)
+            self._dirty.clear()
         cutoff = now - self.idle_timeout
         flows = self.flows
         while flows:

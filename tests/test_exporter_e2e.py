@@ -164,6 +164,11 @@ def test_a_disconnect_drops_the_gauge_within_a_second(run):
             time.sleep(0.05)
         open_rows = exporter.get("/api/v1/connections?state=open&client_id=census-held")["connections"]
         assert open_rows and open_rows[0]["idle_seconds"] >= 0
+        # A quiet open connection still reports its traffic (within the 1 s update interval).
+        while not all(r["bytes_from_client"] > 0 and r["bytes_from_broker"] > 0 for r in open_rows):
+            assert time.monotonic() < deadline + 3, f"no traffic reported for an open connection: {open_rows}"
+            time.sleep(0.1)
+            open_rows = exporter.get("/api/v1/connections?state=open&client_id=census-held")["connections"]
     finally:
         consumer.close()
     closed_at = time.monotonic()
