@@ -123,19 +123,38 @@ def _csv(value) -> list[str]:
     return [v.strip() for v in str(value).split(",") if v.strip()]
 
 
+def _int(value) -> int:
+    """An integer from a flag, a variable or YAML; YAML's true or 2.5 are not integers."""
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(value)
+    return int(value)
+
+
+def _float(value) -> float:
+    if isinstance(value, bool):
+        raise ValueError(value)
+    return float(value)
+
+
+def _str(value) -> str:
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise ValueError(value)
+    return str(value)
+
+
 #: dest -> (parse, default). Flags default to None so that "not given" is visible.
 SETTINGS = {
-    "interface": (str, None),
+    "interface": (_str, None),
     "listener": (_csv, [DEFAULT_LISTENER]),
-    "http": (str, None),
-    "event_log": (str, None),
-    "event_log_max_mb": (int, 64),
-    "event_log_max_age": (float, 3600.0),
+    "http": (_str, None),
+    "event_log": (_str, None),
+    "event_log_max_mb": (_int, 64),
+    "event_log_max_age": (_float, 3600.0),
     "compat_metrics": (_csv, []),
-    "idle_timeout": (float, 660.0),
-    "max_flows": (int, 100_000),
-    "max_connections": (int, 100_000),
-    "buffer_mb": (int, 64),
+    "idle_timeout": (_float, 660.0),
+    "max_flows": (_int, 100_000),
+    "max_connections": (_int, 100_000),
+    "buffer_mb": (_int, 64),
 }
 ENV_PREFIX = "KAFKA_CENSUS_"
 
@@ -148,6 +167,8 @@ def _load_config(path: str) -> dict:
             data = yaml.safe_load(f)
     except OSError as exc:
         raise UsageError(f"--config {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--config {path}: not UTF-8 text") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -195,6 +216,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     if args.serve and not args.http:
         raise UsageError("--serve needs --http HOST:PORT")
+    if args.http and not args.serve:
+        raise UsageError("--http serves only with --serve (replay lists the connections otherwise)")
     listeners = _listeners(args)
     registry = ConnectionRegistry(max_closed=10**9, closed_ttl=float("inf"))  # a file is finite: keep all
     sock = _bind(args) if args.serve else None
@@ -348,9 +371,9 @@ def _add_capture_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--listener", action="append", metavar="NAME=PORT[:SECURITY_PROTOCOL]",
                    help=f"a broker listener port (repeatable; default {DEFAULT_LISTENER})")
     p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--idle-timeout", type=float, metavar="SECONDS",
+    p.add_argument("--idle-timeout", type=_float, metavar="SECONDS",
                    help="close a connection silent this long (default 660: the broker's 10 min idle close + 1)")
-    p.add_argument("--max-flows", type=int, help="bound of the TCP flow table (default 100000)")
+    p.add_argument("--max-flows", type=_int, help="bound of the TCP flow table (default 100000)")
     p.add_argument("--http", metavar="HOST:PORT", help="serve /metrics and the REST API here, e.g. 127.0.0.1:9100")
     p.add_argument("--compat-metrics", type=_csv, metavar="strimzi,confluent",
                    help="also emit the broker's KIP-511 gauge under these projects' jmx_exporter names")

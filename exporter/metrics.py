@@ -110,8 +110,8 @@ class CensusCollector:
         yield _counter("desyncs", "Times a direction lost its frame boundaries and resynced, by kind.", ["kind"],
                        {k[1]: v for k, v in s.problems.items() if k[0] == "desync"})
         yield from self._capture_health(s)
-        yield _counter("software_label_overflow", "Connections whose software name/version went to the "
-                       "'other' label because the distinct-pair limit was reached.", [], {(): s.software_overflow})
+        yield _counter("software_label_overflow", "Client identifications whose software name/version went to "
+                       "the 'other' label because the distinct-pair limit was reached.", [], {(): s.software_overflow})
         yield _counter("untracked_connections", "Connections not tracked because the live table was full.",
                        [], {(): s.untracked_connections})
         yield _counter("forgotten_closed_connections", "Recently closed connections dropped at the count bound.",

@@ -370,7 +370,7 @@ class ConnectionRegistry:
     def _label(self, name: str | None, version: str | None) -> tuple[str, str]:
         pair = (name or UNKNOWN, version or UNKNOWN)
         labels = self._software_labels
-        if pair in labels:
+        if pair in labels or pair == (UNKNOWN, UNKNOWN):  # "unknown" never takes a slot
             return pair
         if len(labels) < self.max_software_labels:
             labels.add(pair)

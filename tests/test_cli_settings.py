@@ -1,0 +1,254 @@
+"""`kafka-census` settings and serving as an operator meets them: the installed console script
+as a real subprocess. Settings resolve flags > KAFKA_CENSUS_* environment > --config YAML >
+defaults; every bad setting is one `kafka-census: error:` line and exit 2, never a traceback;
+`replay --serve` serves what the file contained until SIGTERM, then exits 0."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests import synth
+from tests.test_capture_synthetic import full_conversation
+
+SCRIPT = Path(sys.executable).parent / "kafka-census"
+# broker port -> the listener setting that alone matches it
+PORTS = {"default": 9092, "config": 9201, "env": 9202, "flag": 9203}
+
+
+def clean_env(**extra) -> dict:
+    """This process's environment without any KAFKA_CENSUS_* setting, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_CENSUS_")}
+    env.update(extra)
+    return env
+
+
+def run(*args, env=None):
+    assert SCRIPT.exists(), "console script missing: run `make setup` (pip install -e .)"
+    return subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=60,
+                          env=env if env is not None else clean_env(), stdin=subprocess.DEVNULL)
+
+
+def assert_usage_error(out, *fragments):
+    """Exit 2, exactly one `kafka-census: error:` line naming `fragments`, no traceback."""
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    errors = [line for line in out.stderr.splitlines() if line.startswith("kafka-census: error:")]
+    assert len(errors) == 1, out.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    assert out.stdout == ""
+
+
+@pytest.fixture(scope="module")
+def pcap(tmp_path_factory) -> Path:
+    """One complete conversation to each of the four broker ports in PORTS."""
+    packets = []
+    for i, port in enumerate(PORTS.values(), start=1):
+        conv = synth.TcpConversation(client=(f"10.0.0.{10 + i}", 40000 + i), broker=("10.0.0.2", port))
+        packets += full_conversation(conv)
+    path = tmp_path_factory.mktemp("settings") / "four.pcap"
+    synth.write_pcap(path, packets)
+    return path
+
+
+@pytest.fixture
+def config(tmp_path):
+    def write(text: str | bytes) -> Path:
+        path = tmp_path / "census.yaml"
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text)
+        return path
+    return write
+
+
+def listed(out) -> list[tuple[str, int, str]]:
+    assert out.returncode == 0, out.stderr
+    return [(c["listener"], c["broker_port"], c["client_software_name"]) for c in json.loads(out.stdout)]
+
+
+# --- precedence -----------------------------------------------------------------------------
+
+def test_default_listener_when_nothing_is_set(pcap):
+    assert listed(run("replay", pcap, "--format", "json")) == [("PLAINTEXT", 9092, "census-synth")]
+
+
+def test_config_beats_the_default(pcap, config):
+    cfg = config("listener:\n  - CFG=9201\n")
+    assert listed(run("replay", pcap, "--format", "json", "--config", cfg)) == [("CFG", 9201, "census-synth")]
+
+
+def test_environment_beats_the_config(pcap, config):
+    cfg = config("listener: CFG=9201\n")
+    out = run("replay", pcap, "--format", "json", "--config", cfg, env=clean_env(KAFKA_CENSUS_LISTENER="ENV=9202"))
+    assert listed(out) == [("ENV", 9202, "census-synth")]
+
+
+def test_flag_beats_the_environment_and_the_config(pcap, config):
+    cfg = config("listener: CFG=9201\n")
+    out = run("replay", pcap, "--format", "json", "--config", cfg, "--listener", "FLAG=9203",
+              env=clean_env(KAFKA_CENSUS_LISTENER="ENV=9202"))
+    assert listed(out) == [("FLAG", 9203, "census-synth")]
+
+
+def test_list_settings_take_comma_separated_environment_values(pcap):
+    out = run("replay", pcap, "--format", "json", env=clean_env(KAFKA_CENSUS_LISTENER="ENV=9202, FLAG=9203"))
+    assert listed(out) == [("ENV", 9202, "census-synth"), ("FLAG", 9203, "census-synth")]
+
+
+# --- bad settings: one error line, exit 2 ---------------------------------------------------
+
+@pytest.mark.parametrize("text, fragments", [
+    ("listeners: PLAINTEXT=9092\n", ["unknown setting 'listeners'", "known:", "listener"]),
+    ("listener: [PLAINTEXT=9092\n", ["not valid YAML"]),
+    ("- listener\n- PLAINTEXT=9092\n", ["expected a mapping"]),
+    ("max-flows: many\n", ["max-flows in --config", "bad value 'many'"]),
+    ("idle-timeout: [1, 2]\n", ["idle-timeout in --config", "bad value"]),
+], ids=["unknown-key", "invalid-yaml", "not-a-mapping", "bad-int", "list-for-float"])
+def test_bad_config_is_one_error_line_and_exit_2(pcap, config, text, fragments):
+    assert_usage_error(run("replay", pcap, "--config", config(text)), "--config", *fragments)
+
+
+@pytest.mark.parametrize("text", ["max-flows: true\n", "max-flows: 2.5\n"], ids=["bool-for-int", "float-for-int"])
+def test_config_values_of_the_wrong_yaml_type_are_rejected(pcap, config, text):
+    """YAML types the value: `true` and `2.5` are no flow-table size (the flag and the
+    environment variable reject both; int() would silently turn them into 1 and 2)."""
+    assert_usage_error(run("replay", pcap, "--config", config(text)), "max-flows in --config", "bad value")
+
+
+def test_config_that_is_not_utf8_is_one_error_line(pcap, config):
+    assert_usage_error(run("replay", pcap, "--config", config(b"listener: \xff\xfe\n")), "--config")
+
+
+def test_missing_config_file(pcap, tmp_path):
+    missing = tmp_path / "nope.yaml"
+    assert_usage_error(run("replay", pcap, "--config", missing), f"--config {missing}", "No such file")
+
+
+def test_empty_config_is_the_defaults(pcap, config):
+    assert listed(run("replay", pcap, "--format", "json", "--config", config(""))) == [
+        ("PLAINTEXT", 9092, "census-synth")]
+
+
+@pytest.mark.parametrize("name, value", [("MAX_FLOWS", "abc"), ("IDLE_TIMEOUT", "soon"), ("MAX_FLOWS", "2.5")])
+def test_bad_environment_value_is_one_error_line_and_exit_2(pcap, name, value):
+    out = run("replay", pcap, env=clean_env(**{f"KAFKA_CENSUS_{name}": value}))
+    assert_usage_error(out, f"KAFKA_CENSUS_{name}", f"bad value {value!r}")
+
+
+def test_environment_value_is_validated_like_the_flag(pcap):
+    assert_usage_error(run("replay", pcap, env=clean_env(KAFKA_CENSUS_MAX_FLOWS="0")), "--max-flows")
+
+
+@pytest.mark.parametrize("http", ["nohost", "1.2.3.4:99999", "127.0.0.1:", "127.0.0.1:0"])
+def test_bad_http_forms_exit_2(pcap, http):
+    assert_usage_error(run("replay", pcap, "--serve", "--http", http), "bad --http", http)
+
+
+def test_bad_http_from_the_environment_exits_2_for_capture():
+    out = run("capture", "-i", "lo", env=clean_env(KAFKA_CENSUS_HTTP="nohost"))
+    assert_usage_error(out, "bad --http 'nohost'")
+
+
+def test_busy_port_is_one_error_line_and_exit_1(pcap):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        out = run("replay", pcap, "--serve", "--http", f"127.0.0.1:{port}")
+    assert out.returncode == 1, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert lines == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use"], out.stderr
+
+
+def test_capture_without_an_interface_names_the_environment_variable():
+    assert_usage_error(run("capture"), "--interface", "KAFKA_CENSUS_INTERFACE")
+
+
+def test_replay_serve_needs_http(pcap):
+    assert_usage_error(run("replay", pcap, "--serve"), "--serve needs --http")
+
+
+# --- replay --serve -------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_replay_http_without_serve_is_refused_not_ignored(pcap):
+    assert_usage_error(run("replay", pcap, "--http", "127.0.0.1:9100"), "--http serves only with --serve")
+
+
+def test_replay_serve_serves_the_file_and_stops_cleanly_on_sigterm(tmp_path):
+    path = tmp_path / "one.pcap"
+    synth.write_pcap(path, full_conversation(synth.TcpConversation()))
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([str(SCRIPT), "replay", str(path), "--serve", "--http", f"127.0.0.1:{port}"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=clean_env())
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            assert proc.poll() is None, f"kafka-census exited {proc.returncode}: {proc.communicate()[1]}"
+            try:
+                status, body = _get(base + "/readyz")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "not serving within 15 s"
+                time.sleep(0.05)
+        assert (status, json.loads(body)) == (200, {"status": "ok"})
+
+        status, body = _get(base + "/api/v1/connections")
+        assert status == 200
+        listing = json.loads(body)
+        assert listing["total"] == 1
+        [conn] = listing["connections"]
+        assert (conn["client_address"], conn["broker_port"], conn["listener"]) == ("10.0.0.1", 9092, "PLAINTEXT")
+        assert (conn["client_software_name"], conn["client_software_version"]) == ("census-synth", "1.2.3")
+        assert conn["state"] == "closed"
+
+        status, body = _get(base + "/metrics")
+        assert status == 200
+        metrics = body.decode().splitlines()
+        assert 'kafka_census_connections_opened_total{listener="PLAINTEXT"} 1.0' in metrics
+        assert ('kafka_census_connections{client_software_name="census-synth",client_software_version="1.2.3",'
+                'listener="PLAINTEXT"} 0.0') in metrics
+
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pytest.fail("kafka-census did not exit within 10 s of SIGTERM")
+        stderr = proc.stderr.read()
+        assert code == 0, stderr
+        assert "Traceback" not in stderr
+        assert f"http://127.0.0.1:{port}/metrics" in stderr  # the announcement
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
