@@ -212,7 +212,10 @@ class ConnectionRegistry:
         self.forgotten = 0  # closed records dropped at the count bound
         self.problems: Counter[str] = Counter()  # "decode_error:KIND" / "desync:KIND"
         self._software_labels: set[tuple[str, str]] = set()
-        self._gauge_keys: set[tuple[str, str, str]] = set()
+        # Open connections per (listener, name label, version label), kept as events arrive so a
+        # scrape does not walk every connection. A label set that had connections stays at 0,
+        # as the broker's gauge does (bounded by listeners x software labels).
+        self._gauge: Counter = Counter()
         self.software_overflow = 0
         self._census: dict[tuple, _CensusRow] = {}
         self.census_overflow = 0
@@ -344,13 +347,8 @@ class ConnectionRegistry:
     def snapshot(self) -> MetricsSnapshot:
         with self.lock:
             self.expire()
-            # Label sets that had connections stay at 0 (as the broker's gauge does), bounded by
-            # listeners x software labels.
-            conns: Counter = Counter(dict.fromkeys(self._gauge_keys, 0))
-            for rec in self.open.values():
-                conns[(rec.listener, *rec.labels)] += 1
             return MetricsSnapshot(
-                connections=dict(conns), opened=dict(self._opened), closed=dict(self._closed_totals),
+                connections=dict(self._gauge), opened=dict(self._opened), closed=dict(self._closed_totals),
                 requests=dict(self._requests), deprecated=dict(self._deprecated),
                 latency={k: (list(v[0]), v[1], v[2]) for k, v in self._latency.items()},
                 api_versions=dict(self._api_versions), produce_acks=dict(self._produce_acks),
@@ -385,7 +383,7 @@ class ConnectionRegistry:
         rec = self.open[ev.conn_id] = ConnectionRecord(ev)
         self._opened[ev.listener] += 1
         rec.labels = self._label(None, None)
-        self._gauge_keys.add((rec.listener, *rec.labels))
+        self._gauge[(rec.listener, *rec.labels)] += 1
 
     def _request(self, ev: RequestSeen) -> None:
         rec = self.open.get(ev.conn_id)
@@ -427,8 +425,9 @@ class ConnectionRegistry:
             rec.identity_version = ev.request_version
             rec.software_name = ev.name
             rec.software_version = ev.version
+            self._gauge[(rec.listener, *rec.labels)] -= 1
             rec.labels = self._label(ev.name, ev.version)
-            self._gauge_keys.add((rec.listener, *rec.labels))
+            self._gauge[(rec.listener, *rec.labels)] += 1
         self._count_request(rec, API_VERSIONS, ev.request_version)
 
     def _answer(self, ev: ApiVersionsAnswer) -> None:
@@ -508,6 +507,7 @@ class ConnectionRegistry:
         rec = self.open.pop(ev.conn_id, None)
         if rec is None:
             return
+        self._gauge[(rec.listener, *rec.labels)] -= 1
         rec.state = "closed"
         rec.close_reason = ev.reason
         rec.closed_at = ev.ts

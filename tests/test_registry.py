@@ -4,6 +4,7 @@ the census, brokers, upgrade readiness, identity sources, and a concurrent reade
 
 from __future__ import annotations
 
+from collections import Counter
 import sys
 import threading
 import time
@@ -371,3 +372,21 @@ def test_concurrent_reads_while_applying_20k_events():
     assert snap.latency[("PLAINTEXT", "Metadata")][2] == conns
     assert len(reg.connections("closed")) == conns and reg.connections("open") == []
     assert sum(r["total_connections"] for r in reg.clients()) == conns
+
+
+def test_the_incremental_gauge_equals_a_recount_of_open_connections():
+    """The gauge is kept as events arrive, not recounted per scrape: after opens, identities
+    (including a re-identification and an overflow to 'other') and closes, it must still equal
+    a count over the open records."""
+    reg = ConnectionRegistry(max_software_labels=2)
+    for n in range(1, 41):
+        feed(reg, opened(cid(n), float(n), n=n))
+        if n % 3:
+            feed(reg, software(cid(n), n + 0.1, f"sw{n % 4}", "1"))
+        if n % 5 == 0:
+            feed(reg, software(cid(n), n + 0.2, "sw-late", "2"))
+        if n % 2 == 0:
+            feed(reg, closed(cid(n), n + 0.3))
+    recount = Counter((r.listener, *r.labels) for r in reg.open.values())
+    assert {k: v for k, v in reg.snapshot().connections.items() if v} == dict(recount)
+    assert all(v >= 0 for v in reg.snapshot().connections.values())
