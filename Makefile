@@ -56,6 +56,7 @@ bench: setup bench/data/produce.pcap
 	$(PY) -m bench.core_decode
 	$(PY) -m bench.replay
 	$(PY) -m bench.live
+	$(PY) -m bench.exporter
 
 bench/data/produce.pcap:
 	$(PY) -m bench.record_produce_pcap --out $@
