@@ -61,7 +61,6 @@ import gzip
 import json
 import linecache
 import os
-import queue
 import random
 import socket
 import statistics
@@ -72,6 +71,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from bench.child import Child
 from bench.machine import describe
 from capture.events import (
     ApiVersionsAnswer,
@@ -457,41 +457,12 @@ def tcp_socket() -> socket.socket:
     return sock
 
 
-class Child:
-    """The server child: its stdout read line by line on a thread; stopped, then killed by pid."""
+class ServerChild(Child):
+    """The server child (`--serve-child`): asked for its lock holds, stopped with `quit`."""
 
     def __init__(self, n: int, seed: int) -> None:
-        cmd = [sys.executable, "-m", "bench.exporter", "--serve-child", str(n), "--seed", str(seed)]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     cwd=str(REPO_ROOT))
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def read_json(self, timeout: float) -> dict:
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RuntimeError(f"server child: no answer within {timeout:.0f} s")
-            try:
-                line = self.lines.get(timeout=left)
-            except queue.Empty:
-                continue
-            if line is None:
-                self.proc.wait(5)
-                raise RuntimeError(f"server child exited {self.proc.returncode}")
-            if line.startswith("{"):
-                return json.loads(line)
-
-    def send(self, line: str) -> None:
-        with contextlib.suppress(BrokenPipeError, OSError):
-            self.proc.stdin.write(line + "\n")
-            self.proc.stdin.flush()
+        super().__init__([sys.executable, "-m", "bench.exporter", "--serve-child", str(n), "--seed", str(seed)],
+                         "server child")
 
     def lock_holds(self) -> list[float]:
         self.send("locks")
@@ -500,11 +471,9 @@ class Child:
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.send("quit")
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        self.kill()
         with contextlib.suppress(OSError):
             self.proc.stdin.close()
 
@@ -811,7 +780,7 @@ def report(results: dict, machine: str) -> None:
 # ---------------------------------------------------------------------------- main
 
 def run_size(n: int, seed: int, repeat: int) -> dict:
-    child = Child(n, seed)
+    child = ServerChild(n, seed)
     try:
         print(f"N={n:,}: building under tracemalloc (server child builds its own)", file=sys.stderr)
         registry, memory = measure_memory(n, seed)

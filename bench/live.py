@@ -29,7 +29,6 @@ Prints a Markdown table and writes bench/results/live.json.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import queue
@@ -39,13 +38,13 @@ import shutil
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
 from collections import Counter
 from pathlib import Path
 
+from bench.child import Child
 from bench.machine import describe
 
 DEFAULT_RATES = "20000,50000,100000,150000,200000"
@@ -413,57 +412,6 @@ def capture_main(core: int, port: int, buffer_mb: int) -> int:
 
 
 # =========================================================================== orchestration
-class Child:
-    """A child process in its own session, its stdout read line by line on a thread."""
-
-    def __init__(self, cmd: list[str], name: str) -> None:
-        self.name = name
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, cwd=str(REPO_ROOT), start_new_session=True)
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.err: list[str] = []
-        threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines.put), daemon=True).start()
-        threading.Thread(target=self._pump, args=(self.proc.stderr, self._err_line), daemon=True).start()
-
-    def _err_line(self, line: str | None) -> None:
-        if line is not None:
-            self.err.append(line)
-
-    @staticmethod
-    def _pump(stream, put) -> None:
-        for line in stream:
-            put(line)
-        put(None)
-
-    def read_json(self, timeout: float) -> dict:
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RuntimeError(f"{self.name}: no report within {timeout:.0f} s")
-            try:
-                line = self.lines.get(timeout=left)
-            except queue.Empty:
-                continue
-            if line is None:
-                self.proc.wait(5)
-                raise RuntimeError(f"{self.name} exited {self.proc.returncode}: {''.join(self.err)[-2000:]}")
-            if line.startswith("{"):
-                return json.loads(line)
-
-    def send(self, line: str) -> None:
-        with contextlib.suppress(BrokenPipeError, OSError):
-            self.proc.stdin.write(line + "\n")
-            self.proc.stdin.flush()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(5)
-
-
 def cpu_times() -> dict[int, tuple[int, int]]:
     """Per CPU (busy, total) jiffies from /proc/stat."""
     out = {}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from capture.kafka.events import (  # noqa: F401  (re-exported: this module is the contract)
+from capture.kafka.events import (  # re-exported: this module is the contract
     NEED_DATA,
     ApiVersionsAnswer,
     ClientSoftware,
@@ -31,6 +31,12 @@ from capture.kafka.events import (  # noqa: F401  (re-exported: this module is t
     SaslIdentity,
     TlsDetected,
 )
+
+__all__ = [
+    "NEED_DATA", "ApiVersionsAnswer", "CaptureStats", "ClientSoftware", "ConnectionClosed", "ConnectionOpened",
+    "DecodeError", "Desync", "Direction", "Event", "GroupSeen", "ProduceAcks", "RequestSeen", "Resynced",
+    "ResponseSeen", "SaslHandshake", "SaslIdentity", "TlsDetected", "TrafficUpdate",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
