@@ -7,8 +7,10 @@ Needs root (live capture), as `make test` has on CI.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.eventlog import list_logs, read_events
 from tests import peers, prom
+from tests.kafka_frames import produce_v0_2
 from tests.test_golden import EXPECTED_IDENTITY
 
 CENSUS = Path(sys.executable).parent / "kafka-census"
@@ -81,6 +84,17 @@ def gauge(exporter: Exporter, listener: str, name: str, version: str) -> float |
     return exporter.samples("kafka_census_connections").get(key)
 
 
+def old_producer(port: int) -> None:
+    """What no modern client sends: Produce v2 (removed by Kafka 4.0, KIP-896) with acks=1, then
+    with acks=2 (invalid since KIP-1). Whatever Tansu answers, the capture sees the requests."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(produce_v0_2(2, 1, acks=1, client_id="census-legacy")
+                     + produce_v0_2(2, 2, acks=2, client_id="census-legacy"))
+        sock.settimeout(2)
+        with contextlib.suppress(OSError):
+            sock.recv(65536)
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("exporter")
@@ -90,6 +104,7 @@ def run(tmp_path_factory):
         try:
             for name in peers.CLIENTS:
                 peers.run_client(name, broker.bootstrap, timeout=90)
+            old_producer(broker.port)
             deadline = time.monotonic() + 10  # the closing segments reach the capture
             while exporter.get("/api/v1/connections?state=open")["total"] and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -148,6 +163,22 @@ def test_rest_rows_and_census_per_client(run):
     assert by_software[("platformatic-kafka", "1.35.0")] >= 2
     brokers = exporter.get("/api/v1/brokers")["brokers"]
     assert len(brokers) == 1 and any(r["api_key"] == 18 for r in brokers[0]["api_ranges"])
+
+
+def test_upgrade_readiness_names_the_legacy_producer(run):
+    _, exporter = run
+    report = exporter.get("/api/v1/upgrade-readiness?target=4.0")
+    assert report["ready"] is False
+    legacy = [c for c in report["connections"] if c["client_id"] == "census-legacy"]
+    assert legacy and legacy[0]["removed_requests"] == [
+        {"api": "Produce", "api_key": 0, "api_version": 2, "count": 2, "minimum_version": 3}]
+    # The six modern clients use nothing Kafka 4.0 removed.
+    assert {c["client_id"] for c in report["connections"]} == {"census-legacy"}
+    deprecated = exporter.samples("kafka_census_deprecated_requests_total")
+    assert sum(deprecated.values()) == 2
+    acks = {dict(k)["acks"]: v for k, v in exporter.samples("kafka_census_produce_requests_total").items()
+            if dict(k)["client_software_name"] == "unknown"}
+    assert acks.get("2") == 1
 
 
 def test_a_disconnect_drops_the_gauge_within_a_second(run):
