@@ -64,6 +64,7 @@ bench/data/produce.pcap:
 # Regenerate committed generated files from ../shared (tests fail if they drift).
 regen: setup-python
 	$(PY) -m capture.kafka.gen_apis
+	$(PY) dashboards/generate.py
 
 clean:
 	rm -rf $(VENV) $(NODE_DIR)/node_modules .pytest_cache .hypothesis

@@ -19,11 +19,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.eventlog import list_logs, read_events
 from tests import peers, prom
-from tests.kafka_frames import produce_v0_2
+from tests.kafka_frames import produce_v0_2, raw_request
 from tests.test_golden import EXPECTED_IDENTITY
 
 CENSUS = Path(sys.executable).parent / "kafka-census"
@@ -84,15 +85,22 @@ def gauge(exporter: Exporter, listener: str, name: str, version: str) -> float |
     return exporter.samples("kafka_census_connections").get(key)
 
 
-def old_producer(port: int) -> None:
-    """What no modern client sends: Produce v2 (removed by Kafka 4.0, KIP-896) with acks=1, then
-    with acks=2 (invalid since KIP-1). Whatever Tansu answers, the capture sees the requests."""
+def _send_and_close(port: int, data: bytes) -> None:
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(produce_v0_2(2, 1, acks=1, client_id="census-legacy")
-                     + produce_v0_2(2, 2, acks=2, client_id="census-legacy"))
+        sock.sendall(data)
         sock.settimeout(2)
         with contextlib.suppress(OSError):
-            sock.recv(65536)
+            sock.recv(65536)  # whatever Tansu answers (or a close), the capture saw the bytes
+
+
+def old_and_odd_clients(port: int) -> None:
+    """What no modern client sends: Produce v2 (removed by Kafka 4.0, KIP-896) with acks=1 and
+    with acks=2 (invalid since KIP-1); a Metadata version past the table (a decode error); and
+    an HTTP request on the Kafka port (a desync)."""
+    _send_and_close(port, produce_v0_2(2, 1, acks=1, client_id="census-legacy")
+                    + produce_v0_2(2, 2, acks=2, client_id="census-legacy"))
+    _send_and_close(port, raw_request(3, 99, 1, "census-future", b""))
+    _send_and_close(port, b"GET /metrics HTTP/1.1\r\nHost: kafka\r\n\r\n")
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +112,7 @@ def run(tmp_path_factory):
         try:
             for name in peers.CLIENTS:
                 peers.run_client(name, broker.bootstrap, timeout=90)
-            old_producer(broker.port)
+            old_and_odd_clients(broker.port)
             deadline = time.monotonic() + 10  # the closing segments reach the capture
             while exporter.get("/api/v1/connections?state=open")["total"] and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -237,19 +245,83 @@ def test_promtool_accepts_the_exposition(run):
     assert lints == {f"{STRIMZI} label names should be written in 'snake_case' not 'camelCase'"}, output
 
 
-def test_a_real_prometheus_scrapes_per_version_counts(run, tmp_path):
+@pytest.fixture(scope="module")
+def prometheus(run, tmp_path_factory):
+    """A real Prometheus scraping the run's exporter every second (it pays ~6 s to start)."""
+    _, exporter = run
+    with prom.start_prometheus([exporter.target], tmp_dir=tmp_path_factory.mktemp("prom"),
+                               job="kafka-census") as server:
+        server.wait_until_up(timeout=30)
+        yield server
+
+
+def test_a_real_prometheus_scrapes_per_version_counts(run, prometheus):
     _, exporter = run
     expected = Counter()
     for c in exporter.get("/api/v1/connections?state=all&limit=10000")["connections"]:
         expected[c["client_software_name"] or "unknown"] += sum(r["count"] for r in c["requests"])
-    with prom.start_prometheus([exporter.target], tmp_dir=tmp_path) as server:
-        server.wait_until_up(timeout=30)
-        result = server.wait_for("sum by (client_software_name) (kafka_census_requests_total)",
-                                 lambda r: len(r) == len(expected), timeout=30)
-        got = {labels["client_software_name"]: value for labels, value in result}
-        assert got == expected
-        up = server.query('kafka_census_build_info')
-        assert up and up[0][1] == 1
+    result = prometheus.wait_for("sum by (client_software_name) (kafka_census_requests_total)",
+                                 lambda r: {lb["client_software_name"]: v for lb, v in r} == expected, timeout=30)
+    assert {labels["client_software_name"]: value for labels, value in result} == expected
+    up = prometheus.query("kafka_census_build_info")
+    assert up and up[0][1] == 1
+
+
+REPO = Path(__file__).resolve().parent.parent
+# Grafana's variables, as the dashboards use them (dashboards/README.md).
+SUBSTITUTIONS = {"$listener": ".*", "$__rate_interval": "1m", "$__range": "1h"}
+# Panels that cannot have data in this run, and why. Every other panel must return data.
+NO_DATA_HERE = {
+    "SASL": "Tansu runs without a SASL listener here, so no client authenticates",
+    "Rejected identities": "every client's software fields pass the broker's regex",
+    "Invalid client identities": "every client's software fields pass the broker's regex",
+    "Broker features": "Tansu 0.6.0 announces no KIP-584 features",
+    "Version adoption": "a share of open connections, and every client of this run has closed",
+}
+
+
+def _panels(panels):
+    for p in panels:
+        yield p
+        yield from _panels(p.get("panels", []))
+
+
+def _expressions():
+    for path in sorted((REPO / "dashboards").glob("*.json")):
+        board = json.loads(path.read_text())
+        for panel in _panels(board["panels"]):
+            for target in panel.get("targets", []):
+                yield f"{board['title']} / {panel['title']}", "panel", target["expr"]
+    rules = yaml.safe_load((REPO / "dashboards" / "alerts.yaml").read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            name = rule.get("alert") or rule.get("record")
+            yield f"alert {name} ({rule.get('labels', {}).get('client_software_name', '')})", "alert", rule["expr"]
+
+
+def _substitute(expr: str) -> str:
+    for var, value in SUBSTITUTIONS.items():
+        expr = expr.replace(var, value)
+    return expr
+
+
+def test_every_dashboard_and_alert_expression_runs_on_real_data(run, prometheus):
+    """Every PromQL expression of every dashboard panel and alert, evaluated by the real
+    Prometheus scraping this run: panels return data (a few cannot here, listed with why);
+    alerts evaluate, and only the one this run provokes fires (the legacy Produce v2)."""
+    prometheus.wait_for("kafka_census_deprecated_requests_total", lambda r: bool(r), timeout=30)
+    time.sleep(2.5)  # a few more scrapes, so rate() and increase() have two points
+    exprs = list(_expressions())
+    assert len([e for e in exprs if e[1] == "panel"]) >= 40 and len([e for e in exprs if e[1] == "alert"]) >= 6
+    empty, firing = [], set()
+    for where, kind, expr in exprs:
+        result = prometheus.query(_substitute(expr))  # raises on a PromQL error
+        if kind == "panel" and not result and not any(k in where for k in NO_DATA_HERE):
+            empty.append(where)
+        if kind == "alert" and result:
+            firing.add(where.split(" (")[0])
+    assert not empty, f"panels without data: {empty}"
+    assert firing == {"alert KafkaCensusDeprecatedApiVersionsInUse"}, firing
 
 
 def test_zz_sigterm_flushes_a_readable_event_log(run):
