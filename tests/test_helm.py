@@ -1,0 +1,752 @@
+"""The Helm chart (helm/kafka-census) and the Dockerfile, checked offline with real tools.
+
+- Helm: helm-python-sdk embeds Helm v4 (no binary). `render()` below calls the SDK's native
+  `helm_render` with the options `helm template --kube-version --api-versions` passes
+  (`kube_version`, `api_versions`): the SDK's Python `Chart.render` does not expose them yet.
+  `helm_python.lint(strict=True)` lints every ci/*-values.yaml.
+- Kubernetes schemas: kubernetes-validate, the OpenAPI schemas of Kubernetes 1.31, strict
+  (an unknown field fails). The prometheus-operator kinds (ServiceMonitor, PrometheusRule) are
+  CRDs, not in those schemas: their structure is checked here by hand, minimally, and the
+  PrometheusRule's groups by promtool (`check rules`, `test rules`), the real Prometheus tool.
+- The one fake: no Kubernetes API server can run here, so "the cluster serves
+  monitoring.coreos.com/v1" is the capability list handed to the render.
+- The CLI arguments the chart writes are parsed by the real `kafka-census` argument parser.
+- Docker has no daemon here: the Dockerfile is checked structurally, and the file-capability
+  mechanism the capture modes rely on is run for real (needs root): the Dockerfile's own
+  one-liner writes the capability on a copy of this machine's interpreter, which then runs as
+  UID 10001 under the conditions the chart sets (and the ones it avoids).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+import helm_python
+import kubernetes_validate
+import pytest
+import yaml
+from helm_python import _native
+
+from capture.listeners import ListenerMap
+from exporter.cli import build_parser
+from exporter.serve import parse_http
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "helm" / "kafka-census"
+CI_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
+DOCKERFILE = ROOT / "Dockerfile"
+KUBE_VERSION = "1.31"
+MONITORING_API = ["monitoring.coreos.com/v1"]
+NAMESPACE = "kafka"
+RELEASE = "kc"
+NETRAW_CLI = "/opt/kafka-census/bin/kafka-census-netraw"
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+
+
+# --- rendering ------------------------------------------------------------------------------
+
+def render(values: dict | None = None, *, chart: Path = CHART, api_versions=MONITORING_API,
+           release: str = RELEASE) -> dict[str, str]:
+    """Template path -> rendered text, as `helm template --namespace kafka --kube-version
+    1.31 --api-versions ...` would print them (NOTES.txt included)."""
+    opts = {"name": release, "namespace": NAMESPACE, "kube_version": f"v{KUBE_VERSION}.0",
+            "api_versions": list(api_versions), "is_install": True}
+    with helm_python.Chart.load(chart) as loaded:
+        return json.loads(_native.call_string("helm_render", loaded._raw(), json.dumps(values or {}),
+                                              json.dumps(opts)))
+
+
+def manifests(rendered: dict[str, str]) -> list[dict]:
+    docs = []
+    for path, text in sorted(rendered.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        docs.extend(d for d in yaml.safe_load_all(text) if d)
+    return docs
+
+
+def notes(rendered: dict[str, str]) -> str:
+    return next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
+
+
+def ci_values(name: str) -> dict:
+    return yaml.safe_load((CHART / "ci" / f"{name}-values.yaml").read_text()) or {}
+
+
+def of_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict], kind: str) -> dict:
+    found = of_kind(docs, kind)
+    assert len(found) == 1, f"expected one {kind}, got {[d['metadata']['name'] for d in found]}"
+    return found[0]
+
+
+def container(pod_spec: dict, name: str = "kafka-census") -> dict:
+    return next(c for c in pod_spec["containers"] if c["name"] == name)
+
+
+def port_names(pod_spec: dict) -> set[str]:
+    return {p["name"] for c in pod_spec["containers"] for p in c.get("ports", [])}
+
+
+def pod_specs(docs: list[dict]) -> list[tuple[str, dict, dict]]:
+    """(workload name, pod template metadata, pod spec) of every workload and PodTemplate."""
+    out = []
+    for d in docs:
+        if d["kind"] in ("DaemonSet", "Deployment", "StatefulSet"):
+            out.append((d["metadata"]["name"], d["spec"]["template"]["metadata"], d["spec"]["template"]["spec"]))
+        elif d["kind"] == "PodTemplate":
+            out.append((d["metadata"]["name"], d["template"]["metadata"], d["template"]["spec"]))
+    return out
+
+
+def parse_cli(args: list[str]):
+    """The chart's arguments through the real kafka-census argument parser."""
+    try:
+        parsed = build_parser().parse_args(args)
+    except SystemExit:
+        pytest.fail(f"kafka-census rejects the chart's arguments: {args}")
+    return parsed
+
+
+# --- the prometheus-operator CRDs, checked by hand (not in kubernetes-validate's schemas) ------
+
+DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d|w|y)$")
+
+
+def check_servicemonitor(doc: dict) -> None:
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(doc) == {"apiVersion", "kind", "metadata", "spec"}
+    spec = doc["spec"]
+    assert set(spec) <= {"jobLabel", "selector", "namespaceSelector", "endpoints", "targetLabels", "podTargetLabels"}
+    assert spec["selector"]["matchLabels"] and all(isinstance(v, str) for v in spec["selector"]["matchLabels"].values())
+    assert spec["endpoints"], "a ServiceMonitor without endpoints scrapes nothing"
+    for ep in spec["endpoints"]:
+        assert set(ep) <= {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings"}
+        assert isinstance(ep["port"], str) and ep["path"].startswith("/")
+        assert DURATION.match(ep["interval"]) and DURATION.match(ep["scrapeTimeout"])
+        for r in ep.get("relabelings", []) + ep.get("metricRelabelings", []):
+            assert isinstance(r, dict) and set(r) <= {"sourceLabels", "separator", "targetLabel", "regex",
+                                                      "modulus", "replacement", "action"}
+
+
+def check_prometheusrule(doc: dict) -> None:
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(doc) == {"apiVersion", "kind", "metadata", "spec"} and set(doc["spec"]) == {"groups"}
+    names = [g["name"] for g in doc["spec"]["groups"]]
+    assert len(names) == len(set(names)), f"duplicate rule groups: {names}"
+    for group in doc["spec"]["groups"]:
+        assert set(group) <= {"name", "interval", "rules"} and group["rules"]
+        for rule in group["rules"]:
+            assert ("alert" in rule) != ("record" in rule) and isinstance(rule["expr"], str)
+            assert set(rule) <= {"alert", "record", "expr", "for", "labels", "annotations"}
+            assert all(isinstance(v, str) for v in rule.get("labels", {}).values())
+            assert all(isinstance(v, str) for v in rule.get("annotations", {}).values())
+
+
+def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    if shutil.which("promtool") is None:
+        pytest.fail("promtool missing: run `make setup` (installs prometheus)")
+    return subprocess.run(["promtool", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+# --- every ci/*-values.yaml: lint, render, validate -----------------------------------------
+
+EXPECTED_KINDS = {
+    "defaults": {"DaemonSet": 1, "Service": 1, "ServiceAccount": 1},
+    "daemonset": {"DaemonSet": 1, "Service": 1, "ServiceAccount": 1},
+    "sidecar": {"PodTemplate": 1, "Service": 1},
+    "proxy": {"Deployment": 3, "Service": 4, "ServiceAccount": 1, "NetworkPolicy": 1},
+    "monitoring": {"DaemonSet": 1, "Service": 1, "ServiceAccount": 1, "ServiceMonitor": 1,
+                   "PrometheusRule": 1, "ConfigMap": len(list((CHART / "files" / "dashboards").glob("*.json")))},
+}
+
+
+def test_ci_values_cover_every_mode_and_monitoring():
+    names = {f.name.removesuffix("-values.yaml") for f in CI_FILES}
+    assert names == set(EXPECTED_KINDS), "add the new ci file's expected kinds to EXPECTED_KINDS"
+    modes = {ci_values(n).get("mode", "daemonset") for n in names}
+    assert modes == {"daemonset", "sidecar", "proxy"}
+    assert any(ci_values(n).get("serviceMonitor", {}).get("enabled") and
+               ci_values(n).get("prometheusRule", {}).get("enabled") for n in names)
+
+
+@pytest.mark.parametrize("ci", CI_FILES, ids=lambda p: p.name)
+def test_lint_strict(ci):
+    values = yaml.safe_load(ci.read_text()) or {}
+    report = helm_python.lint(CHART, values, strict=True, kube_version=f"v{KUBE_VERSION}.0")
+    assert report["errors"] == []
+    # severity 2 = warning, 3 = error; only informational messages ("icon is recommended") pass
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize("ci", CI_FILES, ids=lambda p: p.name)
+def test_render_validates_against_kubernetes_schemas(ci):
+    name = ci.name.removesuffix("-values.yaml")
+    docs = manifests(render(yaml.safe_load(ci.read_text()) or {}))
+    assert Counter(d["kind"] for d in docs) == Counter(EXPECTED_KINDS[name])
+    for doc in docs:
+        where = f"{doc['kind']}/{doc['metadata']['name']}"
+        if doc["kind"] == "ServiceMonitor":
+            check_servicemonitor(doc)
+        elif doc["kind"] == "PrometheusRule":
+            check_prometheusrule(doc)
+        else:
+            try:
+                kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                pytest.fail(f"{where}: {'.'.join(map(str, exc.path))}: {exc.message}")
+        meta = doc["metadata"]
+        assert len(meta["name"]) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", meta["name"]), where
+        assert meta["namespace"] == NAMESPACE, where
+        assert meta["labels"]["app.kubernetes.io/name"] == "kafka-census", where
+        assert meta["labels"]["app.kubernetes.io/instance"] == RELEASE, where
+    for workload, pod_meta, spec in pod_specs(docs):
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for v in volumes.values():
+            assert len(v) == 2, f"{workload}: volume {v['name']} must have exactly one source: {v}"
+        for c in spec["containers"]:
+            for m in c.get("volumeMounts", []):
+                assert m["name"] in volumes, f"{workload}: mount of a missing volume {m['name']}"
+            for probe in ("livenessProbe", "readinessProbe"):
+                if probe in c:
+                    assert c[probe]["httpGet"]["port"] in port_names(spec)
+            sc = c["securityContext"]
+            assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 10001 and sc["readOnlyRootFilesystem"] is True
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            assert set(sc["capabilities"].get("add", [])) <= {"NET_RAW"}
+        if not workload.endswith("-sidecar"):  # the sidecar's pod is the broker's
+            assert spec.get("automountServiceAccountToken") is False, workload
+    # every Service reaches a named port of the pods it selects (the sidecar's pods are the
+    # brokers', outside this chart: see test_sidecar_include_in_a_broker_statefulset)
+    for svc in of_kind(docs, "Service"):
+        selected = [spec for _, meta, spec in pod_specs(docs)
+                    if svc["spec"]["selector"].items() <= meta["labels"].items()]
+        if name != "sidecar":
+            assert selected, f"Service {svc['metadata']['name']} selects no pod of this chart"
+        for spec in selected:
+            for p in svc["spec"]["ports"]:
+                assert p["targetPort"] in port_names(spec)
+
+
+# --- the modes ------------------------------------------------------------------------------
+
+def check_capture_container(c: dict, *, interface: str, listeners: list[str]) -> None:
+    """The capture container, wherever it runs (DaemonSet, PodTemplate, a broker pod)."""
+    assert c["command"] == [NETRAW_CLI], "capture runs the interpreter with cap_net_raw=ep"
+    sc = c["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["NET_RAW"]}
+    # no_new_privs would make the kernel ignore the file capability (see the Dockerfile)
+    assert sc["allowPrivilegeEscalation"] is True
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 10001 and sc["readOnlyRootFilesystem"] is True
+    args = parse_cli(c["args"])
+    assert args.command == "capture" and args.interface == interface
+    assert [f"{lst.name}={lst.port}:{lst.security_protocol}" for lst in ListenerMap.parse(args.listener)] == listeners
+    assert parse_http(args.http) == ("0.0.0.0", 9595)
+    assert {"name": "census-http", "containerPort": 9595, "protocol": "TCP"} in c["ports"]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "census-http"}
+
+
+def test_daemonset_captures_on_the_host_network():
+    docs = manifests(render(ci_values("daemonset")))
+    ds = one(docs, "DaemonSet")
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    c = container(spec)
+    check_capture_container(c, interface="any", listeners=[
+        "PLAINTEXT=9092:PLAINTEXT", "SASL=9094:SASL_PLAINTEXT", "SSL=9093:SSL"])
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "census-http"}
+    args = parse_cli(c["args"])
+    assert (args.buffer_mb, args.idle_timeout, args.compat_metrics) == (128, 660.0, ["strimzi"])
+    assert (args.event_log, args.event_log_max_mb, args.event_log_max_age) == ("/var/lib/kafka-census/events", 64, 900.0)
+    assert spec["tolerations"] and spec["nodeSelector"] and spec["priorityClassName"] == "system-node-critical"
+    svc = one(docs, "Service")
+    assert svc["spec"]["selector"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 9595, "targetPort": "census-http", "protocol": "TCP"}]
+
+
+def test_defaults_render_a_capture_daemonset_of_the_default_listener():
+    rendered = render({})
+    ds = one(manifests(rendered), "DaemonSet")
+    c = container(ds["spec"]["template"]["spec"])
+    check_capture_container(c, interface="any", listeners=["PLAINTEXT=9092:PLAINTEXT"])
+    assert "volumeMounts" not in c and "volumes" not in ds["spec"]["template"]["spec"]
+    assert "daemonset mode" in notes(rendered) and "privileged" in notes(rendered)
+
+
+def test_sidecar_mode_renders_the_container_to_paste_and_no_workload():
+    values = ci_values("sidecar")
+    rendered = render(values)
+    docs = manifests(rendered)
+    assert not of_kind(docs, "DaemonSet") and not of_kind(docs, "Deployment")
+    tmpl = one(docs, "PodTemplate")
+    spec = tmpl["template"]["spec"]
+    assert "hostNetwork" not in spec
+    c = container(spec)
+    check_capture_container(c, interface="any", listeners=["CLIENT=9092:PLAINTEXT", "INTERNAL=9094:SASL_PLAINTEXT"])
+    # a pod is Ready only when all its containers are: no readiness probe on the broker's pod by default
+    assert "readinessProbe" not in c
+    assert parse_cli(c["args"]).compat_metrics == ["strimzi", "confluent"]
+    assert spec["volumes"] == [{"name": "kafka-census-events", "emptyDir": {"sizeLimit": "2Gi"}}]
+    assert one(docs, "Service")["spec"]["selector"] == values["sidecar"]["brokerPodSelector"]
+    assert "templates/sidecar-podtemplate.yaml" in notes(rendered)
+    assert 'include "kafka-census.sidecar.container"' in notes(rendered)
+    # opting in to the readiness probe
+    values["sidecar"]["readinessProbe"] = True
+    c = container(one(manifests(render(values)), "PodTemplate")["template"]["spec"])
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "census-http"}
+
+
+BROKER_CHART = {
+    "Chart.yaml": """\
+apiVersion: v2
+name: kafka
+version: 1.0.0
+dependencies:
+  - name: kafka-census
+    version: "{version}"
+""",
+    "values.yaml": """\
+kafka-census:
+  mode: sidecar
+  listeners:
+    - {name: CLIENT, port: 9092}
+    - {name: REPLICATION, port: 9093, securityProtocol: SASL_SSL}
+  eventLog:
+    enabled: true
+  sidecar:
+    brokerPodSelector:
+      app.kubernetes.io/name: kafka
+      app.kubernetes.io/component: broker
+""",
+    "templates/statefulset.yaml": """\
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: {{ .Release.Name }}-broker
+  namespace: {{ .Release.Namespace }}
+spec:
+  serviceName: {{ .Release.Name }}-broker-headless
+  replicas: 3
+  selector:
+    matchLabels: {app.kubernetes.io/name: kafka, app.kubernetes.io/component: broker}
+  template:
+    metadata:
+      labels: {app.kubernetes.io/name: kafka, app.kubernetes.io/component: broker}
+    spec:
+      containers:
+        - name: kafka
+          image: apache/kafka:3.9.1
+          ports:
+            - {name: client, containerPort: 9092}
+            - {name: replication, containerPort: 9093}
+          volumeMounts:
+            - {name: data, mountPath: /var/lib/kafka/data}
+        {{- include "kafka-census.sidecar.container" (index .Subcharts "kafka-census") | nindent 8 }}
+      volumes:
+        - name: data
+          emptyDir: {}
+        {{- include "kafka-census.sidecar.volumes" (index .Subcharts "kafka-census") | nindent 8 }}
+""",
+}
+
+
+def test_sidecar_include_in_a_broker_statefulset(tmp_path):
+    """A broker chart that depends on kafka-census includes the named template into its
+    StatefulSet: the capture container lands in the broker's own pod spec (so it shares the
+    broker's network namespace: no hostNetwork, capture on `any`), with the subchart's values,
+    and the subchart's Service reaches it there."""
+    parent = tmp_path / "kafka"
+    (parent / "templates").mkdir(parents=True)
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    for path, text in BROKER_CHART.items():
+        (parent / path).write_text(text.replace("{version}", version))
+    shutil.copytree(CHART, parent / "charts" / "kafka-census")
+    docs = manifests(render(chart=parent, release="prod"))
+    sts = one(docs, "StatefulSet")
+    kubernetes_validate.validate(sts, KUBE_VERSION, strict=True)
+    pod = sts["spec"]["template"]
+    spec = pod["spec"]
+    assert [c["name"] for c in spec["containers"]] == ["kafka", "kafka-census"]
+    assert "hostNetwork" not in spec
+    c = container(spec)
+    check_capture_container(c, interface="any", listeners=["CLIENT=9092:PLAINTEXT", "REPLICATION=9093:SASL_SSL"])
+    assert "readinessProbe" not in c
+    assert c["image"] == f"kafka-census:{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
+    assert [v["name"] for v in spec["volumes"]] == ["data", "kafka-census-events"]
+    assert c["volumeMounts"] == [{"name": "kafka-census-events", "mountPath": "/var/lib/kafka-census/events"}]
+    # the subchart renders no workload of its own, and its Service selects the broker pods'
+    # census-http port: Prometheus scrapes the sidecar through it
+    assert not of_kind(docs, "DaemonSet") and not of_kind(docs, "Deployment")
+    svc = next(s for s in of_kind(docs, "Service") if s["metadata"]["labels"].get("app.kubernetes.io/component") == "metrics")
+    assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert svc["spec"]["ports"][0]["targetPort"] in port_names(spec)
+
+
+def test_proxy_mode_one_deployment_and_service_per_broker():
+    values = ci_values("proxy")
+    docs = manifests(render(values))
+    brokers = values["proxy"]["brokers"]
+    deployments = {d["metadata"]["name"]: d for d in of_kind(docs, "Deployment")}
+    services = {s["metadata"]["name"]: s for s in of_kind(docs, "Service")}
+    assert set(deployments) == {f"{RELEASE}-kafka-census-{b['name']}" for b in brokers}
+    for b in brokers:
+        name = f"{RELEASE}-kafka-census-{b['name']}"
+        pod = deployments[name]["spec"]["template"]
+        spec = pod["spec"]
+        assert "hostNetwork" not in spec
+        c = container(spec)
+        assert "command" not in c, "the proxy runs the image's ENTRYPOINT (kafka-census), no capability"
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["args"][:4] == ["proxy", f"--listen=0.0.0.0:{b['port']}", f"--upstream={b['upstream']}",
+                                 f"--listener={b['listener']}"]
+        assert {"--http=0.0.0.0:9595", "--upstream-tls"} <= set(c["args"])
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "census-http"}
+        assert {"name": "kafka", "containerPort": b["port"], "protocol": "TCP"} in c["ports"]
+        # every TLS file the proxy is given lives on a mounted Secret
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        tls_args = dict(a.split("=", 1) for a in c["args"] if a.startswith("--tls-"))
+        assert set(tls_args) == {"--tls-cert", "--tls-key", "--tls-client-ca"}
+        secrets = {}
+        for path in tls_args.values():
+            volume = volumes[mounts[str(Path(path).parent)]]
+            secrets[Path(path).name] = volume["secret"]["secretName"]
+        assert secrets == {"tls.crt": b.get("tlsSecretName", "kafka-census-proxy-tls"),
+                           "tls.key": b.get("tlsSecretName", "kafka-census-proxy-tls"),
+                           "ca.crt": "kafka-clients-ca"}
+        assert spec["securityContext"]["fsGroup"] == 10001  # the Secrets are 0440
+        # the broker's Service selects this proxy's pods only
+        svc = services[name]
+        assert svc["spec"]["type"] == "LoadBalancer"
+        assert svc["spec"]["ports"] == [{"name": "kafka", "port": b["port"], "targetPort": "kafka", "protocol": "TCP"}]
+        selected = [d for d in deployments.values()
+                    if svc["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()]
+        assert [d["metadata"]["name"] for d in selected] == [name]
+    metrics = services[f"{RELEASE}-kafka-census"]
+    assert all(metrics["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
+               for d in deployments.values())
+    policy = one(docs, "NetworkPolicy")["spec"]
+    assert policy["ingress"][0] == {"ports": [{"port": "census-http", "protocol": "TCP"}],
+                                    "from": values["networkPolicy"]["httpFrom"]}
+    assert policy["ingress"][1] == {"ports": [{"port": "kafka", "protocol": "TCP"}]}  # from everyone
+
+
+@pytest.mark.xfail(strict=True, reason="`kafka-census proxy` is a later issue; this passes (and must lose "
+                                      "its marker) once the CLI takes the flags the chart writes")
+def test_proxy_arguments_parse_with_the_cli():
+    c = container(of_kind(manifests(render(ci_values("proxy"))), "Deployment")[0]["spec"]["template"]["spec"])
+    assert parse_cli(c["args"]).command == "proxy"
+
+
+# --- monitoring: gated on the API and the flag -----------------------------------------------
+
+@pytest.mark.parametrize("api", [True, False], ids=["api", "no-api"])
+@pytest.mark.parametrize("enabled", [True, False], ids=["flags-on", "flags-off"])
+def test_monitoring_objects_need_the_api_and_the_flag(api, enabled):
+    values = {"serviceMonitor": {"enabled": enabled}, "prometheusRule": {"enabled": enabled}}
+    rendered = render(values, api_versions=MONITORING_API if api else [])
+    kinds = {d["kind"] for d in manifests(rendered)}
+    assert ({"ServiceMonitor", "PrometheusRule"} <= kinds) == (api and enabled)
+    assert not ({"ServiceMonitor", "PrometheusRule"} & kinds) or (api and enabled)
+    assert ("does not serve\nmonitoring.coreos.com/v1" in notes(rendered)) == (enabled and not api)
+
+
+def test_servicemonitor_scrapes_the_metrics_service_as_job_kafka_census():
+    docs = manifests(render(ci_values("monitoring")))
+    sm = one(docs, "ServiceMonitor")
+    svc = one(docs, "Service")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    assert [e["port"] for e in sm["spec"]["endpoints"]] == [p["name"] for p in svc["spec"]["ports"]]
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    # the alerts select job=~".*kafka-census.*": the job comes from a label that is always kafka-census
+    assert svc["metadata"]["labels"][sm["spec"]["jobLabel"]] == "kafka-census"
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} in \
+        sm["spec"]["endpoints"][0]["relabelings"]
+
+
+def alerts_file() -> dict:
+    return yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())
+
+
+def test_prometheus_rule_defaults_are_the_alerts_file():
+    """With default values the chart rebuilds group kafka-census-client-versions from
+    files/minimum-versions.yaml exactly as dashboards/generate.py writes it into alerts.yaml."""
+    rule = one(manifests(render({"prometheusRule": {"enabled": True}})), "PrometheusRule")
+    assert rule["spec"]["groups"] == alerts_file()["groups"]
+
+
+def test_minimum_version_overrides_reach_prometheus(tmp_path):
+    """The monitoring ci values override one minimum, add one client and drop one; promtool
+    checks the rendered rules and evaluates the overridden minimum on a series."""
+    values = ci_values("monitoring")
+    rule = one(manifests(render(values)), "PrometheusRule")
+    groups = {g["name"]: g for g in rule["spec"]["groups"]}
+    assert set(groups) == {g["name"] for g in alerts_file()["groups"]}
+    file_mins = yaml.safe_load((CHART / "files" / "minimum-versions.yaml").read_text())["minimumVersions"]
+    expected = [(m["name"], "2.0.0" if m["name"] == "librdkafka" else m["minimum"])
+                for m in file_mins if m["name"] != "apache-kafka-java"] + [("kafka-ts", "1.0.0")]
+    rules = groups["kafka-census-client-versions"]["rules"]
+    assert [(r["labels"]["client_software_name"], r["labels"]["minimum_version"]) for r in rules] == expected
+    assert all(r["labels"]["team"] == "kafka" for g in groups.values() for r in g["rules"])
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    checked = promtool("check", "rules", "rules.yaml", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    runbook = rules[0]["annotations"]["runbook"]
+    series = 'kafka_census_connections{{listener="PLAINTEXT",client_software_name="librdkafka",client_software_version="{}"}}'
+    test = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        # 1.9.0 passes the file's minimum (1.8.2) but not the override (2.0.0); 2.3.0 passes both
+        "input_series": [{"series": series.format("1.9.0"), "values": "1x10"},
+                         {"series": series.format("2.3.0"), "values": "1x10"}],
+        "alert_rule_test": [{"eval_time": "5m", "alertname": "KafkaCensusClientBelowMinimumVersion", "exp_alerts": [{
+            "exp_labels": {"severity": "warning", "team": "kafka", "minimum_version": "2.0.0",
+                           "listener": "PLAINTEXT", "client_software_name": "librdkafka",
+                           "client_software_version": "1.9.0"},
+            "exp_annotations": {
+                "summary": "librdkafka 1.9.0 is below the minimum version 2.0.0",
+                "description": "Clients running librdkafka 1.9.0 had up to 1 open connection(s) on listener "
+                               "PLAINTEXT in the last hour; the minimum for librdkafka is 2.0.0.",
+                "runbook": runbook}}]}]}]}
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test))
+    tested = promtool("test", "rules", "test.yaml", cwd=tmp_path)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    # and switched off: the other groups stay
+    values["prometheusRule"]["minimumVersions"]["enabled"] = False
+    rule = one(manifests(render(values)), "PrometheusRule")
+    assert [g["name"] for g in rule["spec"]["groups"]] == \
+        [g["name"] for g in alerts_file()["groups"] if g["name"] != "kafka-census-client-versions"]
+
+
+def test_dashboards_are_configmaps_for_the_grafana_sidecar():
+    files = sorted((CHART / "files" / "dashboards").glob("*.json"))
+    assert files, "files/dashboards/*.json come from dashboards/generate.py"
+    maps = of_kind(manifests(render(ci_values("monitoring"))), "ConfigMap")
+    by_key = {key: (cm, text) for cm in maps for key, text in cm["data"].items()}
+    assert set(by_key) == {f.name for f in files}
+    for f in files:
+        cm, text = by_key[f.name]
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert cm["metadata"]["annotations"] == {"grafana_folder": "Kafka"}
+        assert json.loads(text) == json.loads(f.read_text())  # verbatim: Grafana's {{legends}} survive
+        assert len(text.encode()) < 1 << 20  # a ConfigMap holds at most 1 MiB
+    assert not of_kind(manifests(render({})), "ConfigMap")
+
+
+# --- values the chart refuses -----------------------------------------------------------------
+
+@pytest.mark.parametrize("values, message", [
+    ({"mode": "foo"}, "at '/mode': value must be one of 'daemonset', 'sidecar', 'proxy'"),
+    ({"listeners": [{"name": "PLAINTEXT", "port": 70000}]}, "at '/listeners/0/port'"),
+    ({"listeners": [{"name": "PLAIN TEXT", "port": 9092}]}, "at '/listeners/0/name'"),
+    ({"mode": "proxy"}, "at '/proxy/brokers': minItems"),
+    ({"compatMetrics": ["prometheus"]}, "at '/compatMetrics/0'"),
+    ({"eventLog": {"volume": {"emptyDir": {}, "hostPath": {"path": "/x"}}}}, "at '/eventLog/volume': maxProperties"),
+    ({"serviceMonitr": {"enabled": True}}, "additional properties 'serviceMonitr' not allowed"),
+    ({"prometheusRule": {"minimumVersions": {"overrides": [{"name": "x", "minimum": "1.0", "below_regex": 'a"b'}]}}},
+     "below_regex"),
+], ids=["mode", "port", "listener-name", "proxy-brokers", "compat", "volume", "typo", "regex-quote"])
+def test_schema_rejects_bad_values(values, message):
+    with pytest.raises(helm_python.HelmValuesError) as err:
+        render(values)
+    assert "kafka-census" in str(err.value) and message in str(err.value)
+    report = helm_python.lint(CHART, values, strict=True)
+    assert any(message in e for e in report["errors"])
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"listeners": [{"name": "A", "port": 9092}, {"name": "B", "port": 9092}]}, "port 9092 is given to two listeners"),
+    ({"networkPolicy": {"enabled": True, "httpFrom": [{"podSelector": {}}]}}, "host-network"),
+    ({"mode": "sidecar", "networkPolicy": {"enabled": True, "httpFrom": [{"podSelector": {}}]}},
+     "cut their Kafka traffic"),
+    ({"mode": "proxy", "proxy": {"brokers": [{"name": "b0", "port": 9092, "upstream": "k:9092"}]},
+      "networkPolicy": {"enabled": True}}, "needs networkPolicy.httpFrom"),
+    ({"mode": "proxy", "proxy": {"brokers": [{"name": "b0", "port": 9092, "upstream": "k:9092"}],
+                                 "tls": {"enabled": True}}}, "needs proxy.tls.secretName"),
+    ({"mode": "sidecar", "serviceMonitor": {"enabled": True}}, "needs sidecar.brokerPodSelector"),
+], ids=["listener-port", "netpol-daemonset", "netpol-sidecar", "netpol-peers", "proxy-tls", "sidecar-monitor"])
+def test_templates_refuse_what_the_schema_cannot_express(values, message):
+    with pytest.raises(helm_python.HelmRenderError, match=re.escape(message)):
+        render(values)
+
+
+# --- image: Dockerfile, pyproject and the chart agree ----------------------------------------
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    out, pending = [], ""
+    for line in DOCKERFILE.read_text().splitlines():
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        full = (pending + line).strip()
+        pending = ""
+        word, _, rest = full.partition(" ")
+        out.append((word.upper(), rest.strip()))
+    assert not pending, "the Dockerfile ends in a line continuation"
+    return out
+
+
+def test_dockerfile_structure():
+    instructions = dockerfile_instructions()
+    froms = [args for word, args in instructions if word == "FROM"]
+    assert len(froms) >= 2, "multi-stage: build, then a runtime stage without the build's leftovers"
+    for ref in froms:
+        image = ref.split()[0]
+        m = re.fullmatch(r"(?P<name>[a-z0-9./-]+):(?P<tag>[\w.-]+)@sha256:[0-9a-f]{64}", image)
+        assert m, f"FROM {image}: pin both a tag and a digest"
+        assert m["tag"] != "latest" and m["tag"].startswith("3.11"), image
+    assert "latest" not in DOCKERFILE.read_text().lower()
+    final = instructions[max(i for i, (w, _) in enumerate(instructions) if w == "FROM"):]
+    users = [args for word, args in final if word == "USER"]
+    assert users and re.fullmatch(r"[1-9][0-9]*(:[1-9][0-9]*)?", users[-1]), "USER must be a numeric non-root uid"
+    assert users[-1].split(":")[0] == str(yaml.safe_load((CHART / "values.yaml").read_text())["runAsUser"])
+    entry = [args for word, args in final if word == "ENTRYPOINT"]
+    assert entry and json.loads(entry[-1]) == ["kafka-census"]
+    assert any(word == "COPY" and args.startswith("--from=build ") for word, args in final)
+    # the capture modes' command is created in the final stage, on the capable interpreter
+    run = " ".join(args for word, args in final if word == "RUN")
+    script = re.search(r"printf '(?P<format>[^']*)'\s*> (?P<path>\S+)", run)
+    assert script and script["path"] == NETRAW_CLI
+    text = subprocess.run(["sh", "-c", f"printf '{script['format']}'"], capture_output=True, text=True,
+                          check=True).stdout  # what dash's printf writes in the image
+    assert text.splitlines()[0] == "#!/opt/kafka-census/bin/python-netraw"
+    compile(text, NETRAW_CLI, "exec")
+    assert "from exporter.cli import main" in text  # the console script's own entry point
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["kafka-census"] == "exporter.cli:main"
+    exposed = [args for word, args in final if word == "EXPOSE"]
+    assert exposed == [str(yaml.safe_load((CHART / "values.yaml").read_text())["http"]["port"])]
+
+
+def test_dockerignore_keeps_the_context_to_what_the_build_copies():
+    patterns = [p.strip() for p in (ROOT / ".dockerignore").read_text().splitlines()
+                if p.strip() and not p.startswith("#")]
+    assert patterns[0] == "*", "an allow-list: .venv, .git, tests and bench data stay out"
+    allowed = {p[1:].rstrip("/") for p in patterns if p.startswith("!")}
+    copied = set()
+    for word, args in dockerfile_instructions():
+        if word == "COPY" and not args.startswith("--from"):
+            copied.update(a.rstrip("/") for a in args.split()[:-1])
+    assert copied == allowed
+    for path in copied:
+        assert (ROOT / path).exists(), path
+
+
+def test_default_image_is_the_dockerfile_build_of_the_pyproject_version():
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == version
+    text = DOCKERFILE.read_text()
+    assert f'org.opencontainers.image.version="{version}"' in text
+    build = re.search(r"docker build -t (?P<repo>[^\s:]+):(?P<tag>\S+) \.", text)
+    assert build and build["tag"] == version
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["image"]["repository"] == build["repo"] and values["image"]["tag"] == ""
+    c = container(one(manifests(render({})), "DaemonSet")["spec"]["template"]["spec"])
+    assert c["image"] == f"{build['repo']}:{version}"
+    digest = "sha256:" + "ab" * 32
+    c = container(one(manifests(render({"image": {"digest": digest}})), "DaemonSet")["spec"]["template"]["spec"])
+    assert c["image"] == f"{build['repo']}@{digest}"
+
+
+# --- the capability mechanism the capture modes rely on, run for real ------------------------
+
+CAN_RAW_SOCKET = """\
+import socket
+try:
+    socket.socket(socket.AF_PACKET, socket.SOCK_RAW).close()
+    print("NET_RAW")
+except PermissionError:
+    print("EPERM")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root (to switch to UID 10001) and setpriv (util-linux)")
+def test_dockerfile_file_capability_gives_net_raw_to_uid_10001_only_as_the_chart_runs_it():
+    """The Dockerfile's one-liner, run on a copy of this machine's interpreter beside a
+    pyvenv.cfg (as in the image's venv). As UID 10001 with no capability of its own, the copy
+    can open an AF_PACKET socket; an identical copy without the xattr cannot; with no_new_privs
+    (allowPrivilegeEscalation: false) the file capability is ignored; without NET_RAW in the
+    bounding set (no `add: [NET_RAW]`) the kernel refuses to execute it."""
+    m = re.search(r"python3 -c '(?P<code>[^']*security\.capability[^']*)' (?P<path>\S+python-netraw)",
+                  DOCKERFILE.read_text())
+    assert m, "the Dockerfile sets the capability with a python3 -c one-liner"
+    interpreter = os.path.realpath(sys.executable)
+    workdir = Path(tempfile.mkdtemp(prefix="kafka-census-cap-"))
+    try:
+        os.chmod(workdir, 0o755)  # UID 10001 must reach it
+        capable, plain = workdir / "python-netraw", workdir / "python-plain"
+        shutil.copy2(interpreter, capable)
+        shutil.copy2(interpreter, plain)
+        (workdir / "pyvenv.cfg").write_text(f"home = {os.path.dirname(interpreter)}\n")
+        subprocess.run([sys.executable, "-c", m["code"], str(capable)], check=True, timeout=30)
+
+        def as_uid_10001(*argv: str, setpriv: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+            # `env` is the first program executed as UID 10001, with no capability left, as a
+            # container's process is; it then executes the interpreter.
+            return subprocess.run(["setpriv", "--reuid", "10001", "--regid", "10001", "--clear-groups", *setpriv,
+                                   "--", "env", "-i", *argv], capture_output=True, text=True, timeout=30)
+
+        assert as_uid_10001(str(capable), "-c", CAN_RAW_SOCKET).stdout.strip() == "NET_RAW"
+        assert as_uid_10001(str(plain), "-c", CAN_RAW_SOCKET).stdout.strip() == "EPERM"
+        no_new_privs = as_uid_10001("setpriv", "--no-new-privs", str(capable), "-c", CAN_RAW_SOCKET)
+        assert no_new_privs.stdout.strip() == "EPERM"
+        refused = as_uid_10001(str(capable), "-c", CAN_RAW_SOCKET, setpriv=("--bounding-set", "-net_raw"))
+        assert refused.returncode == 126 and "Operation not permitted" in refused.stderr
+    finally:
+        shutil.rmtree(workdir)
+
+
+def test_container_security_context_overrides_key_by_key():
+    """The documented fallback for nodes that cannot honour file capabilities: root with only
+    NET_RAW. false and 0 must override (sprig's mergeOverwrite would skip them)."""
+    values = {"containerSecurityContext": {"runAsUser": 0, "runAsNonRoot": False, "allowPrivilegeEscalation": False}}
+    docs = manifests(render(values))
+    sc = container(one(docs, "DaemonSet")["spec"]["template"]["spec"])["securityContext"]
+    assert (sc["runAsUser"], sc["runAsNonRoot"], sc["allowPrivilegeEscalation"]) == (0, False, False)
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["NET_RAW"]} and sc["readOnlyRootFilesystem"] is True
+    kubernetes_validate.validate(one(docs, "DaemonSet"), KUBE_VERSION, strict=True)
+
+
+def test_daemonset_bound_to_loopback_is_probed_on_the_node():
+    """A host-network pod bound to 127.0.0.1 is reachable only from the node: the kubelet
+    (host network) probes 127.0.0.1, not the pod IP. Pod-network modes keep the pod IP."""
+    c = container(one(manifests(render({"http": {"address": "127.0.0.1"}})), "DaemonSet")["spec"]["template"]["spec"])
+    assert parse_http(parse_cli(c["args"]).http) == ("127.0.0.1", 9595)
+    assert c["livenessProbe"]["httpGet"]["host"] == c["readinessProbe"]["httpGet"]["host"] == "127.0.0.1"
+    values = {"mode": "sidecar", "http": {"address": "127.0.0.1"}}
+    c = container(one(manifests(render(values)), "PodTemplate")["template"]["spec"])
+    assert "host" not in c["livenessProbe"]["httpGet"]
+
+
+def test_schema_defaults_and_descriptions_match_values_yaml():
+    """values.schema.json documents every key of values.yaml, with the same defaults."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(node: dict, value, path: str) -> None:
+        assert node.get("description") or path == "", f"{path}: no description in the schema"
+        if "default" in node:
+            assert node["default"] == value, f"{path}: schema default {node['default']!r}, values.yaml {value!r}"
+        if isinstance(value, dict) and "properties" in node:
+            assert set(value) <= set(node["properties"]), f"{path}: keys missing from the schema"
+            for key, sub in value.items():
+                walk(node["properties"][key], sub, f"{path}.{key}".lstrip("."))
+
+    walk({**schema, "description": ""}, values, "")
