@@ -35,7 +35,7 @@ setup-system:
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,pipeline]'
 	@touch $@
 setup-python: $(VENV)/.installed
 

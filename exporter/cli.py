@@ -408,10 +408,18 @@ def build_parser() -> argparse.ArgumentParser:
     cap.add_argument("--max-connections", type=int, help="bound of the live connection table (default 100000)")
     _add_capture_options(cap)
     cap.set_defaults(func=cmd_capture)
+    sub.add_parser("pipeline", help="fleet jobs on Spark over event logs or pcaps (kafka-census pipeline --help)",
+                   add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["pipeline"]:
+        # A separate program on Spark: run it, do not import it (nothing imports `pipeline`).
+        import subprocess
+
+        return subprocess.call([sys.executable, "-m", "pipeline", *argv[1:]])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

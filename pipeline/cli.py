@@ -1,0 +1,154 @@
+"""`kafka-census pipeline JOB ...` (also `python -m pipeline JOB ...` and
+`spark-submit pipeline/__main__.py JOB ...`): run one fleet job on Spark.
+
+Owns argument parsing, the Spark session (master `local[*]` by default, `--master` passed
+through unchanged, UTC session time zone, no UI), the run summary and exit codes (0 ok, 1 the
+input is unusable, 2 bad usage). Jobs: inventory, adoption, api-usage, upgrade-readiness
+(over event logs), pcap-decode (pcaps -> event logs) and report (one HTML file). Progress: a
+line per stage on stderr; Spark's own console progress bar when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import datetime, timezone
+
+JOBS = ("inventory", "adoption", "api-usage", "upgrade-readiness", "pcap-decode", "report")
+TABLE_JOBS = ("inventory", "adoption", "api-usage", "upgrade-readiness")
+
+
+class UsageError(Exception):
+    pass
+
+
+class InputError(Exception):
+    """The input cannot give an answer (e.g. every line has another schema version)."""
+
+
+def _when(value: str) -> float:
+    """An ISO date or date-time (UTC unless it says otherwise) -> epoch seconds."""
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an ISO date or date-time, e.g. 2026-11-01 "
+                                         "or 2026-11-01T12:00:00Z") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kafka-census pipeline",
+                                description="Fleet jobs on Spark over kafka-census event logs or pcap archives.")
+    p.add_argument("job", choices=JOBS)
+    p.add_argument("--input", nargs="+", required=True, metavar="PATH",
+                   help="event-log directories or files (any Hadoop URI Spark reads); for pcap-decode: "
+                        "pcap/pcapng files or directories")
+    p.add_argument("--output", required=True, metavar="DIR", help="where the job writes (Parquet + CSV, or HTML)")
+    p.add_argument("--master", default="local[*]", help="Spark master, passed through (default local[*])")
+    p.add_argument("--since", type=_when, metavar="WHEN", help="only events at or after (ISO date/time, UTC)")
+    p.add_argument("--until", type=_when, metavar="WHEN", help="only events before (ISO date/time, UTC)")
+    p.add_argument("--target", default="4.0", help="upgrade-readiness: the broker version to check (default 4.0)")
+    p.add_argument("--listener", action="append", metavar="NAME=PORT[:SECURITY_PROTOCOL]",
+                   help="pcap-decode: a broker listener port (repeatable; default PLAINTEXT=9092)")
+    return p
+
+
+def spark_session(master: str, app: str):
+    from pyspark.sql import SparkSession
+
+    return (SparkSession.builder.master(master).appName(f"kafka-census {app}")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.ui.showConsoleProgress", "true" if sys.stderr.isatty() else "false")
+            .config("spark.sql.shuffle.partitions", os.environ.get("KAFKA_CENSUS_SHUFFLE_PARTITIONS", "8"))
+            .getOrCreate())
+
+
+def progress(msg: str) -> None:
+    print(f"pipeline: {msg}", file=sys.stderr, flush=True)
+
+
+def run_tables(spark, args) -> dict:
+    from pipeline import events as ev
+    from pipeline import jobs
+
+    if args.job == "upgrade-readiness" and args.target not in jobs.TARGETS:
+        raise UsageError(f"--target {args.target!r} is not known; known: {', '.join(jobs.TARGETS)}")
+    started = time.perf_counter()
+    events, quarantine = ev.load_events(spark, args.input)
+    events = ev.within(events, args.since, args.until).cache()
+    n_events = events.count()
+    n_bad = quarantine.count()
+    progress(f"read {n_events} events, {n_bad} lines quarantined ({time.perf_counter() - started:.1f} s)")
+    if n_bad:
+        quarantine.coalesce(1).write.mode("overwrite").json(f"{args.output}/quarantine")
+        progress(f"quarantined lines and their reasons: {args.output}/quarantine/")
+    if n_events == 0 and n_bad:
+        mismatch = ev.schema_mismatch(quarantine)
+        if mismatch:
+            raise InputError(mismatch)
+    if n_events == 0:
+        progress("warning: no events in the input; the outputs are empty")
+    conns = ev.connections(events).cache()
+    reqs = ev.requests(events).cache()
+    if args.job == "inventory":
+        table = jobs.inventory(conns, reqs)
+    elif args.job == "adoption":
+        table = jobs.adoption(conns)
+    elif args.job == "api-usage":
+        table = jobs.api_usage(conns, reqs)
+    else:
+        table = jobs.upgrade_readiness(spark, conns, reqs, args.target)
+    name = args.job.replace("-", "_")
+    rows = jobs.write_table(table, args.output, name)
+    progress(f"{args.job}: {rows} rows -> {args.output}/{name}/ (Parquet) and {args.output}/{name}.csv/ "
+             f"({time.perf_counter() - started:.1f} s)")
+    return {"job": args.job, "events": n_events, "quarantined_lines": n_bad, "rows": rows,
+            "output": args.output}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.since is not None and args.until is not None and args.since >= args.until:
+        parser.error("--since must be before --until")
+    try:
+        spark = spark_session(args.master, args.job)
+    except Exception as exc:  # Java missing, bad master URL...
+        print(f"error: cannot start Spark with master {args.master!r}: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 1
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        if args.job in TABLE_JOBS:
+            summary = run_tables(spark, args)
+        elif args.job == "pcap-decode":
+            from pipeline.pcaps import run_pcap_decode
+            summary = run_pcap_decode(spark, args, progress)
+        else:
+            from pipeline.report import run_report
+            summary = run_report(spark, args, progress)
+    except UsageError as exc:
+        parser.error(str(exc))
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        from pyspark.errors import PySparkException
+
+        if isinstance(exc, PySparkException) and "PATH_NOT_FOUND" in str(exc):
+            print(f"error: input not found: {', '.join(args.input)}", file=sys.stderr)
+            return 1
+        raise
+    finally:
+        spark.stop()
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

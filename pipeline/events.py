@@ -1,0 +1,167 @@
+"""Event logs into Spark: parse, quarantine what cannot be parsed, and model connections.
+
+Owns `load_events` (NDJSON lines -> a DataFrame of the fields the jobs use, plus a quarantine
+DataFrame of the lines that failed, each with its file and reason) and `connections` (one row
+per connection: who, where, identity, first/last seen) and `requests` (per connection, api and
+version, a count). Parsing runs in the executors with `exporter.eventlog.parse_line`, the same
+reader the exporter's tests use, so the pipeline and the writer cannot disagree on the format.
+Imports pyspark, `exporter.eventlog` and the generated API table; nothing imports `pipeline`.
+
+A connection is keyed by (source, conn_id): `source` is the event log file's host part
+(`events-<start>-<host>-<seq>.ndjson`), so two sidecars' ids never collide.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from exporter.eventlog import SCHEMA_VERSION, parse_line
+
+# Only what the jobs read; every other field stays in the log.
+EVENT_SCHEMA = T.StructType([
+    T.StructField("source", T.StringType()),
+    T.StructField("conn_id", T.StringType()),
+    T.StructField("type", T.StringType()),
+    T.StructField("ts", T.DoubleType()),
+    T.StructField("client_address", T.StringType()),
+    T.StructField("broker", T.StringType()),
+    T.StructField("listener", T.StringType()),
+    T.StructField("client_id", T.StringType()),
+    T.StructField("software_name", T.StringType()),
+    T.StructField("software_version", T.StringType()),
+    T.StructField("request_version", T.IntegerType()),
+    T.StructField("accepted", T.BooleanType()),
+    T.StructField("api_key", T.IntegerType()),
+    T.StructField("api_name", T.StringType()),
+    T.StructField("api_version", T.IntegerType()),
+    T.StructField("principal", T.StringType()),
+    T.StructField("mechanism", T.StringType()),
+    T.StructField("outcome", T.StringType()),
+    T.StructField("reason", T.StringType()),
+])
+QUARANTINE_SCHEMA = T.StructType([
+    T.StructField("file", T.StringType()),
+    T.StructField("reason", T.StringType()),
+    T.StructField("line", T.StringType()),
+])
+# Event types the jobs use; the others (responses, traffic, capture health...) are skipped early.
+USED_TYPES = frozenset({"ConnectionOpened", "ClientSoftware", "RequestSeen", "SaslIdentity", "ConnectionClosed"})
+_HOST = re.compile(r"events-[0-9TZ]+-(?P<host>.+)-[0-9]+\.ndjson(?:\.active)?$")
+_SOURCE_DIR = re.compile(r"/source=(?P<source>[^/]+)/[^/]+$")  # pcap-decode's partitioned output
+MAX_QUARANTINED_LINE = 2000  # characters of a bad line kept in the quarantine output
+
+
+def source_of(path: str) -> str:
+    """The sidecar (or pcap) a log file came from: the `source=` directory pcap-decode writes,
+    the host part of an exporter's file name, or else the file name."""
+    m = _SOURCE_DIR.search(path)
+    if m:
+        from urllib.parse import unquote
+
+        return unquote(m["source"])
+    name = path.rsplit("/", 1)[-1]
+    m = _HOST.search(name)
+    return m["host"] if m else name
+
+
+def _row(source: str, rec: dict):
+    t = rec["type"]
+    broker = None
+    if t == "ConnectionOpened":
+        broker = f"{rec.get('broker_address')}:{rec.get('broker_port')}"
+    name = version = None
+    if t == "ClientSoftware":
+        name, version = rec.get("name"), rec.get("version")
+    return (source, rec["conn_id"], t, float(rec["ts"]), rec.get("client_address"), broker, rec.get("listener"),
+            rec.get("client_id"), name, version, rec.get("request_version"), rec.get("accepted"),
+            rec.get("api_key"), rec.get("api_name"), rec.get("api_version"), rec.get("principal"),
+            rec.get("mechanism"), rec.get("outcome"), rec.get("reason"))
+
+
+def _parse_partition(rows):
+    """(path, line) -> ("ok", event row) | ("bad", quarantine row). Never raises on data."""
+    for path, line in rows:
+        if not line.strip():
+            continue
+        try:
+            rec = parse_line(line)
+        except ValueError as exc:
+            yield ("bad", None, (path, str(exc), line[:MAX_QUARANTINED_LINE]))
+            continue
+        if rec.get("type") not in USED_TYPES:
+            continue
+        try:
+            yield ("ok", _row(source_of(path), rec), None)
+        except (KeyError, TypeError, ValueError) as exc:
+            yield ("bad", None, (path, f"unexpected field value: {exc}", line[:MAX_QUARANTINED_LINE]))
+
+
+def load_events(spark: SparkSession, paths: list[str]) -> tuple[DataFrame, DataFrame]:
+    """Every line of the event logs under `paths` (files or directories; any Hadoop URI).
+
+    Returns (events, quarantine). Reading a directory takes the exporter's finished `*.ndjson`
+    files (`.ndjson.active` is a file still being written) and pcap-decode's `*.txt` parts."""
+    lines = (spark.read.option("recursiveFileLookup", "true").option("pathGlobFilter", "*.{ndjson,txt}")
+             .text(paths).select(F.input_file_name().alias("path"), F.col("value")))
+    parsed = lines.rdd.map(tuple).mapPartitions(_parse_partition).cache()
+    events = spark.createDataFrame(parsed.filter(lambda r: r[0] == "ok").map(lambda r: r[1]), EVENT_SCHEMA)
+    quarantine = spark.createDataFrame(parsed.filter(lambda r: r[0] == "bad").map(lambda r: r[2]),
+                                       QUARANTINE_SCHEMA)
+    return events, quarantine
+
+
+def schema_mismatch(quarantine: DataFrame) -> str | None:
+    """A clear message when lines were refused for their schema version, else None."""
+    bad = quarantine.filter(F.col("reason").startswith("unknown schema version")).limit(1).collect()
+    if not bad:
+        return None
+    return (f"{bad[0]['file']}: {bad[0]['reason']}; this pipeline reads schema {SCHEMA_VERSION} "
+            "(upgrade kafka-census to read newer logs)")
+
+
+def within(events: DataFrame, since: float | None, until: float | None) -> DataFrame:
+    if since is not None:
+        events = events.filter(F.col("ts") >= since)
+    if until is not None:
+        events = events.filter(F.col("ts") < until)
+    return events
+
+
+def connections(events: DataFrame) -> DataFrame:
+    """One row per connection: source, conn_id, client_address, broker, listener, first_seen,
+    last_seen, client_id (last sent), client_software_name/version (last accepted ApiVersions),
+    principal (last successful SASL). A connection whose ConnectionOpened is outside the input
+    (or the time window) is left out: its address and listener are unknown."""
+    key = ["source", "conn_id"]
+    opened = (events.filter(F.col("type") == "ConnectionOpened")
+              .groupBy(key).agg(F.min("ts").alias("first_seen"), F.first("client_address").alias("client_address"),
+                                F.first("broker").alias("broker"), F.first("listener").alias("listener")))
+    seen = events.groupBy(key).agg(F.max("ts").alias("last_seen"))
+    ident = (events.filter((F.col("type") == "ClientSoftware") & F.col("accepted"))
+             .groupBy(key).agg(F.max_by(F.struct("software_name", "software_version"), "ts").alias("sw")))
+    cid = (events.filter((F.col("type") == "RequestSeen") & F.col("client_id").isNotNull())
+           .groupBy(key).agg(F.max_by("client_id", "ts").alias("client_id")))
+    principal = (events.filter((F.col("type") == "SaslIdentity") & (F.col("outcome") == "success"))
+                 .groupBy(key).agg(F.max_by("principal", "ts").alias("principal")))
+    return (opened.join(seen, key, "left").join(ident, key, "left").join(cid, key, "left")
+            .join(principal, key, "left")
+            .select(*key, "client_address", "broker", "listener", "first_seen", "last_seen", "client_id",
+                    F.col("sw.software_name").alias("client_software_name"),
+                    F.col("sw.software_version").alias("client_software_version"), "principal"))
+
+
+def requests(events: DataFrame) -> DataFrame:
+    """(source, conn_id, api_key, api, api_version, requests)."""
+    return (events.filter(F.col("type") == "RequestSeen")
+            .groupBy("source", "conn_id", "api_key", "api_version")
+            .agg(F.count(F.lit(1)).alias("requests"), F.first("api_name", ignorenulls=True).alias("api"))
+            .withColumn("api", F.coalesce("api", F.concat(F.lit("api_"), F.col("api_key").cast("string")))))
+
+
+def summary_line(name: str, df_count: int, quarantined: int) -> str:
+    return json.dumps({"job": name, "rows": df_count, "quarantined_lines": quarantined})

@@ -1,0 +1,112 @@
+"""The fleet tables, as Spark DataFrames over `pipeline.events.connections` and `requests`.
+
+Owns the definitions of `inventory`, `adoption`, `api_usage` and `upgrade_readiness` and
+`write_table` (Parquet plus a CSV for spreadsheets). Pure DataFrame code: the same on
+`local[*]` and on a cluster. Imports pyspark and the generated API table (which versions a
+target broker removes).
+
+Definitions (the README repeats them):
+- a *client* is (client_software_name, client_software_version, client_id, principal,
+  client_address, listener, broker): one inventory row;
+- *distinct clients* in `adoption` are distinct (client_id, principal, client_address) per day;
+- a day is the UTC date of a connection's first_seen;
+- a missing software name/version is "unknown", as on the exporter's metrics.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4
+
+UNKNOWN = "unknown"
+TARGETS = {"4.0": REMOVED_IN_KAFKA4}
+CLIENT_KEY = ["client_software_name", "client_software_version", "client_id", "principal", "client_address",
+              "listener", "broker"]
+
+
+def _labelled(conns: DataFrame) -> DataFrame:
+    return (conns.withColumn("client_software_name", F.coalesce("client_software_name", F.lit(UNKNOWN)))
+            .withColumn("client_software_version", F.coalesce("client_software_version", F.lit(UNKNOWN))))
+
+
+def _api_label(reqs: DataFrame) -> DataFrame:
+    return reqs.withColumn("api_used", F.concat_ws(" v", "api", F.col("api_version").cast("string")))
+
+
+def inventory(conns: DataFrame, reqs: DataFrame) -> DataFrame:
+    per_conn = (_api_label(reqs).groupBy("source", "conn_id")
+                .agg(F.collect_set("api_used").alias("apis"), F.sum("requests").alias("n")))
+    # Joined on the connection key (never null); the client key may hold nulls (no principal),
+    # which group by treats as equal, as a join would not.
+    rows = _labelled(conns).join(per_conn, ["source", "conn_id"], "left")
+    return (rows.groupBy(CLIENT_KEY).agg(
+                F.min("first_seen").alias("first_seen_ts"), F.max("last_seen").alias("last_seen_ts"),
+                F.count(F.lit(1)).alias("connections"),
+                F.array_sort(F.array_distinct(F.flatten(F.collect_list(
+                    F.coalesce("apis", F.array().cast("array<string>")))))).alias("apis_used"),
+                F.coalesce(F.sum("n"), F.lit(0)).alias("requests"))
+            .withColumn("first_seen", F.timestamp_seconds("first_seen_ts"))
+            .withColumn("last_seen", F.timestamp_seconds("last_seen_ts"))
+            .drop("first_seen_ts", "last_seen_ts")
+            .orderBy(*CLIENT_KEY))
+
+
+def adoption(conns: DataFrame) -> DataFrame:
+    conns = _labelled(conns).withColumn("day", F.to_date(F.timestamp_seconds("first_seen")))
+    client = F.concat_ws("\u0000", F.coalesce("client_id", F.lit("")), F.coalesce("principal", F.lit("")),
+                         F.coalesce("client_address", F.lit("")))
+    return (conns.groupBy("day", "client_software_name", "client_software_version")
+            .agg(F.count(F.lit(1)).alias("connections"), F.countDistinct(client).alias("distinct_clients"))
+            .orderBy("day", "client_software_name", "client_software_version"))
+
+
+def api_usage(conns: DataFrame, reqs: DataFrame) -> DataFrame:
+    conns = _labelled(conns).select("source", "conn_id", "client_software_name", "client_software_version")
+    return (reqs.join(conns, ["source", "conn_id"])
+            .groupBy("api_key", "api", "api_version", "client_software_name", "client_software_version")
+            .agg(F.sum("requests").alias("requests"))
+            .orderBy("api_key", "api_version", "client_software_name", "client_software_version"))
+
+
+def _removed_table(spark: SparkSession, target: str) -> DataFrame:
+    removed = TARGETS.get(target)
+    if removed is None:
+        raise ValueError(f"unknown upgrade target {target!r}; known: {', '.join(TARGETS)}")
+    rows = []
+    for key, versions in removed.items():
+        spec = API_TABLE.get(key)
+        minimum = None if spec is None else spec.kafka4_min_version
+        rows.extend((key, v, minimum) for v in versions)
+    schema = T.StructType([T.StructField("api_key", T.IntegerType()), T.StructField("api_version", T.IntegerType()),
+                           T.StructField("minimum_version", T.IntegerType())])
+    return spark.createDataFrame(rows, schema)
+
+
+def upgrade_readiness(spark: SparkSession, conns: DataFrame, reqs: DataFrame, target: str) -> DataFrame:
+    """Every client that used an api version `target` removes: one row per client and api
+    version, with its request count and the lowest version the target accepts (null when the
+    target removed the api entirely)."""
+    removed = F.broadcast(_removed_table(spark, target))
+    conns = _labelled(conns).select("source", "conn_id", *CLIENT_KEY, "first_seen", "last_seen")
+    return (reqs.join(removed, ["api_key", "api_version"]).join(conns, ["source", "conn_id"])
+            .groupBy(*CLIENT_KEY, "api_key", "api", "api_version", "minimum_version")
+            .agg(F.sum("requests").alias("requests"), F.count(F.lit(1)).alias("connections"),
+                 F.timestamp_seconds(F.max("last_seen")).alias("last_seen"))
+            .withColumn("target", F.lit(target))
+            .orderBy(*CLIENT_KEY, "api_key", "api_version"))
+
+
+def write_table(df: DataFrame, out_dir: str, name: str) -> int:
+    """`out_dir/name/` as Parquet and `out_dir/name.csv/` as one CSV part with a header (arrays
+    joined with ';'). Returns the row count."""
+    df = df.cache()
+    df.write.mode("overwrite").parquet(f"{out_dir}/{name}")
+    flat = df.select([F.concat_ws(";", F.col(f.name)).alias(f.name) if isinstance(f.dataType, T.ArrayType)
+                      else F.col(f.name) for f in df.schema.fields])
+    flat.coalesce(1).write.mode("overwrite").option("header", "true").csv(f"{out_dir}/{name}.csv")
+    count = df.count()
+    df.unpersist()
+    return count
