@@ -64,3 +64,11 @@ def test_reassembly_and_parsing_never_touch_a_packet_source():
         mods = {m.split(".")[0] for m in _project_imports(ROOT / "capture" / name)}
         assert not mods & {"pcapy", "scapy", "socketserver", "asyncio"}, (name, mods)
         assert "capture.sources" not in _project_imports(ROOT / "capture" / name), name
+
+
+def test_nothing_imports_the_pipeline():
+    """DESIGN.md: nothing imports `pipeline` (the CLI starts it as `python -m pipeline`)."""
+    for package in ("capture", "exporter"):
+        for path in (ROOT / package).rglob("*.py"):
+            mods = {m.split(".")[0] for m in _project_imports(path)}
+            assert "pipeline" not in mods, path
