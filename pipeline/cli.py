@@ -61,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
 def spark_session(master: str, app: str):
     from pyspark.sql import SparkSession
 
+    if master.startswith("local"):
+        # Local Python workers run this interpreter (the venv with pcapy-ng for pcap-decode)
+        # rather than the first python3 on PATH, unless the operator chose one.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
     return (SparkSession.builder.master(master).appName(f"kafka-census {app}")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.session.timeZone", "UTC")

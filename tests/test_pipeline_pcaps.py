@@ -1,0 +1,191 @@
+"""`kafka-census pipeline pcap-decode` (pipeline/pcaps.py) against `capture.replay.replay`.
+
+A real pcap: tcpdump on `lo` while the confluent-kafka client runs against Tansu. Next to it
+in the input directory: a copy cut in the middle of a packet, a file of random bytes and a
+text file. The Spark job must give, for each readable pcap, exactly the records that
+`replay` + `exporter.eventlog.encode` give for the same file in this process (in capture
+order, plus the file's CaptureStats), quarantine the cut file (keeping its events) and the
+random one with their reasons, skip the text file, and leave an event log that
+`pipeline.events` reads back with the pcap as the source. The binaryFiles path (what non-local
+URIs take) is run too, on a name Hadoop would read as a glob and split at its comma.
+One Spark session (`local[2]`). Needs root for tcpdump, as `make test` has on CI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import shutil
+from collections import defaultdict
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from capture.events import ConnectionOpened  # noqa: E402
+from capture.listeners import ListenerMap  # noqa: E402
+from capture.replay import replay  # noqa: E402
+from exporter.eventlog import encode, parse_line  # noqa: E402
+from pipeline import events as pev  # noqa: E402
+from pipeline import pcaps  # noqa: E402
+from pipeline.cli import InputError, build_parser, spark_session  # noqa: E402
+from tests import oracles, peers  # noqa: E402
+
+
+def replayed(path, port, since=None) -> tuple[list[dict], object]:
+    """What `replay` gives for `path`, as event-log records, and its result."""
+    events = []
+    result = replay(path, ListenerMap.parse([f"PLAINTEXT={port}"]), events.append)
+    records = [parse_line(encode(e)) for e in events if since is None or e.ts >= since]
+    return records, result
+
+
+def by_connection(records: list[dict]) -> dict[str, list[dict]]:
+    out = defaultdict(list)
+    for r in records:
+        out[r["conn_id"]].append(r)
+    return dict(out)
+
+
+def decoded(events_dir, source) -> list[dict]:
+    (part,) = glob.glob(os.path.join(events_dir, f"source={source}", "part-*.txt"))
+    with open(part, encoding="utf-8") as f:
+        return [parse_line(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pcaps")
+    port = peers.free_port()
+    with peers.start_tansu(port, port) as broker:
+        with oracles.tcpdump_capture("lo", f"tcp port {port}", tmp / "real.pcap"):
+            peers.run_client("confluent-kafka", broker.bootstrap)
+    return tmp / "real.pcap", port
+
+
+@pytest.fixture(scope="module")
+def spark():
+    saved = os.environ.get("KAFKA_CENSUS_SHUFFLE_PARTITIONS")
+    os.environ["KAFKA_CENSUS_SHUFFLE_PARTITIONS"] = "2"  # small data: fewer, faster shuffle tasks
+    session = spark_session("local[2]", "test-pcaps")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+    if saved is None:
+        os.environ.pop("KAFKA_CENSUS_SHUFFLE_PARTITIONS", None)
+    else:
+        os.environ["KAFKA_CENSUS_SHUFFLE_PARTITIONS"] = saved
+
+
+@pytest.fixture(scope="module")
+def archive(recorded, spark, tmp_path_factory):
+    real, port = recorded
+    tmp = tmp_path_factory.mktemp("archive")
+    inp = tmp / "in"
+    (inp / "sub").mkdir(parents=True)
+    shutil.copy(real, inp / "real.pcap")
+    data = real.read_bytes()
+    (inp / "sub" / "cut.pcap").write_bytes(data[: len(data) * 3 // 5])
+    (inp / "garbage.pcap").write_bytes(os.urandom(3000))
+    (inp / "notes.txt").write_text("not a capture\n")
+    out = tmp / "out"
+    args = build_parser().parse_args(["pcap-decode", "--input", str(inp), "--output", str(out),
+                                      "--listener", f"PLAINTEXT={port}"])
+    messages = []
+    summary = pcaps.run_pcap_decode(spark, args, messages.append)
+    return {"in": inp, "out": out, "port": port, "summary": summary, "progress": messages}
+
+
+def test_decoded_events_are_exactly_what_replay_gives(archive):
+    expected, result = replayed(archive["in"] / "real.pcap", archive["port"])
+    assert result.truncated is None and any(r["type"] == "ClientSoftware" for r in expected)
+    got = decoded(archive["out"] / "events", "real.pcap")
+    stats = got.pop()  # the file's CaptureStats comes last, named after the source
+    assert stats["type"] == "CaptureStats" and stats["conn_id"] == "real.pcap"
+    assert stats["packets"] == result.packets and stats["flows_opened"] == result.stats.flows_opened
+    assert by_connection(got) == by_connection(expected)  # per connection, in capture order
+    assert len(got) == len(expected)
+
+
+def test_bad_files_are_quarantined_with_their_reason_and_the_rest_goes_on(archive):
+    out, summary = archive["out"], archive["summary"]
+    assert summary["files"] == 3 and summary["quarantined_files"] == 2  # notes.txt is not a pcap name
+    assert summary["truncated_files"] == 1 and summary["unreadable_files"] == 1
+    rows = []
+    for part in glob.glob(str(out / "quarantine" / "part-*.json")):
+        with open(part, encoding="utf-8") as f:
+            rows.extend(json.loads(line) for line in f)
+    reasons = {os.path.basename(r["file"]): r["reason"] for r in rows}
+    assert set(reasons) == {"garbage.pcap", "cut.pcap"} and len(rows) == 2
+    assert "not a readable pcap" in reasons["garbage.pcap"]
+    assert reasons["cut.pcap"].startswith("truncated: ") and "damaged after packet" in reasons["cut.pcap"]
+    assert "kafka-census-" not in json.dumps(rows)  # no temporary path: the operator's file names
+    # The cut file still gives every event before the damage, as replay does.
+    expected, result = replayed(archive["in"] / "sub" / "cut.pcap", archive["port"])
+    assert result.truncated and expected
+    got = decoded(out / "events", "sub_cut.pcap")
+    assert got[-1]["type"] == "CaptureStats"
+    assert by_connection(got[:-1]) == by_connection(expected)
+    per_file = {os.path.basename(s["file"]): s for s in
+                json.loads((out / "pcap_decode_summary.json").read_text())["files"]}
+    assert per_file["cut.pcap"]["events"] == len(expected) and per_file["cut.pcap"]["truncated"]
+    assert per_file["garbage.pcap"]["events"] == 0 and per_file["garbage.pcap"]["error"]
+    assert summary["events"] == per_file["real.pcap"]["events"] + len(expected)
+    assert any(m.startswith("decoded 3 files") for m in archive["progress"])
+
+
+def test_the_pipeline_reads_the_decoded_archive(spark, archive):
+    events, quarantine = pev.load_events(spark, [str(archive["out"] / "events")])
+    assert quarantine.count() == 0
+    conns = pev.connections(events)
+    per_source = {r["source"]: r["count"] for r in conns.groupBy("source").count().collect()}
+    expected, _ = replayed(archive["in"] / "real.pcap", archive["port"])
+    assert per_source["real.pcap"] == sum(r["type"] == ConnectionOpened.__name__ for r in expected)
+    assert set(per_source) == {"real.pcap", "sub_cut.pcap"}
+
+
+def test_binaryfiles_path_and_since(spark, archive, tmp_path):
+    """What a non-local URI takes: the bytes through binaryFiles into a temporary file; a comma
+    and glob characters in the name must not change which file is read."""
+    port = archive["port"]
+    weird = tmp_path / "a,b [1]{x}.pcap"
+    shutil.copy(archive["in"] / "real.pcap", weird)
+    shutil.copy(archive["in"] / "real.pcap", tmp_path / "a_b [1]{x}.pcap")  # what `?` for the comma also matches
+    all_records, _ = replayed(weird, port)
+    since = sorted(r["ts"] for r in all_records)[len(all_records) // 2]
+    inputs, _, _ = pcaps.list_pcaps(spark, [str(weird)])
+    inputs = [dataclasses.replace(p, local_path=None) for p in inputs]
+    per_file = pcaps.decode_pcaps(spark, inputs, str(tmp_path / "events"), [f"PLAINTEXT={port}"], since, None,
+                                  in_place=False)
+    (source,) = [p.source for p in inputs]
+    assert source == "a,b__1__x_.pcap"  # a comma survives Spark's partition naming
+    got = decoded(tmp_path / "events", source)
+    assert got.pop()["type"] == "CaptureStats"
+    expected = [r for r in all_records if r["ts"] >= since]
+    assert 0 < len(expected) < len(all_records)
+    assert by_connection(got) == by_connection(expected)
+    assert [s["events"] for s in per_file] == [len(expected)]
+    listed = sorted(n for n in os.listdir(tmp_path / "events") if not n.startswith("."))
+    assert listed == ["_SUCCESS", f"source={source}"]  # the file `?` also matched was dropped
+
+
+def test_nothing_readable_is_an_error_but_still_quarantined(spark, tmp_path):
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "x.pcapng").write_bytes(b"\x00" * 100)
+    args = build_parser().parse_args(["pcap-decode", "--input", str(inp), "--output", str(tmp_path / "out")])
+    with pytest.raises(InputError, match="none of the 1 pcap files could be read"):
+        pcaps.run_pcap_decode(spark, args, lambda msg: None)
+    assert glob.glob(str(tmp_path / "out" / "quarantine" / "part-*.json"))
+    missing = build_parser().parse_args(["pcap-decode", "--input", str(tmp_path / "nope"), "--output",
+                                         str(tmp_path / "out2")])
+    with pytest.raises(InputError, match="input not found"):
+        pcaps.run_pcap_decode(spark, missing, lambda msg: None)
+
+
+def test_source_names_survive_the_partition_directory_and_never_clash():
+    assert pcaps.source_name("day1/broker-1:9092 #2.pcap") == "day1_broker-1_9092__2.pcap"
+    found = [(f"file:/x/{n}", None, 1, n) for n in ("a/b.pcap", "a_b.pcap", "a:b.pcap")]
+    assert [p.source for p in pcaps._unique_sources(found)] == ["a_b.pcap", "a_b.pcap~2", "a_b.pcap~3"]
