@@ -69,18 +69,32 @@ def source_of(path: str) -> str:
     return m["host"] if m else name
 
 
+def _check(rec: dict, field: str, kind: type):
+    """The field if it is a `kind` (or absent/null), else TypeError naming it: a wrongly typed
+    field quarantines its line instead of failing the whole job at schema verification."""
+    value = rec.get(field)
+    if kind is int and type(value) is int and not -2**31 <= value < 2**31:
+        raise TypeError(f"field {field}: {value} does not fit a 32-bit integer")
+    if value is None or type(value) is kind:
+        return value
+    if kind is float and type(value) is int:
+        return float(value)
+    raise TypeError(f"field {field}: {type(value).__name__} where {kind.__name__} was expected")
+
+
 def _row(source: str, rec: dict):
     t = rec["type"]
     broker = None
     if t == "ConnectionOpened":
-        broker = f"{rec.get('broker_address')}:{rec.get('broker_port')}"
+        broker = f"{_check(rec, 'broker_address', str)}:{_check(rec, 'broker_port', int)}"
     name = version = None
     if t == "ClientSoftware":
-        name, version = rec.get("name"), rec.get("version")
-    return (source, rec["conn_id"], t, float(rec["ts"]), rec.get("client_address"), broker, rec.get("listener"),
-            rec.get("client_id"), name, version, rec.get("request_version"), rec.get("accepted"),
-            rec.get("api_key"), rec.get("api_name"), rec.get("api_version"), rec.get("principal"),
-            rec.get("mechanism"), rec.get("outcome"), rec.get("reason"))
+        name, version = _check(rec, "name", str), _check(rec, "version", str)
+    return (source, _check(rec, "conn_id", str), t, _check(rec, "ts", float), _check(rec, "client_address", str),
+            broker, _check(rec, "listener", str), _check(rec, "client_id", str), name, version,
+            _check(rec, "request_version", int), _check(rec, "accepted", bool), _check(rec, "api_key", int),
+            _check(rec, "api_name", str), _check(rec, "api_version", int), _check(rec, "principal", str),
+            _check(rec, "mechanism", str), _check(rec, "outcome", str), _check(rec, "reason", str))
 
 
 def _parse_partition(rows):

@@ -55,7 +55,9 @@ def inventory(conns: DataFrame, reqs: DataFrame) -> DataFrame:
 
 
 def adoption(conns: DataFrame) -> DataFrame:
-    conns = _labelled(conns).withColumn("day", F.to_date(F.timestamp_seconds("first_seen")))
+    # Days since the epoch, so the UTC day whatever the session time zone says.
+    conns = _labelled(conns).withColumn(
+        "day", F.date_from_unix_date(F.floor(F.col("first_seen") / 86400).cast("int")))
     client = F.concat_ws("\u0000", F.coalesce("client_id", F.lit("")), F.coalesce("principal", F.lit("")),
                          F.coalesce("client_address", F.lit("")))
     return (conns.groupBy("day", "client_software_name", "client_software_version")

@@ -1,0 +1,764 @@
+"""The fleet pipeline (pipeline/events.py, jobs.py, cli.py) against an independent computation.
+
+Two inputs, both event logs as `kafka-census` writes them:
+
+* a REAL one: `kafka-census capture -i lo --event-log DIR` (the real command, a subprocess)
+  watching Tansu, four real clients and a raw Produce v2 request, stopped with SIGTERM;
+* a generated fleet: three brokers (sources) over three UTC days, written by
+  `exporter.eventlog.EventLog` from `capture.events` objects (fixed seed): SASL principals,
+  Produce v2 / Fetch v3 / ListOffsets v0 users, connections without ApiVersions, one
+  ClientSoftware refused then accepted at v0, a connection across midnight, events of a
+  connection whose ConnectionOpened is not in the input, the same conn ids on every broker.
+
+Every table job runs through the Python API (`pipeline.events` + `pipeline.jobs`) in one
+SparkSession and is compared with a plain-Python computation of the definitions in
+pipeline/jobs.py's docstring over the same files read with `exporter.eventlog.read_events`.
+The CLI runs (a Spark start each, 15-30 s) are started in the background as the module begins,
+so they overlap the capture run; their tests wait for them.
+
+Needs root (live capture on lo) and Java, as `make test` has on CI.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from capture import events as ev
+from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4
+from exporter.eventlog import EventLog, parse_line, read_events
+from tests import peers
+from tests.test_exporter_e2e import Exporter, old_and_odd_clients
+
+CENSUS = Path(sys.executable).parent / "kafka-census"
+KEY = ("client_software_name", "client_software_version", "client_id", "principal", "client_address", "listener",
+       "broker")  # an inventory row's client
+USED_TYPES = {"ConnectionOpened", "ClientSoftware", "RequestSeen", "SaslIdentity", "ConnectionClosed"}
+REAL_CLIENTS = ("confluent-kafka", "kafka-python", "kafkajs", "platformatic")
+DAY0 = datetime(2026, 11, 20, tzinfo=timezone.utc).timestamp()
+DAY = 86400.0
+# The window of the --since/--until tests: from the middle of day 2 to the middle of day 3.
+SINCE, UNTIL = "2026-11-21T06:00:00Z", "2026-11-22T12:00:00"  # the second one is UTC by default
+SINCE_TS, UNTIL_TS = DAY0 + DAY + 6 * 3600, DAY0 + 2 * DAY + 12 * 3600
+
+
+# ---------------------------------------------------------------------------------------------
+# The generated fleet
+
+
+HOSTS = ("broker-1", "broker-2", "broker-3")  # digits and dashes: the file name's host part
+BROKER_IP = {"broker-1": "10.0.0.1", "broker-2": "10.0.0.2", "broker-3": "10.0.0.3"}
+LISTENERS = {"PLAINTEXT": (9092, "PLAINTEXT"), "SASL": (9094, "SASL_PLAINTEXT")}
+
+
+@dataclass(frozen=True)
+class Profile:
+    software: tuple[str | None, str | None]
+    api_versions: int | None  # ApiVersions request version; None: never sends one
+    client_ids: tuple[str | None, ...]
+    requests: tuple[tuple[int, str | None, int], ...]  # (api_key, api_name, api_version)
+    weight: int
+
+
+PROFILES = (
+    Profile(("confluent-kafka-python", "2.16.1-rdkafka-2.16.0"), 3, ("orders-producer", "orders-producer-2"),
+            ((3, "Metadata", 12), (0, "Produce", 9)), 6),
+    Profile(("apache-kafka-java", "3.9.0"), 4, ("billing-consumer", "billing-consumer-2", None),
+            ((3, "Metadata", 12), (10, "FindCoordinator", 4), (11, "JoinGroup", 9), (1, "Fetch", 16)), 6),
+    Profile(("apache-kafka-java", "2.8.1"), 3, ("billing-consumer",),
+            ((3, "Metadata", 11), (1, "Fetch", 12), (8, "OffsetCommit", 8)), 3),
+    Profile(("kafka-python", "3.0.12"), 4, ("etl", None), ((3, "Metadata", 8), (0, "Produce", 7), (999, None, 0)), 3),
+    # Old clients: ApiVersions without software fields, then versions Kafka 4.0 removed (KIP-896).
+    Profile((None, None), 0, ("legacy-producer",), ((3, "Metadata", 1), (0, "Produce", 2)), 2),
+    Profile((None, None), 1, ("legacy-fetcher", "legacy-fetcher-2"), ((3, "Metadata", 1), (1, "Fetch", 3)), 2),
+    # Never sends ApiVersions (api.version.request=false): no ClientSoftware at all.
+    Profile((None, None), None, ("no-apiversions", None),
+            ((3, "Metadata", 0), (0, "Produce", 2), (2, "ListOffsets", 0)), 2),
+)
+PRINCIPALS = ("svc-orders", "svc-billing", "alice")
+
+
+class ConnWriter:
+    """The events of one generated connection, in the order capture emits them."""
+
+    def __init__(self, out: list, rng: random.Random, host: str, conn_id: str, ts: float) -> None:
+        self.out, self.rng, self.host, self.conn_id, self.ts = out, rng, host, conn_id, ts
+        self.correlation = 0
+
+    def emit(self, cls, gap: float | None = None, **fields) -> None:
+        self.ts += self.rng.uniform(0.0005, 30.0) if gap is None else gap
+        self.out.append(cls(conn_id=self.conn_id, ts=self.ts, **fields))
+
+    def opened(self, address: str, listener: str) -> None:
+        port, protocol = LISTENERS[listener]
+        self.out.append(ev.ConnectionOpened(
+            conn_id=self.conn_id, ts=self.ts, client_address=address, client_port=self.rng.randrange(32768, 61000),
+            broker_address=BROKER_IP[self.host], broker_port=port, listener=listener, security_protocol=protocol,
+            mid_stream=False, source="capture"))
+
+    def request(self, key: int, name: str | None, version: int, client_id: str | None) -> None:
+        self.correlation += 1
+        self.emit(ev.RequestSeen, api_key=key, api_name=name, api_version=version,
+                  correlation_id=self.correlation, client_id=client_id, size=self.rng.randrange(20, 4000))
+        if key == 0:
+            self.emit(ev.ProduceAcks, gap=0.0, api_version=version, correlation_id=self.correlation, acks=1,
+                      transactional=False)
+        self.emit(ev.ResponseSeen, gap=0.002, api_key=key, api_name=name, api_version=version,
+                  correlation_id=self.correlation, size=self.rng.randrange(20, 4000), latency=0.002)
+
+    def api_versions(self, version: int, software: tuple[str | None, str | None], client_id: str | None, *,
+                     accepted: bool = True, valid: bool | None = True) -> None:
+        self.request(18, "ApiVersions", version, client_id)
+        name, sw_version = software if version >= 3 else (None, None)
+        self.emit(ev.ClientSoftware, gap=0.0, request_version=version, name=name, version=sw_version,
+                  valid=valid if version >= 3 else None, error_code=0 if accepted else 35, accepted=accepted)
+        self.emit(ev.ApiVersionsAnswer, gap=0.0, request_version=version, error_code=0 if accepted else 35,
+                  api_ranges=((0, 3, 13), (1, 4, 18), (18, 0, 4)), throttle_time_ms=0, supported_features=(),
+                  finalized_features_epoch=-1, finalized_features=(), zk_migration_ready=False, unknown_tags=())
+
+    def sasl(self, principal: str, outcome: str = "success") -> None:
+        self.emit(ev.SaslHandshake, handshake_version=1, mechanism="SCRAM-SHA-512", error_code=0,
+                  enabled_mechanisms=("PLAIN", "SCRAM-SHA-512"))
+        self.emit(ev.SaslIdentity, mechanism="SCRAM-SHA-512", principal=principal, outcome=outcome,
+                  error_code=None if outcome == "success" else 58, framing="SaslAuthenticate")
+
+    def traffic(self) -> None:
+        n = self.rng.randrange(100, 100000)
+        self.emit(ev.TrafficUpdate, gap=0.0, bytes_from_client=n, bytes_from_broker=2 * n, segments_from_client=3,
+                  segments_from_broker=3)
+
+    def closed(self) -> None:
+        self.traffic()
+        self.emit(ev.ConnectionClosed, reason=self.rng.choice(("fin", "rst")), pending_requests=0)
+
+
+def fleet_events(seed: int = 20261120, per_host: int = 100) -> dict[str, list]:
+    """{host: events}: `per_host` ordinary connections per broker, plus the special cases."""
+    rng = random.Random(seed)
+    out: dict[str, list] = {h: [] for h in HOSTS}
+    for host in HOSTS:
+        for i in range(per_host):
+            profile = rng.choices(PROFILES, weights=[p.weight for p in PROFILES])[0]
+            start = DAY0 + rng.uniform(0, 3 * DAY - 4 * 3600)
+            c = ConnWriter(out[host], rng, host, f"c{i}", start)  # the same ids on every broker
+            sasl = rng.random() < 0.3
+            c.opened(f"10.1.{PROFILES.index(profile)}.{rng.randrange(1, 6)}", "SASL" if sasl else "PLAINTEXT")
+            client_id = rng.choice(profile.client_ids)
+            if profile.api_versions is not None:
+                c.api_versions(profile.api_versions, profile.software, client_id)
+            if sasl:
+                if rng.random() < 0.1:  # wrong password: no principal for this connection
+                    c.sasl("mallory", outcome="failure")
+                    c.closed()
+                    continue
+                c.sasl(rng.choice(PRINCIPALS))
+                if rng.random() < 0.15:  # re-authenticated later (KIP-368): the last success counts
+                    c.request(3, "Metadata", 12, client_id)
+                    c.sasl(rng.choice(PRINCIPALS))
+            for j in range(rng.randrange(1, 25)):
+                c.request(*rng.choice(profile.requests), client_id)
+                if j % 8 == 7:
+                    c.traffic()
+            if rng.random() < 0.9:
+                c.closed()
+    # One ClientSoftware refused (invalid name) and then ApiVersions v0 accepted: identity unknown.
+    c = ConnWriter(out["broker-1"], rng, "broker-1", "refused-then-v0", DAY0 + 3600)
+    c.opened("10.9.9.9", "PLAINTEXT")
+    c.api_versions(3, ("my client!", "1.0"), "odd-client", accepted=False, valid=False)
+    c.api_versions(0, (None, None), "odd-client")
+    c.request(0, "Produce", 2, "odd-client")
+    c.closed()
+    # Opened just before midnight of day 1: its day is day 1, its last_seen is on day 2.
+    c = ConnWriter(out["broker-2"], rng, "broker-2", "across-midnight", DAY0 + DAY - 0.5)
+    c.opened("10.9.9.10", "PLAINTEXT")
+    c.api_versions(3, ("confluent-kafka-python", "2.16.1-rdkafka-2.16.0"), "night-owl")
+    for _ in range(3):
+        c.request(0, "Produce", 9, "night-owl")
+    c.closed()
+    # Requests of a connection whose ConnectionOpened is not in the input: in no table.
+    c = ConnWriter(out["broker-3"], rng, "broker-3", "orphan", DAY0 + 2 * DAY)
+    c.request(0, "Produce", 1, "orphan-client")
+    for host, events in out.items():
+        events.sort(key=lambda e: e.ts)  # stable: a connection's events keep their order
+    return out
+
+
+def write_fleet(root: Path) -> None:
+    """The fleet as the exporter writes it: EventLog per host with a clock at event time (files
+    rotate every 6 h), one host in a subdirectory, plus an unfinished `.active` file."""
+    for host, events in fleet_events().items():
+        now = [events[0].ts]
+        directory = root / "gathered" / host if host == "broker-3" else root
+        log = EventLog(directory, host=host, clock=lambda: now[0], max_age_seconds=6 * 3600,
+                       max_bytes=256 * 1024)
+        for event in events:
+            now[0] = event.ts
+            log.write(event)
+        log.close()
+        assert log.written == len(events) and not log.dropped
+    # A file still being written: readers of finished files never see it.
+    active = root / "events-20261122T230000Z-broker-9-0000.ndjson.active"
+    active.write_text(json.dumps({"schema": 1, "type": "ConnectionOpened", "ts": DAY0 + 2.5 * DAY,
+                                  "conn_id": "active", "client_address": "10.8.8.8", "client_port": 1,
+                                  "broker_address": "10.0.0.9", "broker_port": 9092, "listener": "PLAINTEXT",
+                                  "security_protocol": "PLAINTEXT", "mid_stream": False,
+                                  "source": "capture"}) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# The independent computation: plain Python over the files
+
+
+_LOG_NAME = re.compile(r"events-\d{8}T\d{6}Z-(?P<host>.+)-\d+\.ndjson\Z")
+
+
+def log_files(*roots: Path) -> list[Path]:
+    """Finished event-log files under `roots`, recursively."""
+    return sorted(p for root in roots for p in Path(root).rglob("*.ndjson") if p.is_file())
+
+
+def records(*roots: Path, lenient: bool = False) -> list[tuple[str, dict]]:
+    """(source, record) of every line; `lenient` skips the lines the reader refuses."""
+    out = []
+    for path in log_files(*roots):
+        source = _LOG_NAME.match(path.name)["host"]
+        if lenient:
+            for line in path.read_bytes().splitlines():
+                try:
+                    out.append((source, parse_line(line)))
+                except ValueError:
+                    pass
+        else:
+            out.extend((source, rec) for rec in read_events(path))
+    return out
+
+
+@dataclass
+class Conn:
+    first_seen: float | None = None
+    last_seen: float = -math.inf
+    client_address: str | None = None
+    broker: str | None = None
+    listener: str | None = None
+    # (ts, value) of the latest: a tie between two different values would make "last" ambiguous.
+    software: tuple[float, tuple] = (-math.inf, (None, None))
+    client_id: tuple[float, str | None] = (-math.inf, None)
+    principal: tuple[float, str | None] = (-math.inf, None)
+    requests: Counter = field(default_factory=Counter)  # (api_key, api_version) -> count
+    api_names: dict = field(default_factory=dict)  # api_key -> name
+
+
+def _latest(current: tuple, ts: float, value):
+    if ts == current[0] and value != current[1]:
+        raise AssertionError(f"two values at the same ts {ts}: {current[1]!r} and {value!r}")
+    return (ts, value) if ts >= current[0] else current
+
+
+def oracle_connections(recs, since: float | None = None, until: float | None = None) -> dict[tuple, Conn]:
+    """Connections keyed by (source, conn_id), from the events in [since, until)."""
+    conns: dict[tuple, Conn] = defaultdict(Conn)
+    for source, r in recs:
+        ts = r["ts"]
+        if r["type"] not in USED_TYPES or (since is not None and ts < since) or (until is not None and ts >= until):
+            continue
+        c = conns[(source, r["conn_id"])]
+        c.last_seen = max(c.last_seen, ts)
+        if r["type"] == "ConnectionOpened" and (c.first_seen is None or ts < c.first_seen):
+            c.first_seen = ts
+            c.client_address, c.listener = r["client_address"], r["listener"]
+            c.broker = f"{r['broker_address']}:{r['broker_port']}"
+        elif r["type"] == "ClientSoftware" and r["accepted"]:
+            c.software = _latest(c.software, ts, (r["name"], r["version"]))
+        elif r["type"] == "RequestSeen":
+            c.requests[(r["api_key"], r["api_version"])] += 1
+            if r["api_name"] is not None:
+                c.api_names[r["api_key"]] = r["api_name"]
+            if r["client_id"] is not None:
+                c.client_id = _latest(c.client_id, ts, r["client_id"])
+        elif r["type"] == "SaslIdentity" and r["outcome"] == "success":
+            c.principal = _latest(c.principal, ts, r["principal"])
+    return {k: c for k, c in conns.items() if c.first_seen is not None}
+
+
+def micros(ts: float) -> int:
+    return int(ts * 1_000_000)  # what a double becomes as a Spark timestamp (truncated)
+
+
+def api_label(c: Conn, key: int) -> str:
+    return c.api_names.get(key, f"api_{key}")
+
+
+def client_key(c: Conn) -> tuple:
+    name, version = c.software[1]
+    return (name or "unknown", version or "unknown", c.client_id[1], c.principal[1], c.client_address,
+            c.listener, c.broker)
+
+
+def oracle_inventory(conns: dict[tuple, Conn]) -> dict[tuple, tuple]:
+    rows: dict[tuple, list] = {}
+    for c in conns.values():
+        row = rows.setdefault(client_key(c), [math.inf, -math.inf, 0, set(), 0])
+        row[0], row[1] = min(row[0], c.first_seen), max(row[1], c.last_seen)
+        row[2] += 1
+        row[3] |= {f"{api_label(c, k)} v{v}" for k, v in c.requests}
+        row[4] += sum(c.requests.values())
+    return {k: (micros(f), micros(l), n, sorted(apis), reqs) for k, (f, l, n, apis, reqs) in rows.items()}
+
+
+def utc_day(ts: float):
+    return datetime.fromtimestamp(ts, timezone.utc).date()
+
+
+def oracle_adoption(conns: dict[tuple, Conn]) -> dict[tuple, tuple]:
+    connections: Counter = Counter()
+    clients: dict[tuple, set] = defaultdict(set)
+    for c in conns.values():
+        key = (utc_day(c.first_seen), *client_key(c)[:2])
+        connections[key] += 1
+        clients[key].add((c.client_id[1] or "", c.principal[1] or "", c.client_address or ""))
+    return {k: (connections[k], len(clients[k])) for k in connections}
+
+
+def oracle_api_usage(conns: dict[tuple, Conn]) -> dict[tuple, int]:
+    out: Counter = Counter()
+    for c in conns.values():
+        for (k, v), n in c.requests.items():
+            out[(k, api_label(c, k), v, *client_key(c)[:2])] += n
+    return dict(out)
+
+
+def oracle_upgrade_readiness(conns: dict[tuple, Conn]) -> dict[tuple, tuple]:
+    removed = {(k, v) for k, versions in REMOVED_IN_KAFKA4.items() for v in versions}
+    rows: dict[tuple, list] = {}
+    for c in conns.values():
+        for (k, v), n in c.requests.items():
+            if (k, v) in removed:
+                minimum = API_TABLE[k].kafka4_min_version if k in API_TABLE else None
+                row = rows.setdefault((*client_key(c), k, api_label(c, k), v, minimum), [0, 0, -math.inf])
+                row[0] += n
+                row[1] += 1
+                row[2] = max(row[2], c.last_seen)
+    return {k: (n, conns_, micros(last), "4.0") for k, (n, conns_, last) in rows.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The CLI runs: started at once, in the background
+
+
+class CliRun:
+    """`kafka-census pipeline ARGS` as a subprocess; `result()` waits for it."""
+
+    def __init__(self, tmp: Path, name: str, args: list[str]) -> None:
+        self.out_dir = tmp / f"{name}-out"
+        self._stdout = open(tmp / f"{name}.stdout", "w+")
+        self._stderr = open(tmp / f"{name}.stderr", "w+")
+        env = dict(os.environ, KAFKA_CENSUS_SHUFFLE_PARTITIONS="2")
+        self.proc = subprocess.Popen([str(CENSUS), "pipeline", *args, "--output", str(self.out_dir)],
+                                     stdin=subprocess.DEVNULL, stdout=self._stdout, stderr=self._stderr, env=env)
+
+    def result(self, timeout: float = 240) -> tuple[int, str, str]:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self._stdout.seek(0)
+        self._stderr.seek(0)
+        return code, self._stdout.read(), self._stderr.read()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._stdout.close()
+        self._stderr.close()
+
+
+# Lines an otherwise good log may hold; each must be quarantined with this reason (a prefix).
+BAD_LINES = [
+    ('{"schema":1,"type":"RequestSeen","ts":', "not JSON"),
+    ("GET / HTTP/1.1", "not JSON"),
+    ("[1,2,3]", "not a JSON object"),
+    ('{"schema":2,"type":"RequestSeen","ts":1795300000.5,"conn_id":"c1","api_key":0}', "unknown schema version 2"),
+    ('{"type":"RequestSeen","ts":1795300000.5,"conn_id":"c1"}', "no schema field"),
+    ('{"schema":1,"type":"RequestSeen","ts":"yesterday","conn_id":"c1"}', "ts missing or not a number"),
+]
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("pipeline")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp) -> Path:
+    root = tmp / "fleet"
+    write_fleet(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def bad_dir(tmp, fleet) -> Path:
+    """One day of one broker with the BAD_LINES spread through it."""
+    directory = tmp / "bad"
+    directory.mkdir()
+    lines = [line for path in log_files(fleet) if "broker-2" in path.name
+             for line in path.read_text().splitlines()][:400]
+    for i, (bad, _) in enumerate(BAD_LINES):
+        lines.insert(10 + 60 * i, bad)
+    (directory / "events-20261120T000000Z-broker-bad-0000.ndjson").write_text("\n".join(lines) + "\n")
+    return directory
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cli_runs(request, tmp, fleet, bad_dir):
+    """Starts the CLI runs before anything else (when any CLI test is selected)."""
+    if not any(item.name.startswith("test_cli_") for item in request.session.items):
+        yield {}
+        return
+    schema2 = tmp / "schema2"
+    schema2.mkdir()
+    (schema2 / "events-20261120T000000Z-future-0000.ndjson").write_text("".join(
+        json.dumps({"schema": 2, "type": "RequestSeen", "ts": DAY0 + i, "conn_id": f"c{i}"}) + "\n"
+        for i in range(5)))
+    empty = tmp / "empty"
+    empty.mkdir()
+    runs = {
+        "full": CliRun(tmp, "full", ["inventory", "--input", str(fleet), str(bad_dir),
+                                     "--since", SINCE, "--until", UNTIL]),
+        "schema2": CliRun(tmp, "schema2", ["upgrade-readiness", "--input", str(schema2)]),
+        "empty": CliRun(tmp, "empty", ["adoption", "--input", str(empty)]),
+        "missing": CliRun(tmp, "missing", ["api-usage", "--input", str(tmp / "no-such-dir")]),
+    }
+    yield runs
+    for run in runs.values():
+        run.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# The real capture, and Spark
+
+
+@pytest.fixture(scope="module")
+def real_log(tmp) -> Path:
+    """`kafka-census capture` over Tansu, four real clients and a legacy Produce v2; SIGTERM."""
+    events = tmp / "real"
+    port = peers.free_port()
+    with peers.start_tansu(port, port) as broker:
+        exporter = Exporter(port, peers.free_port(), events)
+        try:
+            for name in REAL_CLIENTS:
+                peers.run_client(name, broker.bootstrap, timeout=90)
+            old_and_odd_clients(broker.port)
+            deadline = time.monotonic() + 10  # the closing segments reach the capture
+            while exporter.get("/api/v1/connections?state=open")["total"] and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            code, err = exporter.stop()
+    assert code == 0, err
+    assert log_files(events), "the capture wrote no finished event log"
+    return events
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pipeline.cli import spark_session
+
+    session = spark_session("local[2]", "tests")  # the CLI's settings: UTC, no UI
+    session.sparkContext.setLogLevel("ERROR")
+    session.conf.set("spark.sql.shuffle.partitions", "2")  # small data
+    yield session
+    session.stop()
+
+
+@dataclass
+class Loaded:
+    conns: object  # pipeline.events.connections
+    reqs: object  # pipeline.events.requests
+    quarantine: object
+    expected: dict  # oracle connections
+
+
+def _load(spark, roots, since=None, until=None) -> Loaded:
+    from pipeline import events as pev
+
+    events, quarantine = pev.load_events(spark, [str(r) for r in roots])
+    events = pev.within(events, since, until).cache()
+    return Loaded(pev.connections(events).cache(), pev.requests(events).cache(), quarantine,
+                  oracle_connections(records(*roots), since, until))
+
+
+@pytest.fixture(scope="module")
+def loaded(real_log, spark, fleet) -> dict[str, Loaded]:
+    return {"real": _load(spark, [real_log]), "fleet": _load(spark, [fleet]),
+            "window": _load(spark, [fleet], SINCE_TS, UNTIL_TS)}
+
+
+DATASETS = ("real", "fleet", "window")
+
+
+def _as_micros(df):
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    return df.select([F.unix_micros(f.name).alias(f.name) if isinstance(f.dataType, T.TimestampType)
+                      else F.col(f.name) for f in df.schema.fields])
+
+
+def _nulls_first(key: tuple) -> tuple:
+    return tuple((v is not None, v) for v in key)
+
+
+# ---------------------------------------------------------------------------------------------
+# The jobs through the Python API
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_connections_match_the_event_log(loaded, dataset):
+    data = loaded[dataset]
+    got = {(r.source, r.conn_id): r for r in data.conns.collect()}
+    assert set(got) == set(data.expected)
+    for key, c in data.expected.items():
+        r = got[key]
+        assert (r.client_address, r.broker, r.listener, r.first_seen, r.last_seen) == \
+            (c.client_address, c.broker, c.listener, c.first_seen, c.last_seen), key
+        assert (r.client_software_name, r.client_software_version, r.client_id, r.principal) == \
+            (*c.software[1], c.client_id[1], c.principal[1]), key
+    assert data.quarantine.count() == 0
+    reqs = Counter({(r.source, r.conn_id, r.api_key, r.api_version): r.requests
+                    for r in data.reqs.collect() if (r.source, r.conn_id) in data.expected})
+    assert reqs == Counter({(*key, k, v): n for key, c in data.expected.items() for (k, v), n in c.requests.items()})
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_inventory(loaded, dataset):
+    from pipeline import jobs
+
+    data = loaded[dataset]
+    df = jobs.inventory(data.conns, data.reqs)
+    assert df.columns == [*KEY, "connections", "apis_used", "requests", "first_seen", "last_seen"]
+    rows = _as_micros(df).collect()
+    got = {tuple(r[:7]): (r.first_seen, r.last_seen, r.connections, r.apis_used, r.requests) for r in rows}
+    assert len(got) == len(rows)
+    assert got == oracle_inventory(data.expected)
+    keys = [tuple(r[:7]) for r in rows]
+    assert keys == sorted(keys, key=_nulls_first)  # ordered by the client key, nulls first
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_adoption_per_utc_day(loaded, dataset):
+    from pipeline import jobs
+
+    data = loaded[dataset]
+    rows = jobs.adoption(data.conns).collect()
+    got = {(r.day, r.client_software_name, r.client_software_version): (r.connections, r.distinct_clients)
+           for r in rows}
+    expected = oracle_adoption(data.expected)
+    assert got == expected and len(rows) == len(got)
+    assert [tuple(r[:3]) for r in rows] == sorted(got)
+    if dataset == "fleet":
+        assert {k[0] for k in got} == {utc_day(DAY0), utc_day(DAY0 + DAY), utc_day(DAY0 + 2 * DAY)}
+
+
+def test_adoption_days_are_utc_whatever_the_session_time_zone(loaded, spark):
+    """jobs.py: "a day is the UTC date of a connection's first_seen" -- also for a caller of the
+    Python API whose session is not set to UTC (only the CLI's session is)."""
+    from pipeline import jobs
+
+    data = loaded["fleet"]
+    spark.conf.set("spark.sql.session.timeZone", "Pacific/Kiritimati")  # UTC+14: most days move
+    try:
+        rows = jobs.adoption(data.conns).collect()
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    got = {(r.day, r.client_software_name, r.client_software_version): (r.connections, r.distinct_clients)
+           for r in rows}
+    assert got == oracle_adoption(data.expected)
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_api_usage(loaded, dataset):
+    from pipeline import jobs
+
+    data = loaded[dataset]
+    rows = jobs.api_usage(data.conns, data.reqs).collect()
+    got = {(r.api_key, r.api, r.api_version, r.client_software_name, r.client_software_version): r.requests
+           for r in rows}
+    assert got == oracle_api_usage(data.expected) and len(rows) == len(got)
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_upgrade_readiness(loaded, spark, dataset):
+    from pipeline import jobs
+
+    data = loaded[dataset]
+    rows = _as_micros(jobs.upgrade_readiness(spark, data.conns, data.reqs, "4.0")).collect()
+    got = {(*r[:7], r.api_key, r.api, r.api_version, r.minimum_version): (r.requests, r.connections, r.last_seen,
+                                                                         r.target) for r in rows}
+    assert got == oracle_upgrade_readiness(data.expected) and len(rows) == len(got)
+
+
+def test_real_log_names_the_real_clients_and_the_legacy_producer(loaded, spark):
+    from pipeline import jobs
+
+    data = loaded["real"]
+    inventory = jobs.inventory(data.conns, data.reqs).collect()
+    software = {(r.client_software_name, r.client_software_version) for r in inventory}
+    assert {("confluent-kafka-python", "2.16.1-rdkafka-2.16.0"), ("kafka-python", "3.0.12"),
+            ("platformatic-kafka", "1.35.0"), ("unknown", "unknown")} <= software
+    assert any((r.client_id or "").startswith("census-kafkajs") for r in inventory)  # ApiVersions v2: unknown
+    (legacy,) = jobs.upgrade_readiness(spark, data.conns, data.reqs, "4.0").collect()
+    assert (legacy.client_id, legacy.client_software_name, legacy.api, legacy.api_version, legacy.requests,
+            legacy.connections, legacy.minimum_version) == ("census-legacy", "unknown", "Produce", 2, 2, 1, 3)
+
+
+def test_fleet_special_cases(loaded, spark):
+    """The cases the generator plants, checked by name (the oracle checks everything else)."""
+    from pipeline import jobs
+
+    data = loaded["fleet"]
+    conns = {(r.source, r.conn_id): r for r in data.conns.collect()}
+    assert {s for s, _ in conns} == set(HOSTS)
+    assert {("broker-1", "c0"), ("broker-2", "c0"), ("broker-3", "c0")} <= set(conns)  # ids collide
+    refused = conns[("broker-1", "refused-then-v0")]
+    assert (refused.client_software_name, refused.client_software_version) == (None, None)
+    assert not any(cid == "orphan" or cid == "active" for _, cid in conns)
+    assert any(r.principal for r in conns.values()) and any(
+        r.listener == "SASL" and r.principal is None for r in conns.values())  # failed SASL
+    night = conns[("broker-2", "across-midnight")]
+    assert utc_day(night.first_seen) == utc_day(DAY0) and utc_day(night.last_seen) == utc_day(DAY0 + DAY)
+    readiness = jobs.upgrade_readiness(spark, data.conns, data.reqs, "4.0").collect()
+    minimum = {(r.api, r.api_version): r.minimum_version for r in readiness}
+    assert minimum == {("Produce", 2): 3, ("Fetch", 3): 4, ("ListOffsets", 0): 1}  # KIP-896
+    assert "odd-client" in {r.client_id for r in readiness}
+    assert "orphan-client" not in {r.client_id for r in readiness}
+
+
+def test_window_keeps_only_connections_opened_inside(loaded):
+    data = loaded["window"]
+    rows = data.conns.collect()
+    assert rows and all(SINCE_TS <= r.first_seen and r.last_seen < UNTIL_TS for r in rows)
+    assert len(rows) < len(loaded["fleet"].expected)
+
+
+WRONGLY_TYPED = {  # field -> a record that parses as JSON but holds it with the wrong type
+    "api_version": {"type": "RequestSeen", "api_key": 0, "api_name": "Produce", "api_version": "3",
+                    "correlation_id": 1, "client_id": "x", "size": 10},
+    "api_key": {"type": "RequestSeen", "api_key": 2 ** 40, "api_name": "Produce", "api_version": 3,
+                "correlation_id": 1, "client_id": "x", "size": 10},
+    "request_version": {"type": "ClientSoftware", "request_version": True, "name": "x", "version": "1",
+                        "valid": True, "error_code": 0, "accepted": True},
+    "accepted": {"type": "ClientSoftware", "request_version": 3, "name": "x", "version": "1", "valid": True,
+                 "error_code": 0, "accepted": "yes"},
+    "client_id": {"type": "RequestSeen", "api_key": 0, "api_name": "Produce", "api_version": 3,
+                  "correlation_id": 1, "client_id": 5, "size": 10},
+}
+
+
+def test_wrongly_typed_fields_are_quarantined_not_fatal(spark, tmp, fleet):
+    """A line that parses but holds a field of the wrong type is a bad line like any other
+    (README: "wrong field types ... counted and written to OUT/quarantine/ with the reason; a
+    run never dies on one bad line"): the run goes on without it, and nothing is coerced."""
+    from pipeline import events as pev
+
+    directory = tmp / "typed"
+    directory.mkdir()
+    good = next(path for path in log_files(fleet) if "broker-1" in path.name)
+    lines = good.read_text().splitlines()[:50]
+    bad = [json.dumps({"schema": 1, "ts": DAY0 + 1.5, "conn_id": f"typed-{name}", **rec})
+           for name, rec in WRONGLY_TYPED.items()]
+    (directory / "events-20261120T000000Z-typed-0000.ndjson").write_text("\n".join(lines + bad) + "\n")
+    events, quarantine = pev.load_events(spark, [str(directory)])
+    assert events.count() == sum(1 for line in lines if json.loads(line)["type"] in USED_TYPES)
+    reasons = {json.loads(q.line)["conn_id"].removeprefix("typed-"): q.reason for q in quarantine.collect()}
+    assert set(reasons) == set(WRONGLY_TYPED)
+    assert all(field in reason for field, reason in reasons.items()), reasons
+
+
+# ---------------------------------------------------------------------------------------------
+# The CLI (subprocesses started by `cli_runs`)
+
+
+def test_cli_full_job_writes_parquet_csv_and_a_summary(cli_runs, spark, fleet, bad_dir):
+    run = cli_runs["full"]
+    code, out, err = run.result()
+    assert code == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    recs = records(fleet, bad_dir, lenient=True)
+    window = [r for _, r in recs if r["type"] in USED_TYPES and SINCE_TS <= r["ts"] < UNTIL_TS]
+    expected = oracle_inventory(oracle_connections(recs, SINCE_TS, UNTIL_TS))
+    assert summary == {"job": "inventory", "events": len(window), "quarantined_lines": len(BAD_LINES),
+                       "rows": len(expected), "output": str(run.out_dir)}
+    parquet = _as_micros(spark.read.parquet(str(run.out_dir / "inventory"))).collect()
+    assert {tuple(r[:7]): (r.first_seen, r.last_seen, r.connections, r.apis_used, r.requests)
+            for r in parquet} == expected
+    (csv_part,) = (run.out_dir / "inventory.csv").glob("part-*.csv")
+    lines = csv_part.read_text().splitlines()
+    assert lines[0] == ("client_software_name,client_software_version,client_id,principal,client_address,"
+                        "listener,broker,connections,apis_used,requests,first_seen,last_seen")
+    assert len(lines) == 1 + len(expected)
+    with open(csv_part, newline="") as f:  # null is an empty field; arrays are joined with ';'
+        got = {tuple(row[c] or None for c in KEY): (int(row["connections"]), row["apis_used"], int(row["requests"]))
+               for row in csv.DictReader(f)}
+    assert got == {k: (v[2], ";".join(v[3]), v[4]) for k, v in expected.items()}
+    assert "pipeline: read" in err and "inventory:" in err
+
+
+def test_cli_quarantines_bad_lines_with_their_reason(cli_runs, bad_dir):
+    run = cli_runs["full"]
+    code, _, err = run.result()
+    assert code == 0, err
+    assert f"{len(BAD_LINES)} lines quarantined" in err
+    quarantined = [json.loads(line) for path in sorted((run.out_dir / "quarantine").glob("part-*"))
+                   for line in path.read_text().splitlines()]
+    reasons = {q["line"]: q["reason"] for q in quarantined}
+    assert len(quarantined) == len(reasons) and set(reasons) == {line for line, _ in BAD_LINES}
+    assert all(reasons[line].startswith(reason) for line, reason in BAD_LINES), reasons
+    assert all(q["file"].endswith("events-20261120T000000Z-broker-bad-0000.ndjson") for q in quarantined)
+    schema = next(q for q in quarantined if '"schema":2' in q["line"])
+    assert schema["reason"] == "unknown schema version 2 (this reader knows 1)"
+
+
+def test_cli_only_another_schema_version_is_a_clear_error(cli_runs):
+    code, out, err = cli_runs["schema2"].result()
+    assert code == 1 and not out
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err
+    assert "unknown schema version 2" in errors[0] and "reads schema 1" in errors[0]
+    assert "events-20261120T000000Z-future-0000.ndjson" in errors[0]
+    assert "Traceback" not in err
+
+
+def test_cli_empty_input_gives_empty_outputs_and_a_warning(cli_runs, spark):
+    run = cli_runs["empty"]
+    code, out, err = run.result()
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == {"job": "adoption", "events": 0, "quarantined_lines": 0,
+                                                         "rows": 0, "output": str(run.out_dir)}
+    assert "warning: no events in the input" in err
+    table = spark.read.parquet(str(run.out_dir / "adoption"))
+    assert table.count() == 0
+    assert table.columns == ["day", "client_software_name", "client_software_version", "connections",
+                             "distinct_clients"]
+    csv = "".join(p.read_text() for p in (run.out_dir / "adoption.csv").glob("part-*.csv"))
+    assert csv.splitlines() == ["day,client_software_name,client_software_version,connections,distinct_clients"]
+
+
+def test_cli_missing_input_is_a_clear_error(cli_runs, tmp):
+    code, out, err = cli_runs["missing"].result()
+    assert code == 1 and not out
+    assert f"error: input not found: {tmp / 'no-such-dir'}" in err.splitlines()
+    assert "Traceback" not in err
