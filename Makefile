@@ -57,6 +57,7 @@ bench: setup bench/data/produce.pcap
 	$(PY) -m bench.replay
 	$(PY) -m bench.live
 	$(PY) -m bench.exporter
+	$(PY) -m bench.pipeline
 
 bench/data/produce.pcap:
 	$(PY) -m bench.record_produce_pcap --out $@
