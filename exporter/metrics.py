@@ -22,7 +22,16 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from exporter.registry import LATENCY_BUCKETS
 
 P = "kafka_census_"
-COMPAT_MODES = ("strimzi", "confluent")
+# --compat-metrics: the broker gauge's name and labels in each project's jmx_exporter config.
+_COMPAT = {
+    "strimzi": ("kafka_server_socket_server_metrics_connections_software",
+                ["clientSoftwareName", "clientSoftwareVersion", "listener", "networkProcessor"],
+                "Strimzi's kafka-metrics.yaml"),
+    "confluent": ("kafka_server_socketservermetrics_connections",
+                  ["client_software_name", "client_software_version", "listener", "network_processor"],
+                  "Confluent's jmx-monitoring-stacks"),
+}
+COMPAT_MODES = tuple(_COMPAT)
 # Kafka error codes an operator meets in ApiVersions answers (KIP-511: 35 makes the client
 # retry with v0; 42 is a software name/version the broker's regex rejects).
 _API_VERSIONS_ERRORS = {0: "NONE", 35: "UNSUPPORTED_VERSION", 42: "INVALID_REQUEST"}
@@ -155,21 +164,11 @@ class CensusCollector:
                        {n: c.kernel_if_dropped for n, c in kernel.items()})
 
     def _compat(self, s):
-        if "strimzi" in self.compat:
+        for mode in self.compat:
+            name, labels, project = _COMPAT[mode]
             fam = GaugeMetricFamily(
-                "kafka_server_socket_server_metrics_connections_software",
-                "KIP-511 connections by client software, as Strimzi's kafka-metrics.yaml names the broker's "
-                "gauge (from kafka-census; networkProcessor is always 0).",
-                labels=["clientSoftwareName", "clientSoftwareVersion", "listener", "networkProcessor"])
-            for (listener, name, version), n in sorted(s.connections.items()):
-                fam.add_metric([name, version, listener, "0"], n)
-            yield fam
-        if "confluent" in self.compat:
-            fam = GaugeMetricFamily(
-                "kafka_server_socketservermetrics_connections",
-                "KIP-511 connections by client software, as Confluent's jmx-monitoring-stacks names the "
-                "broker's gauge (from kafka-census; network_processor is always 0).",
-                labels=["client_software_name", "client_software_version", "listener", "network_processor"])
-            for (listener, name, version), n in sorted(s.connections.items()):
-                fam.add_metric([name, version, listener, "0"], n)
+                name, f"KIP-511 connections by client software, as {project} names the broker's gauge "
+                f"(from kafka-census; {labels[3]} is always 0).", labels=labels)
+            for (listener, sw_name, sw_version), n in sorted(s.connections.items()):
+                fam.add_metric([sw_name, sw_version, listener, "0"], n)
             yield fam

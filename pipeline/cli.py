@@ -78,12 +78,12 @@ def progress(msg: str) -> None:
     print(f"pipeline: {msg}", file=sys.stderr, flush=True)
 
 
-def run_tables(spark, args) -> dict:
+def load_input(spark, args, out: str, progress, when_empty: str):
+    """The event logs of `args.input` within `--since/--until`, cached: (events, count,
+    quarantined lines). Bad lines go to `out/quarantine/`; input that is nothing but another
+    schema version is an InputError."""
     from pipeline import events as ev
-    from pipeline import jobs
 
-    if args.job == "upgrade-readiness" and args.target not in jobs.TARGETS:
-        raise UsageError(f"--target {args.target!r} is not known; known: {', '.join(jobs.TARGETS)}")
     started = time.perf_counter()
     events, quarantine = ev.load_events(spark, args.input)
     events = ev.within(events, args.since, args.until).cache()
@@ -91,14 +91,25 @@ def run_tables(spark, args) -> dict:
     n_bad = quarantine.count()
     progress(f"read {n_events} events, {n_bad} lines quarantined ({time.perf_counter() - started:.1f} s)")
     if n_bad:
-        quarantine.coalesce(1).write.mode("overwrite").json(f"{args.output}/quarantine")
-        progress(f"quarantined lines and their reasons: {args.output}/quarantine/")
-    if n_events == 0 and n_bad:
-        mismatch = ev.schema_mismatch(quarantine)
-        if mismatch:
-            raise InputError(mismatch)
+        quarantine.coalesce(1).write.mode("overwrite").json(f"{out}/quarantine")
+        progress(f"quarantined lines and their reasons: {out}/quarantine/")
+        if n_events == 0:
+            mismatch = ev.schema_mismatch(quarantine)
+            if mismatch:
+                raise InputError(mismatch)
     if n_events == 0:
-        progress("warning: no events in the input; the outputs are empty")
+        progress(f"warning: no events in the input; {when_empty}")
+    return events, n_events, n_bad
+
+
+def run_tables(spark, args) -> dict:
+    from pipeline import events as ev
+    from pipeline import jobs
+
+    if args.job == "upgrade-readiness" and args.target not in jobs.TARGETS:
+        raise UsageError(f"--target {args.target!r} is not known; known: {', '.join(jobs.TARGETS)}")
+    started = time.perf_counter()
+    events, n_events, n_bad = load_input(spark, args, args.output, progress, "the outputs are empty")
     conns = ev.connections(events).cache()
     reqs = ev.requests(events).cache()
     if args.job == "inventory":

@@ -490,7 +490,7 @@ def render(*, generated: float, inputs: list[str], target: str, since: float | N
 def run_report(spark, args, progress) -> dict:
     from pipeline import events as ev
     from pipeline import jobs
-    from pipeline.cli import InputError, UsageError
+    from pipeline.cli import UsageError, load_input
     from pipeline.pcaps import write_file
 
     if args.target not in jobs.TARGETS:
@@ -498,20 +498,7 @@ def run_report(spark, args, progress) -> dict:
     started = time.perf_counter()
     generated = time.time()
     out = args.output.rstrip("/")
-    events, quarantine = ev.load_events(spark, args.input)
-    events = ev.within(events, args.since, args.until).cache()
-    n_events = events.count()
-    n_bad = quarantine.count()
-    progress(f"read {n_events} events, {n_bad} lines quarantined ({time.perf_counter() - started:.1f} s)")
-    if n_bad:
-        quarantine.coalesce(1).write.mode("overwrite").json(f"{out}/quarantine")
-        progress(f"quarantined lines and their reasons: {out}/quarantine/")
-    if n_events == 0 and n_bad:
-        mismatch = ev.schema_mismatch(quarantine)
-        if mismatch:
-            raise InputError(mismatch)
-    if n_events == 0:
-        progress("warning: no events in the input; the report is empty")
+    events, n_events, n_bad = load_input(spark, args, out, progress, "the report is empty")
     span = events.agg(F.min("ts").alias("first"), F.max("ts").alias("last")).first()
     conns = ev.connections(events).cache()
     reqs = ev.requests(events).cache()

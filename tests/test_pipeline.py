@@ -473,17 +473,6 @@ def real_log(tmp) -> Path:
     return events
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from pipeline.cli import spark_session
-
-    session = spark_session("local[2]", "tests")  # the CLI's settings: UTC, no UI
-    session.sparkContext.setLogLevel("ERROR")
-    session.conf.set("spark.sql.shuffle.partitions", "2")  # small data
-    yield session
-    session.stop()
-
-
 @dataclass
 class Loaded:
     conns: object  # pipeline.events.connections

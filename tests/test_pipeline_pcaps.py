@@ -30,7 +30,7 @@ from capture.replay import replay  # noqa: E402
 from exporter.eventlog import encode, parse_line  # noqa: E402
 from pipeline import events as pev  # noqa: E402
 from pipeline import pcaps  # noqa: E402
-from pipeline.cli import InputError, build_parser, spark_session  # noqa: E402
+from pipeline.cli import InputError, build_parser  # noqa: E402
 from tests import oracles, peers  # noqa: E402
 
 
@@ -63,20 +63,6 @@ def recorded(tmp_path_factory):
         with oracles.tcpdump_capture("lo", f"tcp port {port}", tmp / "real.pcap"):
             peers.run_client("confluent-kafka", broker.bootstrap)
     return tmp / "real.pcap", port
-
-
-@pytest.fixture(scope="module")
-def spark():
-    saved = os.environ.get("KAFKA_CENSUS_SHUFFLE_PARTITIONS")
-    os.environ["KAFKA_CENSUS_SHUFFLE_PARTITIONS"] = "2"  # small data: fewer, faster shuffle tasks
-    session = spark_session("local[2]", "test-pcaps")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-    if saved is None:
-        os.environ.pop("KAFKA_CENSUS_SHUFFLE_PARTITIONS", None)
-    else:
-        os.environ["KAFKA_CENSUS_SHUFFLE_PARTITIONS"] = saved
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ pytest.importorskip("pyspark")
 from capture.events import ClientSoftware, ConnectionClosed, ConnectionOpened, RequestSeen  # noqa: E402
 from exporter.eventlog import EventLog  # noqa: E402
 from pipeline import report  # noqa: E402
-from pipeline.cli import build_parser, spark_session  # noqa: E402
+from pipeline.cli import build_parser  # noqa: E402
 
 DAY0 = datetime(2026, 11, 18, tzinfo=timezone.utc).timestamp()
 DAY = 86400.0
@@ -90,20 +90,6 @@ class Page(HTMLParser):
 
     def handle_data(self, data):
         self.text.append(data)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    saved = os.environ.get("KAFKA_CENSUS_SHUFFLE_PARTITIONS")
-    os.environ["KAFKA_CENSUS_SHUFFLE_PARTITIONS"] = "2"  # small data: fewer, faster shuffle tasks
-    session = spark_session("local[2]", "test-report")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-    if saved is None:
-        os.environ.pop("KAFKA_CENSUS_SHUFFLE_PARTITIONS", None)
-    else:
-        os.environ["KAFKA_CENSUS_SHUFFLE_PARTITIONS"] = saved
 
 
 @pytest.fixture(scope="module")
