@@ -1,7 +1,8 @@
 """Everything capture tells the rest of the program: the core's events plus flow events.
 
-Owns: `ConnectionOpened`, `TrafficUpdate` and `CaptureStats`, the events that only a packet
-source or proxy can produce (addresses, listener, byte counts, capture health). Re-exports
+Owns: `ConnectionOpened`, `TrafficUpdate`, `TlsSession` and `CaptureStats`, the events that
+only a packet source or proxy can produce (addresses, listener, byte counts, TLS sessions the
+proxy terminated, capture health). Re-exports
 the protocol core's events so that `exporter` and `pipeline` import event types from this one
 module and nothing else of `capture`. Imports only `capture.kafka.events`.
 
@@ -35,7 +36,7 @@ from capture.kafka.events import (  # re-exported: this module is the contract
 __all__ = [
     "NEED_DATA", "ApiVersionsAnswer", "CaptureStats", "ClientSoftware", "ConnectionClosed", "ConnectionOpened",
     "DecodeError", "Desync", "Direction", "Event", "GroupSeen", "ProduceAcks", "RequestSeen", "Resynced",
-    "ResponseSeen", "SaslHandshake", "SaslIdentity", "TlsDetected", "TrafficUpdate",
+    "ResponseSeen", "SaslHandshake", "SaslIdentity", "TlsDetected", "TlsSession", "TrafficUpdate",
 ]
 
 
@@ -64,6 +65,17 @@ class TrafficUpdate(Event):
     bytes_from_broker: int
     segments_from_client: int
     segments_from_broker: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TlsSession(Event):
+    """The proxy terminated TLS from the client: what was negotiated, and who the client
+    certificate says the client is (its subject as an RFC 4514 name, the form Kafka's default
+    SSL principal builder gives; None when no certificate was asked for)."""
+
+    tls_version: str
+    cipher: str
+    client_subject: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,7 +15,8 @@ Errors: a request that violates the schema's types or ranges (a bad `state`, `li
 1..10000) gets FastAPI's 422 with the offending parameter and the allowed values; a request
 the schema describes but the server cannot honour in meaning (an unknown `order_by` field, an
 unknown upgrade target) gets 400 `{"detail": "..."}` naming the allowed values; an unknown
-connection id gets 404 `{"detail": "no connection ..."}`.
+connection id gets 404 `{"detail": "no connection ..."}`. With an API token (exporter.auth), a
+request without it gets 401 `{"detail": "..."}` before any of this.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.datastructures import MutableHeaders
 from starlette.routing import Route
 
+from exporter.auth import ApiToken, BearerAuth
 from exporter.registry import UPGRADE_TARGETS, ConnectionRecord, ConnectionRegistry
 
 API_PREFIX = "/api/v1"
@@ -162,9 +164,13 @@ class Connection(_Model):
     client_id: str | None
     client_software_name: str | None = Field(description="KIP-511 software name from ApiVersions v3+")
     client_software_version: str | None
-    identity_source: str = Field(description="api_versions_vN, tls, mid_stream or none",
+    identity_source: str = Field(description="api_versions_vN (passive capture), proxy (an ApiVersions "
+                                 "exchange through the proxy), restored (joined mid-stream after a restart; "
+                                 "identity from --state-file until the next ApiVersions), tls, mid_stream "
+                                 "or none",
                                  examples=["api_versions_v3"])
-    principal: str | None = Field(description="SASL user name after a successful PLAIN/SCRAM authentication")
+    principal: str | None = Field(description="SASL user name after a successful PLAIN/SCRAM authentication, "
+                                  "else the subject of the TLS client certificate the proxy verified")
     sasl_mechanism: str | None
     first_seen: Timestamp
     last_seen: Timestamp
@@ -255,8 +261,12 @@ class UpgradeReadiness(_Model):
 # --- headers --------------------------------------------------------------------------------
 
 class _BrowserSafeHeaders:
-    """`X-Content-Type-Options: nosniff` on every response; `Cache-Control: no-store` on /api/*
-    (client lists name hosts and principals: no browser or proxy may keep them)."""
+    """On every response: `X-Content-Type-Options: nosniff`, `X-Frame-Options: DENY` (no page
+    may frame /docs or a listing), `Referrer-Policy: no-referrer` (a link followed from /docs
+    does not carry this host's address). On /api/* and on every 401 also `Cache-Control:
+    no-store` (client lists name hosts and principals: no browser or proxy may keep them) and
+    `Content-Security-Policy: default-src 'none'; frame-ancestors 'none'` (JSON runs nothing
+    and loads nothing; /docs keeps no CSP: Swagger UI loads its script from a CDN)."""
 
     def __init__(self, app) -> None:
         self.app = app
@@ -265,14 +275,17 @@ class _BrowserSafeHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        no_store = scope["path"].startswith(API_PREFIX + "/")
+        api = scope["path"].startswith(API_PREFIX + "/")
 
         async def send_with_headers(message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
                 headers["X-Content-Type-Options"] = "nosniff"
-                if no_store:
+                headers["X-Frame-Options"] = "DENY"
+                headers["Referrer-Policy"] = "no-referrer"
+                if api or message["status"] == 401:
                     headers["Cache-Control"] = "no-store"
+                    headers["Content-Security-Policy"] = "default-src 'none'; frame-ancestors 'none'"
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
@@ -294,10 +307,46 @@ class _AsgiEndpoint:
 _ERRORS_400 = {400: {"model": Error, "description": "A value outside the allowed ones (listed in detail)"}}
 
 
+#: Open with --api-token-file too: the kubelet's probes carry no token.
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+
+
+def _document_bearer(app: FastAPI, open_paths: frozenset[str]) -> None:
+    """Declare the bearer scheme in the OpenAPI document: `security` and a 401 response on every
+    operation outside `open_paths` (generated clients and /docs' Authorize button use it)."""
+    generate = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            doc = generate()  # caches itself in app.openapi_schema
+            doc.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
+                "type": "http", "scheme": "bearer", "description": "The token of --api-token-file"}
+            for path, operations in doc["paths"].items():
+                if path in open_paths:
+                    continue
+                for operation in operations.values():
+                    operation["security"] = [{"bearer": []}]
+                    operation["responses"]["401"] = {
+                        "description": "No bearer token, or not the token of --api-token-file",
+                        "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+
 def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callable[[], bool] = lambda: True,
-               version: str | None = None) -> FastAPI:
+               version: str | None = None, api_token: ApiToken | None = None,
+               metrics_auth: bool = False) -> FastAPI:
     """The REST API over `registry`. `metrics_app` (prometheus_client's `make_asgi_app`) is
-    served at /metrics; `ready()` decides /readyz (true once capture is attached)."""
+    served at /metrics; `ready()` decides /readyz (true once capture is attached).
+
+    With `api_token` every path but /healthz and /readyz needs `Authorization: Bearer <token>`
+    (exporter.auth), /metrics only with `metrics_auth`: by default Prometheus scrapes it
+    without a token (its series hold counts by software, never identities; the REST API
+    names hosts and principals)."""
+    if metrics_auth and api_token is None:
+        raise ValueError("metrics_auth needs api_token")
     app = FastAPI(
         title="kafka-census",
         version=version or _package_version(),
@@ -307,7 +356,11 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         redoc_url=None,
         openapi_url="/openapi.json",
     )
-    app.add_middleware(_BrowserSafeHeaders)
+    if api_token is not None:
+        open_paths = OPEN_PATHS if metrics_auth else OPEN_PATHS | {"/metrics"}
+        app.add_middleware(BearerAuth, token=api_token, open_paths=open_paths)
+        _document_bearer(app, open_paths)
+    app.add_middleware(_BrowserSafeHeaders)  # added last, so outermost: 401s get the headers too
 
     if metrics_app is not None:
         # A Route, not a Mount: a Mount at /metrics answers /metrics with a redirect to /metrics/.

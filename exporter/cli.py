@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -142,11 +143,37 @@ def _str(value) -> str:
     return str(value)
 
 
+def _bool(value) -> bool:
+    """YAML's true/false; from a variable true/false, yes/no, on/off or 1/0."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in ("true", "yes", "on", "1"):
+            return True
+        if word in ("false", "no", "off", "0"):
+            return False
+    raise ValueError(value)
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _log_level(value) -> str:
+    level = _str(value).strip().lower()
+    if level not in LOG_LEVELS:
+        raise ValueError(value)
+    return level
+
+
 #: dest -> (parse, default). Flags default to None so that "not given" is visible.
 SETTINGS = {
     "interface": (_str, None),
     "listener": (_csv, [DEFAULT_LISTENER]),
     "http": (_str, None),
+    "api_token_file": (_str, None),
+    "metrics_auth": (_bool, False),
+    "log_level": (_log_level, "info"),
     "event_log": (_str, None),
     "event_log_max_mb": (_int, 64),
     "event_log_max_age": (_float, 3600.0),
@@ -155,6 +182,17 @@ SETTINGS = {
     "max_flows": (_int, 100_000),
     "max_connections": (_int, 100_000),
     "buffer_mb": (_int, 64),
+    "listen": (_csv, []),
+    "upstream": (_csv, []),
+    "proxy_listener": (_csv, ["PLAINTEXT"]),
+    "tls_cert": (_str, None),
+    "tls_key": (_str, None),
+    "tls_client_ca": (_str, None),
+    "upstream_tls": (_bool, False),
+    "upstream_ca": (_str, None),
+    "connect_timeout": (_float, 10.0),
+    "state_file": (_str, None),
+    "state_interval": (_float, 60.0),
 }
 ENV_PREFIX = "KAFKA_CENSUS_"
 
@@ -218,6 +256,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UsageError("--serve needs --http HOST:PORT")
     if args.http and not args.serve:
         raise UsageError("--http serves only with --serve (replay lists the connections otherwise)")
+    access = _api_access(args)
     listeners = _listeners(args)
     registry = ConnectionRegistry(max_closed=10**9, closed_ttl=float("inf"))  # a file is finite: keep all
     sock = _bind(args) if args.serve else None
@@ -231,7 +270,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print_summary("replay", result.stats, result.seconds, registry)
         from exporter.serve import Service
 
-        service = Service(registry, version=_version(), compat=tuple(args.compat_metrics))
+        service = Service(registry, version=_version(), compat=tuple(args.compat_metrics), **access)
         _announce(args.http, f"what {args.file} contained")
         return service.run(sock)
     print_connections(registry.connections(), args.format)
@@ -255,11 +294,49 @@ def _bind(args: argparse.Namespace):
         raise StartError(str(exc)) from None
 
 
+def _api_access(args: argparse.Namespace) -> dict:
+    """--api-token-file and --metrics-auth as `Service` arguments. The token is read now, before
+    anything is served: a missing, unreadable or empty file is exit 1."""
+    if args.metrics_auth and not args.api_token_file:
+        raise UsageError("--metrics-auth needs --api-token-file (the token /metrics then requires)")
+    if args.api_token_file and not args.http:
+        raise UsageError("--api-token-file protects the HTTP server: it needs --http")
+    if not args.api_token_file:
+        return {}
+    from exporter.auth import ApiToken, TokenError
+
+    try:
+        return {"api_token": ApiToken(args.api_token_file), "metrics_auth": args.metrics_auth}
+    except TokenError as exc:
+        raise StartError(str(exc)) from None
+
+
+class _LevelPrefix(logging.Formatter):
+    """`warning: message`, as the command's own `error:` and `warning:` lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {super().format(record)}"
+
+
+def configure_logging(level: str) -> None:
+    """The "kafka-census" logger (every module's) to stderr at `level` (--log-level). uvicorn's
+    own loggers stay at warning whatever the level: its debug and trace output would include
+    request headers, and so the Authorization header."""
+    logger = logging.getLogger("kafka-census")
+    for handler in [h for h in logger.handlers if h.get_name() == "kafka-census-stderr"]:
+        logger.removeHandler(handler)  # configured again (main() called twice in one process)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.set_name("kafka-census-stderr")
+    handler.setFormatter(_LevelPrefix("%(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+
+
 def _announce(http: str, what: str) -> None:
     from exporter.serve import parse_http
 
     host, port = parse_http(http)
-    shown = "127.0.0.1" if host in ("0.0.0.0", "") else (f"[{host}]" if ":" in host else host)
+    shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(host) or (f"[{host}]" if ":" in host else host)
     base = f"http://{shown}:{port}"
     print(f"serving {what}:\n  metrics  {base}/metrics\n  REST     {base}/api/v1/connections\n"
           f"  OpenAPI  {base}/docs\nCtrl-C to stop", file=sys.stderr, flush=True)
@@ -283,6 +360,21 @@ def _open_event_log(args: argparse.Namespace):
         raise StartError(str(exc)) from None
 
 
+def _open_state(args: argparse.Namespace, registry: ConnectionRegistry):
+    """--state-file: checked (exit 1 if it cannot be created), then loaded into the registry."""
+    if not args.state_file:
+        return None
+    from exporter.state import StateError, StateKeeper
+
+    try:
+        state = StateKeeper(args.state_file, registry, interval=args.state_interval,
+                            idle_timeout=args.idle_timeout, max_entries=args.max_connections)
+    except StateError as exc:
+        raise StartError(str(exc)) from None
+    state.restore()
+    return state
+
+
 def cmd_capture(args: argparse.Namespace) -> int:
     """Capture live. With --http: serve /metrics and the REST API until SIGINT/SIGTERM.
     Without: until Ctrl-C (or --duration), then list every connection seen."""
@@ -299,9 +391,15 @@ def cmd_capture(args: argparse.Namespace) -> int:
         raise UsageError("--buffer-mb, --write-pcap-max-mb and --max-connections must be at least 1")
     if args.http and args.duration is not None:
         raise UsageError("--duration is for a one-off listing; with --http, stop with SIGTERM")
+    if args.state_file and not args.http:
+        raise UsageError("--state-file keeps a serving exporter's identities across restarts: it needs --http")
+    if args.state_interval <= 0:
+        raise UsageError("--state-interval must be positive")
     tracker_options = _tracker_options(args)
+    access = _api_access(args)
     sock = _bind(args) if args.http else None
     registry = ConnectionRegistry(clock=time.time, max_open=args.max_connections)
+    state = _open_state(args, registry)
     event_log = _open_event_log(args)
     try:
         source = LiveCapture(args.interface, listeners, buffer_mb=args.buffer_mb)
@@ -321,7 +419,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
     if args.http:
         from exporter.serve import Service
 
-        service = Service(registry, version=_version(), compat=tuple(args.compat_metrics), event_log=event_log)
+        service = Service(registry, version=_version(), compat=tuple(args.compat_metrics), event_log=event_log,
+                          state=state, **access)
         tracker = FlowTracker(listeners, service.emit, name=args.interface, **tracker_options)
 
         def capture_loop(stop) -> None:
@@ -365,18 +464,159 @@ def cmd_capture(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_capture_options(p: argparse.ArgumentParser) -> None:
+def _proxy_routes(args: argparse.Namespace) -> list:
+    """`--listen`/`--upstream` pairs in order, with one `--listener` for all or one per pair."""
+    from capture.listeners import SECURITY_PROTOCOLS
+    from capture.proxy import Route, parse_hostport
+
+    if not args.listen or len(args.listen) != len(args.upstream):
+        raise UsageError("proxy needs --listen HOST:PORT and --upstream HOST:PORT, in pairs (one pair per broker)")
+    names = args.proxy_listener
+    if len(names) not in (1, len(args.listen)):
+        raise UsageError("give --listener once (for every pair) or once per --listen")
+    routes, seen = [], set()
+    for i, (listen, upstream) in enumerate(zip(args.listen, args.upstream)):
+        try:
+            lhost, lport = parse_hostport(listen, "--listen")
+            uhost, uport = parse_hostport(upstream, "--upstream")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if (lhost, lport) in seen:
+            raise UsageError(f"--listen {listen} is given twice")
+        seen.add((lhost, lport))
+        spec = names[i if len(names) > 1 else 0]
+        name, _, proto = spec.partition(":")
+        proto = (proto or (name if name.upper() in SECURITY_PROTOCOLS else "PLAINTEXT")).upper()
+        if proto not in SECURITY_PROTOCOLS or not name:
+            raise UsageError(f"bad --listener {spec!r}: expected NAME[:SECURITY_PROTOCOL], the protocol one of "
+                             f"{', '.join(SECURITY_PROTOCOLS)}")
+        if args.tls_cert:  # clients speak TLS to the proxy: that is what the registry reports
+            proto = {"PLAINTEXT": "SSL", "SASL_PLAINTEXT": "SASL_SSL"}.get(proto, proto)
+        routes.append(Route(lhost, lport, uhost, uport, name, proto))
+    return routes
+
+
+def _tls_settings(args: argparse.Namespace):
+    from capture.proxy import TlsSettings
+
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise UsageError("--tls-cert and --tls-key go together")
+    if args.tls_client_ca and not args.tls_cert:
+        raise UsageError("--tls-client-ca needs --tls-cert/--tls-key (the proxy must terminate TLS to ask for it)")
+    if args.upstream_ca and not args.upstream_tls:
+        raise UsageError("--upstream-ca needs --upstream-tls")
+    return TlsSettings(cert=args.tls_cert, key=args.tls_key, client_ca=args.tls_client_ca,
+                       upstream_tls=args.upstream_tls, upstream_ca=args.upstream_ca)
+
+
+def _fd_bound(wanted: int) -> int:
+    """Each proxied connection holds two sockets: raise the soft open-files limit to the hard
+    one, and keep --max-connections within it."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    room = wanted if soft == resource.RLIM_INFINITY else (soft - 64) // 2
+    if room < wanted and wanted != SETTINGS["max_connections"][1]:  # a default is bounded silently
+        print(f"warning: the open-files limit ({soft}) allows {room} proxied connections, not "
+              f"--max-connections {wanted}", file=sys.stderr)
+    return max(1, min(wanted, room))
+
+
+def cmd_proxy(args: argparse.Namespace) -> int:
+    """Proxy clients to the brokers, decoding both directions. With --http: serve /metrics and
+    the REST API until SIGINT/SIGTERM. Without: until Ctrl-C, then list every connection."""
+    from capture.proxy import Proxy, ProxyError
+
+    routes = _proxy_routes(args)
+    tls = _tls_settings(args)
+    if args.connect_timeout <= 0 or args.max_connections < 1:
+        raise UsageError("--connect-timeout must be positive and --max-connections at least 1")
+    max_connections = _fd_bound(args.max_connections)
+    access = _api_access(args)
+    sock = _bind(args) if args.http else None
+    registry = ConnectionRegistry(clock=time.time, max_open=args.max_connections)
+    event_log = _open_event_log(args)
+    service = None
+    if args.http:
+        from exporter.serve import Service
+
+        service = Service(registry, version=_version(), compat=tuple(args.compat_metrics), event_log=event_log,
+                          **access)
+    try:
+        proxy = Proxy(routes, service.emit if service else registry.apply, tls=tls,
+                      connect_timeout=args.connect_timeout, max_connections=max_connections)
+        proxy.bind()
+    except ProxyError as exc:
+        if event_log is not None:
+            event_log.close()
+        if sock is not None:
+            sock.close()
+        raise StartError(str(exc)) from None
+    pairs = ", ".join(f"{r.listen_host}:{r.listen_port} -> {r.upstream_host}:{r.upstream_port} "
+                      f"({r.listener}, {r.security_protocol})" for r in routes)
+    if service is not None:
+        service.add_reloader("tls", proxy.reload_tls)
+        _announce(args.http, f"proxy {pairs}")
+        return service.run(sock, lambda stop: proxy.run(stop, tick=lambda p: service.publish_stats(p.stats())))
+
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGHUP, lambda *_: _reload_now(proxy))
+    print(f"proxy {pairs}; Ctrl-C to stop", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    proxy.run(stop)
+    print_connections(registry.connections(), args.format)
+    print_summary("proxy", proxy.stats(), time.perf_counter() - started, registry)
+    return 0
+
+
+def _reload_now(proxy) -> None:
+    from capture.proxy import ProxyError
+
+    try:
+        print(proxy.reload_tls(), file=sys.stderr, flush=True)
+    except ProxyError as exc:
+        print(f"error: reload failed, the old certificates stay: {exc}", file=sys.stderr, flush=True)
+
+
+def _add_service_options(p: argparse.ArgumentParser) -> None:
+    """What every command that serves shares: settings, output format, HTTP."""
     p.add_argument("--config", metavar="FILE", help="YAML file of settings (keys: the long flags); "
                    f"flags win over {ENV_PREFIX}* environment variables, which win over the file")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--http", metavar="HOST:PORT", help="serve /metrics and the REST API here, e.g. 127.0.0.1:9100; "
+                   "every interface must be written out: 0.0.0.0:9100 or [::]:9100")
+    p.add_argument("--api-token-file", metavar="FILE",
+                   help="the REST API (/api/v1, /docs, /openapi.json) requires 'Authorization: Bearer TOKEN' with "
+                   "the token in FILE (re-read on SIGHUP); /healthz and /readyz stay open")
+    p.add_argument("--metrics-auth", action=argparse.BooleanOptionalAction, default=None,
+                   help="/metrics requires the token too (default: open, for Prometheus scrapes without "
+                   "credentials; its series count software versions, never hosts or principals)")
+    p.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default=None,
+                   help="what the log on stderr shows (default info)")
+    p.add_argument("--compat-metrics", type=_csv, metavar="strimzi,confluent",
+                   help="also emit the broker's KIP-511 gauge under these projects' jmx_exporter names")
+
+
+def _add_event_log_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--event-log", metavar="DIR", help="write every event as NDJSON here (the pipeline's input)")
+    p.add_argument("--event-log-max-mb", type=int, metavar="MB", help="rotate event log files at this size (default 64)")
+    p.add_argument("--event-log-max-age", type=float, metavar="SECONDS",
+                   help="rotate event log files at this age (default 3600)")
+    p.add_argument("--max-connections", type=int, help="bound of the live connection table (default 100000)")
+
+
+def _add_capture_options(p: argparse.ArgumentParser) -> None:
+    _add_service_options(p)
     p.add_argument("--listener", action="append", metavar="NAME=PORT[:SECURITY_PROTOCOL]",
                    help=f"a broker listener port (repeatable; default {DEFAULT_LISTENER})")
-    p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--idle-timeout", type=_float, metavar="SECONDS",
                    help="close a connection silent this long (default 660: the broker's 10 min idle close + 1)")
     p.add_argument("--max-flows", type=_int, help="bound of the TCP flow table (default 100000)")
-    p.add_argument("--http", metavar="HOST:PORT", help="serve /metrics and the REST API here, e.g. 127.0.0.1:9100")
-    p.add_argument("--compat-metrics", type=_csv, metavar="strimzi,confluent",
-                   help="also emit the broker's KIP-511 gauge under these projects' jmx_exporter names")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -401,13 +641,37 @@ def build_parser() -> argparse.ArgumentParser:
     cap.add_argument("--write-pcap", metavar="FILE", help="also write every captured packet to this pcap file")
     cap.add_argument("--write-pcap-max-mb", type=int, default=1024, metavar="MB",
                      help="stop writing the pcap at this size (default 1024)")
-    cap.add_argument("--event-log", metavar="DIR", help="write every event as NDJSON here (the pipeline's input)")
-    cap.add_argument("--event-log-max-mb", type=int, metavar="MB", help="rotate event log files at this size (default 64)")
-    cap.add_argument("--event-log-max-age", type=float, metavar="SECONDS",
-                     help="rotate event log files at this age (default 3600)")
-    cap.add_argument("--max-connections", type=int, help="bound of the live connection table (default 100000)")
+    _add_event_log_options(cap)
+    cap.add_argument("--state-file", metavar="FILE",
+                     help="keep open connections' identities here across restarts (with --http): saved every "
+                     "--state-interval and on shutdown, restored to connections joined mid-stream")
+    cap.add_argument("--state-interval", type=_float, metavar="SECONDS",
+                     help="how often to save --state-file (default 60)")
     _add_capture_options(cap)
     cap.set_defaults(func=cmd_capture)
+    prx = sub.add_parser("proxy", help="proxy clients to the brokers and decode the traffic (TLS too, when "
+                         "it terminates it)")
+    prx.add_argument("--listen", action="append", metavar="HOST:PORT",
+                     help="where clients connect, one per broker (repeatable; pairs with --upstream in order)")
+    prx.add_argument("--upstream", action="append", metavar="HOST:PORT", help="the broker behind the --listen "
+                     "of the same position (make the broker advertise the --listen address)")
+    prx.add_argument("--listener", action="append", dest="proxy_listener", metavar="NAME[:SECURITY_PROTOCOL]",
+                     help="the listener the connections are counted under (once for all, or once per --listen; "
+                     "default PLAINTEXT)")
+    prx.add_argument("--tls-cert", metavar="PEM", help="terminate TLS from clients with this certificate chain "
+                     "(the broker's, for its advertised name)")
+    prx.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    prx.add_argument("--tls-client-ca", metavar="PEM", help="require client certificates signed by these CAs; "
+                     "the subject becomes the connection's principal")
+    prx.add_argument("--upstream-tls", action="store_const", const=True, help="connect to the broker with TLS "
+                     "(its certificate must name the --upstream host)")
+    prx.add_argument("--upstream-ca", metavar="PEM", help="CAs that sign the broker's certificate (default: "
+                     "the system's)")
+    prx.add_argument("--connect-timeout", type=_float, metavar="SECONDS",
+                     help="give up connecting to the broker after this long (default 10)")
+    _add_event_log_options(prx)
+    _add_service_options(prx)
+    prx.set_defaults(func=cmd_proxy)
     sub.add_parser("pipeline", help="fleet jobs on Spark over event logs or pcaps (kafka-census pipeline --help)",
                    add_help=False)
     return parser
@@ -427,6 +691,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         resolve_settings(args)
+        if getattr(args, "log_level", None):
+            configure_logging(args.log_level)
         return args.func(args)
     except UsageError as exc:
         parser.error(str(exc))  # exits 2 with the usage line

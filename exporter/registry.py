@@ -15,6 +15,11 @@ Model:
   id, principal and listener), so batch clients that came and went an hour ago still count.
 - Software labels are bounded: the first `max_software_labels` distinct (name, version) pairs
   get their own label values; later pairs share ("other", "other") and are counted.
+- Restarts (`--state-file`, exporter/state.py): `saved_identities()` gives what to keep,
+  `restore_identities()` takes it back. A saved identity goes to the next connection of its
+  4-tuple only if the capture joins it mid-stream (one seen from its SYN is a new connection on
+  a reused port, and the saved one is dropped); it shows as identity_source "restored" until an
+  accepted ApiVersions, and is forgotten after the idle timeout if its connection never shows.
 - Every method takes the registry's lock: `apply` comes from the capture thread, reads from
   HTTP handlers; each read returns plain data built under the lock (a consistent snapshot).
 - "Now" is `clock()` when one is given (live capture: wall time), else the newest event's
@@ -43,6 +48,7 @@ from capture.events import (
     SaslHandshake,
     SaslIdentity,
     TlsDetected,
+    TlsSession,
     TrafficUpdate,
 )
 from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4
@@ -74,10 +80,14 @@ def api_name(api_key: int) -> str:
 
 
 def identity_source(rec: "ConnectionRecord") -> str:
-    """How the connection's identity is known: the ApiVersions exchange that gave it, or why
-    there is none (TLS hides it; the capture joined mid-stream; the client sent none)."""
+    """How the connection's identity is known: the ApiVersions exchange that gave it (seen by
+    the capture or the proxy), the state file of the previous run, or why there is none (TLS
+    hides it; the capture joined mid-stream; the client sent none)."""
+    if rec.restored:  # from --state-file, until the connection's next ApiVersions exchange
+        return "restored"
     if rec.identity_version is not None:
-        return f"api_versions_v{rec.identity_version}"
+        # The proxy sees every byte, so its identity is certain; the capture's may be partial.
+        return "proxy" if rec.source == "proxy" else f"api_versions_v{rec.identity_version}"
     if rec.tls:
         return "tls"
     if rec.mid_stream:
@@ -90,7 +100,7 @@ class ConnectionRecord:
                  "security_protocol", "source", "mid_stream", "state", "close_reason", "client_id",
                  "software_name", "software_version", "labels", "identity_version", "tls", "principal",
                  "sasl_mechanism", "sasl_outcome", "first_seen", "last_seen", "closed_at", "bytes_from_client",
-                 "bytes_from_broker", "requests", "decode_errors", "desyncs")
+                 "bytes_from_broker", "requests", "decode_errors", "desyncs", "restored", "restored_identity_version")
 
     def __init__(self, ev: ConnectionOpened) -> None:
         self.id = ev.conn_id
@@ -121,6 +131,11 @@ class ConnectionRecord:
         self.requests: Counter[tuple[int, int]] = Counter()
         self.decode_errors = 0
         self.desyncs = 0
+        # Identity taken from the state file (--state-file) for a connection joined mid-stream;
+        # a later accepted ApiVersions clears it. The saved identity_version is kept apart so
+        # that identity_source() does not claim an ApiVersions exchange this process never saw.
+        self.restored = False
+        self.restored_identity_version: int | None = None
 
     def census_key(self) -> tuple:
         return (self.software_name, self.software_version, self.client_id, self.principal, self.listener)
@@ -192,6 +207,30 @@ class MetricsSnapshot:
     census_overflow: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SavedIdentity:
+    """What a restart keeps of an open connection (`--state-file`, written and read by
+    exporter/state.py): its 4-tuple and the identity the capture cannot see again once it
+    joins the connection mid-stream. Never a secret: the registry holds none."""
+
+    client_address: str
+    client_port: int
+    broker_address: str
+    broker_port: int
+    listener: str
+    client_id: str | None
+    client_software_name: str | None
+    client_software_version: str | None
+    identity_version: int | None  # of the ApiVersions request that gave the identity
+    principal: str | None
+    sasl_mechanism: str | None
+    first_seen: float  # seconds since the epoch
+    last_seen: float
+
+    def four_tuple(self) -> tuple:
+        return (self.client_address, self.client_port, self.broker_address, self.broker_port)
+
+
 class ConnectionRegistry:
     """Applies events in arrival order. Events of a connection never opened are ignored."""
 
@@ -229,10 +268,17 @@ class ConnectionRegistry:
         self._sasl: Counter = Counter()
         self._brokers: dict[str, dict] = {}
         self._capture: dict[str, CaptureStats] = {}
+        # Identities from the state file, by 4-tuple, oldest last_seen first: each waits for
+        # a mid-stream ConnectionOpened of its 4-tuple and is forgotten `_restore_ttl` seconds
+        # after its last_seen (the connection is gone). At most `max_open` of them.
+        self._restorable: OrderedDict[tuple, SavedIdentity] = OrderedDict()
+        self._restore_ttl = 0.0
+        self.restored_connections = 0
         self._handlers = {
             ConnectionOpened: self._opened_ev, RequestSeen: self._request, ResponseSeen: self._response,
             ClientSoftware: self._software, ApiVersionsAnswer: self._answer, SaslHandshake: self._sasl_handshake,
             SaslIdentity: self._sasl_identity, ProduceAcks: self._acks, TlsDetected: self._tls,
+            TlsSession: self._tls_session,
             TrafficUpdate: self._traffic, DecodeError: self._decode_error, Desync: self._desync,
             ConnectionClosed: self._closed_ev, CaptureStats: self._capture_stats,
         }
@@ -251,7 +297,8 @@ class ConnectionRegistry:
         return self.clock() if self.clock is not None else self.last_ts
 
     def expire(self) -> None:
-        """Forget closed connections older than `closed_ttl`."""
+        """Forget closed connections older than `closed_ttl`, and restorable identities whose
+        connection has been silent longer than the restore TTL."""
         with self.lock:
             cutoff = self.now() - self.closed_ttl
             closed = self.closed
@@ -260,6 +307,42 @@ class ConnectionRegistry:
                 if rec.closed_at > cutoff:
                     break
                 closed.popitem(last=False)
+            pending = self._restorable
+            if pending:
+                cutoff = self.now() - self._restore_ttl
+                while pending and next(iter(pending.values())).last_seen <= cutoff:
+                    pending.popitem(last=False)
+
+    def restore_identities(self, saved: list[SavedIdentity], ttl: float) -> int:
+        """Identities to give back to connections the capture will join mid-stream (after a
+        restart). Entries past `ttl` seconds of silence are dropped at once and later by
+        `expire`; at most `max_open` are kept (the newest). Returns how many are waiting."""
+        with self.lock:
+            cutoff = self.now() - ttl
+            fresh = sorted((s for s in saved if s.last_seen > cutoff), key=lambda s: s.last_seen)
+            self._restore_ttl = ttl
+            self._restorable = OrderedDict((s.four_tuple(), s) for s in fresh[-self.max_open:])
+            return len(self._restorable)
+
+    def saved_identities(self) -> list[SavedIdentity]:
+        """What the state file keeps: every open connection with an identity a mid-stream join
+        could not see again (an accepted ApiVersions, a restoration, or a principal), then the
+        restored identities still waiting for their quiet connection (so that a second restart
+        does not lose them), newest first; at most `max_open` in all."""
+        with self.lock:
+            self.expire()
+            out = [SavedIdentity(
+                client_address=r.client_address, client_port=r.client_port, broker_address=r.broker_address,
+                broker_port=r.broker_port, listener=r.listener, client_id=r.client_id,
+                client_software_name=r.software_name, client_software_version=r.software_version,
+                identity_version=r.identity_version if r.identity_version is not None else r.restored_identity_version,
+                principal=r.principal, sasl_mechanism=r.sasl_mechanism, first_seen=r.first_seen,
+                last_seen=r.last_seen)
+                for r in self.open.values() if r.identity_version is not None or r.restored or r.principal]
+            room = self.max_open - len(out)
+            if room > 0 and self._restorable:
+                out.extend(list(self._restorable.values())[-room:])
+            return out
 
     # --- reading ------------------------------------------------------------------------
 
@@ -377,12 +460,30 @@ class ConnectionRegistry:
         return (OTHER, OTHER)
 
     def _opened_ev(self, ev: ConnectionOpened) -> None:
+        saved = None
+        if self._restorable:  # after a restart with --state-file
+            # Only a connection joined mid-stream can be the one saved; one seen from its SYN
+            # on the same 4-tuple is a new connection on a reused port, and the saved one is gone.
+            saved = self._restorable.pop((ev.client_address, ev.client_port, ev.broker_address, ev.broker_port),
+                                         None)
+            if not ev.mid_stream:
+                saved = None
         if len(self.open) >= self.max_open:
             self.untracked += 1
             return
         rec = self.open[ev.conn_id] = ConnectionRecord(ev)
         self._opened[ev.listener] += 1
-        rec.labels = self._label(None, None)
+        if saved is not None:
+            rec.restored = True
+            rec.restored_identity_version = saved.identity_version
+            rec.client_id = saved.client_id
+            rec.software_name = saved.client_software_name
+            rec.software_version = saved.client_software_version
+            rec.principal = saved.principal
+            rec.sasl_mechanism = saved.sasl_mechanism
+            rec.first_seen = min(rec.first_seen, saved.first_seen)
+            self.restored_connections += 1
+        rec.labels = self._label(rec.software_name, rec.software_version)
         self._gauge[(rec.listener, *rec.labels)] += 1
 
     def _request(self, ev: RequestSeen) -> None:
@@ -422,6 +523,7 @@ class ConnectionRegistry:
             return
         self._api_versions[(rec.listener, ev.request_version, ev.error_code)] += 1
         if ev.accepted:
+            rec.restored = False  # a real exchange overrides an identity from the state file
             rec.identity_version = ev.request_version
             rec.software_name = ev.name
             rec.software_version = ev.version
@@ -471,6 +573,11 @@ class ConnectionRegistry:
         rec = self.open.get(ev.conn_id)
         if rec is not None:
             rec.tls = True
+
+    def _tls_session(self, ev: TlsSession) -> None:
+        rec = self.open.get(ev.conn_id)
+        if rec is not None and ev.client_subject is not None and rec.principal is None:
+            rec.principal = ev.client_subject  # a later SASL identity wins, as on a SASL_SSL broker
 
     def _traffic(self, ev: TrafficUpdate) -> None:
         rec = self.open.get(ev.conn_id)

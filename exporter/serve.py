@@ -5,8 +5,10 @@ log, and their start and clean shutdown. Why threads and not one asyncio loop: l
 block in C (with the GIL released) and the capture loop is CPU-bound Python; on a thread it
 never waits for an HTTP handler and vice versa. The registry's lock is the only shared state;
 scrapes and REST reads copy what they need under it. uvicorn owns SIGINT/SIGTERM in the main
-thread; when it returns, the capture thread is stopped and joined, and the event log is
-flushed, fsync'd and closed.
+thread; when it returns, the capture thread is stopped and joined, the state file (if any) is
+saved, and the event log is flushed, fsync'd and closed. SIGHUP is ours: `Service.run` runs
+every reloader registered with `Service.add_reloader` (the API token, TLS certificates...),
+each failure logged and the old state kept, never fatal.
 
 Imports the registry, collector, app and event log; packet sources come in as a callable
 (`capture_loop(stop, emit, tick)`) from the CLI, the composition root.
@@ -19,6 +21,7 @@ import signal
 import socket
 import threading
 import time
+from typing import Callable
 
 import uvicorn
 from prometheus_client import CollectorRegistry, make_asgi_app
@@ -37,11 +40,15 @@ class ServeError(Exception):
 
 
 def parse_http(value: str) -> tuple[str, int]:
-    """`HOST:PORT`, `[IPV6]:PORT` or `:PORT` (all interfaces)."""
+    """`HOST:PORT` or `[IPV6]:PORT`. The host is required: listening on every interface is
+    written out (`0.0.0.0:PORT`, `[::]:PORT`), never implied by a bare `:PORT`."""
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"bad --http {value!r}: expected HOST:PORT, e.g. 127.0.0.1:9100 or [::1]:9100")
-    host = host.strip("[]") or "0.0.0.0"
+    host = host.strip("[]")
+    if not host:
+        raise ValueError(f"bad --http {value!r}: the host is required; to listen on every interface "
+                         f"write it out: 0.0.0.0:{port} or [::]:{port}")
     return host, int(port)
 
 
@@ -73,23 +80,79 @@ class _Server(uvicorn.Server):
 
 
 class Service:
-    def __init__(self, registry, *, version: str, compat=(), event_log=None) -> None:
+    def __init__(self, registry, *, version: str, compat=(), event_log=None, state=None, api_token=None,
+                 metrics_auth: bool = False) -> None:
+        """`api_token` (exporter.auth.ApiToken): the REST API needs it as a bearer token, and
+        SIGHUP re-reads its file; `metrics_auth`: /metrics needs it too."""
         self.registry = registry
+        self.api_token = api_token
+        self.metrics_auth = metrics_auth
+        self._reloaders: list[tuple[str, Callable[[], object]]] = []
         self.event_log = event_log
+        self.state = state  # a StateKeeper (--state-file), or None
         self.ready = threading.Event()
         self.failed: str | None = None
         self.collector = CensusCollector(registry, version=version, compat=compat, health=self._health)
         prom = CollectorRegistry(auto_describe=False)
         prom.register(self.collector)
         self.app = create_app(registry, metrics_app=make_asgi_app(registry=prom), ready=self.ready.is_set,
-                              version=version)
+                              version=version, api_token=api_token, metrics_auth=metrics_auth)
         self._last_stats_logged = 0.0
+        if api_token is not None:
+            self.add_reloader("api token", api_token.reload)
+
+    # --- SIGHUP ---------------------------------------------------------------------------
+
+    def add_reloader(self, name: str, fn: Callable[[], object]) -> None:
+        """Run `fn()` on every SIGHUP, after the reloaders added before it. `fn` runs in the
+        main thread (between two steps of the HTTP event loop: keep it short) and must leave
+        the old state in force when it raises; its exception is logged, never fatal, and the
+        other reloaders still run. A non-empty string it returns is logged (what it loaded; never
+        a secret). `name` is what the log calls it ("api token", "tls")."""
+        self._reloaders.append((name, fn))
+
+    def reload(self) -> None:
+        """What SIGHUP does: every reloader, each failure logged; then one line saying which
+        reloaded and which failed."""
+        done, failed = [], []
+        for name, fn in self._reloaders:
+            try:
+                said = fn()
+            except Exception as exc:  # never fatal: the old state stays in force
+                log.error("SIGHUP: reloading the %s failed: %s", name, str(exc) or exc.__class__.__name__)
+                failed.append(name)
+            else:
+                done.append(name)
+                if isinstance(said, str) and said:
+                    log.info("SIGHUP: %s: %s", name, said)
+        if not self._reloaders:
+            log.info("SIGHUP: nothing to reload")
+            return
+        log.info("SIGHUP: reloaded %s%s", ", ".join(done) or "nothing",
+                 f" (failed: {', '.join(failed)})" if failed else "")
+
+    def _install_sighup(self):
+        """SIGHUP -> reload(), in the main thread (uvicorn handles only SIGINT and SIGTERM).
+        Returns the previous handler, or None where signals cannot be set (not the main thread)."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        return signal.signal(signal.SIGHUP, lambda signum, frame: self.reload())
+
+    def _log_access(self, sock: socket.socket) -> None:
+        host, port = sock.getsockname()[:2]
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if self.api_token is None:
+            log.warning("the REST API is open to anyone who can reach %s (no --api-token-file)", where)
+        else:
+            log.info("the REST API on %s requires a bearer token (--api-token-file %s); /metrics %s", where,
+                     self.api_token.path, "too (--metrics-auth)" if self.metrics_auth else "stays open")
 
     def _health(self) -> dict:
+        health = self.state.health() if self.state is not None else {}
         if self.event_log is None:
-            return {}
-        return {"event_log_written": self.event_log.written, "event_log_write_errors": self.event_log.write_errors,
-                "event_log_dropped": self.event_log.dropped}
+            return health
+        return {**health, "event_log_written": self.event_log.written,
+                "event_log_write_errors": self.event_log.write_errors, "event_log_dropped": self.event_log.dropped}
 
     def emit(self, event) -> None:
         """Every event: to the registry, then to the event log."""
@@ -106,12 +169,16 @@ class Service:
         if self.event_log is not None and time.monotonic() - self._last_stats_logged >= STATS_TO_EVENT_LOG_EVERY:
             self._last_stats_logged = time.monotonic()
             self.event_log.write(stats)
+        if self.state is not None:
+            self.state.tick()  # saves every --state-interval
 
     def run(self, sock: socket.socket, capture_loop=None) -> int:
-        """Serve on `sock` until SIGINT/SIGTERM; `capture_loop(stop)` runs on a worker thread.
-        Returns the exit code: 0, or 1 if the capture failed."""
+        """Serve on `sock` until SIGINT/SIGTERM; `capture_loop(stop)` runs on a worker thread;
+        SIGHUP runs the reloaders. Returns the exit code: 0, or 1 if the capture failed."""
         config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
         server = _Server(config)
+        self._log_access(sock)
+        previous_sighup = self._install_sighup()
         stop = threading.Event()
         worker = None
         if capture_loop is None:
@@ -133,11 +200,15 @@ class Service:
         try:
             server.run(sockets=[sock])
         finally:
+            if previous_sighup is not None:
+                signal.signal(signal.SIGHUP, previous_sighup)
             stop.set()
             if worker is not None:
                 worker.join(timeout=10)
                 if worker.is_alive():
                     log.error("the capture thread did not stop within 10 s")
+            if self.state is not None:
+                self.state.save()  # the capture has stopped: the identities of what is still open
             if self.event_log is not None:
                 self.event_log.close()
             sock.close()

@@ -50,7 +50,8 @@ QUARANTINE_SCHEMA = T.StructType([
     T.StructField("line", T.StringType()),
 ])
 # Event types the jobs use; the others (responses, traffic, capture health...) are skipped early.
-USED_TYPES = frozenset({"ConnectionOpened", "ClientSoftware", "RequestSeen", "SaslIdentity", "ConnectionClosed"})
+USED_TYPES = frozenset({"ConnectionOpened", "ClientSoftware", "RequestSeen", "SaslIdentity", "TlsSession",
+                        "ConnectionClosed"})
 _HOST = re.compile(r"events-[0-9TZ]+-(?P<host>.+)-[0-9]+\.ndjson(?:\.active)?$")
 _SOURCE_DIR = re.compile(r"/source=(?P<source>[^/]+)/[^/]+$")  # pcap-decode's partitioned output
 MAX_QUARANTINED_LINE = 2000  # characters of a bad line kept in the quarantine output
@@ -93,7 +94,9 @@ def _row(source: str, rec: dict):
     return (source, _check(rec, "conn_id", str), t, _check(rec, "ts", float), _check(rec, "client_address", str),
             broker, _check(rec, "listener", str), _check(rec, "client_id", str), name, version,
             _check(rec, "request_version", int), _check(rec, "accepted", bool), _check(rec, "api_key", int),
-            _check(rec, "api_name", str), _check(rec, "api_version", int), _check(rec, "principal", str),
+            _check(rec, "api_name", str), _check(rec, "api_version", int),
+            # a TLS client certificate's subject is a principal too (the proxy's TlsSession)
+            _check(rec, "client_subject" if t == "TlsSession" else "principal", str),
             _check(rec, "mechanism", str), _check(rec, "outcome", str), _check(rec, "reason", str))
 
 
@@ -149,7 +152,7 @@ def within(events: DataFrame, since: float | None, until: float | None) -> DataF
 def connections(events: DataFrame) -> DataFrame:
     """One row per connection: source, conn_id, client_address, broker, listener, first_seen,
     last_seen, client_id (last sent), client_software_name/version (last accepted ApiVersions),
-    principal (last successful SASL). A connection whose ConnectionOpened is outside the input
+    principal (last successful SASL, else the subject of the TLS client certificate). A connection whose ConnectionOpened is outside the input
     (or the time window) is left out: its address and listener are unknown."""
     key = ["source", "conn_id"]
     opened = (events.filter(F.col("type") == "ConnectionOpened")
@@ -160,13 +163,17 @@ def connections(events: DataFrame) -> DataFrame:
              .groupBy(key).agg(F.max_by(F.struct("software_name", "software_version"), "ts").alias("sw")))
     cid = (events.filter((F.col("type") == "RequestSeen") & F.col("client_id").isNotNull())
            .groupBy(key).agg(F.max_by("client_id", "ts").alias("client_id")))
-    principal = (events.filter((F.col("type") == "SaslIdentity") & (F.col("outcome") == "success"))
-                 .groupBy(key).agg(F.max_by("principal", "ts").alias("principal")))
+    sasl = (events.filter((F.col("type") == "SaslIdentity") & (F.col("outcome") == "success"))
+            .groupBy(key).agg(F.max_by("principal", "ts").alias("sasl_principal")))
+    cert = (events.filter((F.col("type") == "TlsSession") & F.col("principal").isNotNull())
+            .groupBy(key).agg(F.max_by("principal", "ts").alias("cert_principal")))
     return (opened.join(seen, key, "left").join(ident, key, "left").join(cid, key, "left")
-            .join(principal, key, "left")
+            .join(sasl, key, "left").join(cert, key, "left")
             .select(*key, "client_address", "broker", "listener", "first_seen", "last_seen", "client_id",
                     F.col("sw.software_name").alias("client_software_name"),
-                    F.col("sw.software_version").alias("client_software_version"), "principal"))
+                    F.col("sw.software_version").alias("client_software_version"),
+                    # SASL wins over the certificate, as on a SASL_SSL broker
+                    F.coalesce("sasl_principal", "cert_principal").alias("principal")))
 
 
 def requests(events: DataFrame) -> DataFrame:

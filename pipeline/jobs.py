@@ -108,7 +108,10 @@ def write_table(df: DataFrame, out_dir: str, name: str) -> int:
     df.write.mode("overwrite").parquet(f"{out_dir}/{name}")
     flat = df.select([F.concat_ws(";", F.col(f.name)).alias(f.name) if isinstance(f.dataType, T.ArrayType)
                       else F.col(f.name) for f in df.schema.fields])
-    flat.coalesce(1).write.mode("overwrite").option("header", "true").csv(f"{out_dir}/{name}.csv")
+    # RFC 4180 quoting: Spark's default escape character, a backslash, would double every
+    # backslash of an RFC 4514 certificate subject (`O=Acme\, Inc`) for other CSV readers.
+    (flat.coalesce(1).write.mode("overwrite").option("header", "true").option("escape", '"')
+     .csv(f"{out_dir}/{name}.csv"))
     count = df.count()
     df.unpersist()
     return count

@@ -373,3 +373,55 @@ def summarize_requests(requests: dict[ConnKey, list[dict]]) -> dict[int, int]:
         for r in reqs:
             counts[r["api_key"]] = counts.get(r["api_key"], 0) + 1
     return counts
+
+
+# --------------------------------------------------------------------------- tshark follow
+#: (client_port, server_port, SHA-256 of the client's bytes, SHA-256 of the server's bytes)
+StreamHashes = tuple[int, int, str, str]
+
+
+def tshark_stream_hashes(pcap_path: str | os.PathLike, server_ports: Iterable[int], *,
+                         timeout: float = 120.0) -> list[StreamHashes]:
+    """SHA-256 of each direction's reassembled payload of every TCP stream to ``server_ports``,
+    as tshark's ``-z follow,tcp,raw`` reassembles it (retransmissions removed by tshark's TCP
+    analysis, not by us)."""
+    import hashlib
+
+    binary = tshark_binary()
+    ports = sorted(set(server_ports))
+    port_filter = " or ".join(f"tcp.port == {p}" for p in ports)
+    listing = subprocess.run(
+        [binary, "-r", str(pcap_path), "-Y", f"({port_filter}) and tcp.flags.syn == 1 and tcp.flags.ack == 0",
+         "-T", "fields", "-e", "tcp.stream"],
+        capture_output=True, text=True, timeout=timeout)
+    if listing.returncode != 0:
+        raise RuntimeError(f"tshark failed: {_without_root_warning(listing.stderr)}")
+    streams = sorted({int(s) for s in listing.stdout.split()})
+    if not streams:
+        return []
+    cmd = [binary, "-r", str(pcap_path), "-q"]
+    for s in streams:
+        cmd += ["-z", f"follow,tcp,raw,{s}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(f"tshark failed: {_without_root_warning(out.stderr)}")
+    result = []
+    for block in out.stdout.split("Follow: tcp,raw")[1:]:
+        nodes, sent = {}, {0: bytearray(), 1: bytearray()}
+        for line in block.splitlines():
+            m = re.match(r"^Node ([01]): (.*):(\d+)$", line)
+            if m:
+                nodes[int(m[1])] = int(m[3])
+            elif line.startswith("\t") and re.fullmatch(r"[0-9a-f]+", line.strip()):
+                sent[1] += bytes.fromhex(line.strip())
+            elif re.fullmatch(r"[0-9a-f]+", line):
+                sent[0] += bytes.fromhex(line)
+        if len(nodes) != 2:
+            continue
+        # Node 0 is the end that sent the first segment of the stream: the client.
+        if nodes[0] in ports and nodes[1] not in ports:
+            nodes = {0: nodes[1], 1: nodes[0]}
+            sent = {0: sent[1], 1: sent[0]}
+        result.append((nodes[0], nodes[1], hashlib.sha256(sent[0]).hexdigest(),
+                       hashlib.sha256(sent[1]).hexdigest()))
+    return result

@@ -26,7 +26,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
@@ -229,8 +229,11 @@ def client_package_version(name: str) -> str:
     return json.loads(pkg_json.read_text())["version"]
 
 
-def client_command(name: str, bootstrap: str, topic: str, group: str) -> list[str]:
-    args = ["--bootstrap", bootstrap, "--topic", topic, "--group", group]
+def client_command(name: str, bootstrap: str, topic: str, group: str, *,
+                   extra_args: Sequence[str] = ()) -> list[str]:
+    """The command line of client ``name``; ``extra_args`` go after the common ones, e.g.
+    ``("--ca", PEM)`` for TLS (the Python clients and kafkajs take ``--ca/--cert/--key``)."""
+    args = ["--bootstrap", bootstrap, "--topic", topic, "--group", group, *extra_args]
     if name in PYTHON_CLIENTS:
         return [sys.executable, str(PYTHON_CLIENT), name, *args]
     if name in NODE_CLIENTS:
@@ -246,8 +249,10 @@ def run_client(
     timeout: float = 60.0,
     *,
     check: bool = True,
+    extra_args: Sequence[str] = (),
 ) -> tuple[int, str, str]:
     """Run client ``name`` against ``bootstrap``; return (returncode, stdout, stderr).
+    ``extra_args`` are passed on to the client script (see :func:`client_command`).
 
     The client is killed (with its whole process group) after ``timeout`` seconds. With
     ``check`` (the default) a non-zero exit or a timeout raises :class:`PeerError` carrying
@@ -258,7 +263,7 @@ def run_client(
         raise PeerError(why)
     topic = topic or fresh_name(f"census-{name}")
     group = group or fresh_name(f"census-{name}-group")
-    cmd = client_command(name, bootstrap, topic, group)
+    cmd = client_command(name, bootstrap, topic, group, extra_args=extra_args)
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("NODE_NO_WARNINGS", "1")

@@ -46,7 +46,7 @@ from tests.test_exporter_e2e import Exporter, old_and_odd_clients
 CENSUS = Path(sys.executable).parent / "kafka-census"
 KEY = ("client_software_name", "client_software_version", "client_id", "principal", "client_address", "listener",
        "broker")  # an inventory row's client
-USED_TYPES = {"ConnectionOpened", "ClientSoftware", "RequestSeen", "SaslIdentity", "ConnectionClosed"}
+USED_TYPES = {"ConnectionOpened", "ClientSoftware", "RequestSeen", "SaslIdentity", "TlsSession", "ConnectionClosed"}
 REAL_CLIENTS = ("confluent-kafka", "kafka-python", "kafkajs", "platformatic")
 DAY0 = datetime(2026, 11, 20, tzinfo=timezone.utc).timestamp()
 DAY = 86400.0
@@ -129,6 +129,10 @@ class ConnWriter:
                   api_ranges=((0, 3, 13), (1, 4, 18), (18, 0, 4)), throttle_time_ms=0, supported_features=(),
                   finalized_features_epoch=-1, finalized_features=(), zk_migration_ready=False, unknown_tags=())
 
+    def tls_session(self, subject: str) -> None:
+        self.emit(ev.TlsSession, gap=0.0, tls_version="TLSv1.3", cipher="TLS_AES_256_GCM_SHA384",
+                  client_subject=subject)
+
     def sasl(self, principal: str, outcome: str = "success") -> None:
         self.emit(ev.SaslHandshake, handshake_version=1, mechanism="SCRAM-SHA-512", error_code=0,
                   enabled_mechanisms=("PLAIN", "SCRAM-SHA-512"))
@@ -157,6 +161,8 @@ def fleet_events(seed: int = 20261120, per_host: int = 100) -> dict[str, list]:
             sasl = rng.random() < 0.3
             c.opened(f"10.1.{PROFILES.index(profile)}.{rng.randrange(1, 6)}", "SASL" if sasl else "PLAINTEXT")
             client_id = rng.choice(profile.client_ids)
+            if i % 5 == 0:  # a client certificate through the proxy (no draw: keeps the fleet's randomness)
+                c.tls_session(f"CN={client_id},OU=team-{i % 3},O=Acme\\, Inc")
             if profile.api_versions is not None:
                 c.api_versions(profile.api_versions, profile.software, client_id)
             if sasl:
@@ -256,7 +262,8 @@ class Conn:
     # (ts, value) of the latest: a tie between two different values would make "last" ambiguous.
     software: tuple[float, tuple] = (-math.inf, (None, None))
     client_id: tuple[float, str | None] = (-math.inf, None)
-    principal: tuple[float, str | None] = (-math.inf, None)
+    principal: tuple[float, str | None] = (-math.inf, None)  # the last successful SASL
+    cert: tuple[float, str | None] = (-math.inf, None)  # the TLS client certificate's subject
     requests: Counter = field(default_factory=Counter)  # (api_key, api_version) -> count
     api_names: dict = field(default_factory=dict)  # api_key -> name
 
@@ -290,6 +297,8 @@ def oracle_connections(recs, since: float | None = None, until: float | None = N
                 c.client_id = _latest(c.client_id, ts, r["client_id"])
         elif r["type"] == "SaslIdentity" and r["outcome"] == "success":
             c.principal = _latest(c.principal, ts, r["principal"])
+        elif r["type"] == "TlsSession":
+            c.cert = _latest(c.cert, ts, r["client_subject"])
     return {k: c for k, c in conns.items() if c.first_seen is not None}
 
 
@@ -301,9 +310,14 @@ def api_label(c: Conn, key: int) -> str:
     return c.api_names.get(key, f"api_{key}")
 
 
+def principal_of(c: Conn) -> str | None:
+    """SASL wins over the certificate, as on a SASL_SSL broker."""
+    return c.principal[1] if c.principal[1] is not None else c.cert[1]
+
+
 def client_key(c: Conn) -> tuple:
     name, version = c.software[1]
-    return (name or "unknown", version or "unknown", c.client_id[1], c.principal[1], c.client_address,
+    return (name or "unknown", version or "unknown", c.client_id[1], principal_of(c), c.client_address,
             c.listener, c.broker)
 
 
@@ -328,7 +342,7 @@ def oracle_adoption(conns: dict[tuple, Conn]) -> dict[tuple, tuple]:
     for c in conns.values():
         key = (utc_day(c.first_seen), *client_key(c)[:2])
         connections[key] += 1
-        clients[key].add((c.client_id[1] or "", c.principal[1] or "", c.client_address or ""))
+        clients[key].add((c.client_id[1] or "", principal_of(c) or "", c.client_address or ""))
     return {k: (connections[k], len(clients[k])) for k in connections}
 
 
@@ -525,7 +539,7 @@ def test_connections_match_the_event_log(loaded, dataset):
         assert (r.client_address, r.broker, r.listener, r.first_seen, r.last_seen) == \
             (c.client_address, c.broker, c.listener, c.first_seen, c.last_seen), key
         assert (r.client_software_name, r.client_software_version, r.client_id, r.principal) == \
-            (*c.software[1], c.client_id[1], c.principal[1]), key
+            (*c.software[1], c.client_id[1], principal_of(c)), key
     assert data.quarantine.count() == 0
     reqs = Counter({(r.source, r.conn_id, r.api_key, r.api_version): r.requests
                     for r in data.reqs.collect() if (r.source, r.conn_id) in data.expected})
@@ -627,6 +641,10 @@ def test_fleet_special_cases(loaded, spark):
     assert not any(cid == "orphan" or cid == "active" for _, cid in conns)
     assert any(r.principal for r in conns.values()) and any(
         r.listener == "SASL" and r.principal is None for r in conns.values())  # failed SASL
+    # a certificate's subject is the principal unless SASL succeeded on the same connection
+    assert any(r.listener == "PLAINTEXT" and (r.principal or "").startswith("CN=") for r in conns.values())
+    certified = [r for r in conns.values() if r.conn_id[1:].isdigit() and int(r.conn_id[1:]) % 5 == 0]
+    assert any(r.listener == "SASL" and r.principal in PRINCIPALS for r in certified)  # SASL won
     night = conns[("broker-2", "across-midnight")]
     assert utc_day(night.first_seen) == utc_day(DAY0) and utc_day(night.last_seen) == utc_day(DAY0 + DAY)
     readiness = jobs.upgrade_readiness(spark, data.conns, data.reqs, "4.0").collect()

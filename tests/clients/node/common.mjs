@@ -13,17 +13,37 @@ export function parseCli () {
     options: {
       bootstrap: { type: 'string' },
       topic: { type: 'string' },
-      group: { type: 'string' }
+      group: { type: 'string' },
+      ca: { type: 'string' },
+      cert: { type: 'string' },
+      key: { type: 'string' }
     }
   })
+  const usage = `usage: node ${process.argv[1]} --bootstrap H:P --topic T --group G [--ca PEM [--cert PEM --key PEM]]\n`
   for (const k of ['bootstrap', 'topic', 'group']) {
     if (!values[k]) {
-      process.stderr.write(`usage: node ${process.argv[1]} --bootstrap H:P --topic T --group G\n`)
+      process.stderr.write(usage)
       process.exit(2)
     }
   }
+  if ((values.cert || values.key) && !(values.ca && values.cert && values.key)) {
+    process.stderr.write(`--cert and --key go together, and need --ca\n${usage}`)
+    process.exit(2)
+  }
   const [host, port] = splitHostPort(values.bootstrap)
-  return { ...values, host, port }
+  return { ...values, host, port, tls: tlsOptions(values) }
+}
+
+// --ca: speak TLS, trusting only these CAs (Node checks the broker's host name by default);
+// --cert/--key: present a client certificate. Node's tls.connect options, or undefined.
+function tlsOptions ({ ca, cert, key }) {
+  if (!ca) return undefined
+  const options = { ca: [readFileSync(ca, 'utf8')] }
+  if (cert) {
+    options.cert = readFileSync(cert, 'utf8')
+    options.key = readFileSync(key, 'utf8')
+  }
+  return options
 }
 
 function splitHostPort (hp) {

@@ -1,5 +1,6 @@
 // kafkajs 2.2.4 doing the census test script: create topic, produce 5, consume 5 in a fresh
 // group, fetch metadata, close. Usage: node kafkajs.mjs --bootstrap H:P --topic T --group G
+// [--ca PEM [--cert PEM --key PEM]] (TLS, see common.mjs)
 import kafkajs from 'kafkajs'
 import { CONSUME_DEADLINE_MS, HEARTBEAT_MS, MESSAGES, SESSION_TIMEOUT_MS, payloads, runClient, sleep } from './common.mjs'
 
@@ -9,6 +10,7 @@ await runClient('kafkajs', 'kafkajs', async (args, report) => {
   const kafka = new Kafka({
     clientId: 'census-kafkajs',
     brokers: [args.bootstrap],
+    ...(args.tls ? { ssl: args.tls } : {}),
     logLevel: logLevel.NOTHING,
     connectionTimeout: 5000,
     requestTimeout: 10000,

@@ -1,0 +1,561 @@
+"""The Kafka-aware TCP proxy: clients connect here, every byte goes on unchanged to the broker,
+and a copy of it feeds the protocol core.
+
+Owns `Proxy` (one listening socket per broker, the upstream connections, TLS contexts and their
+reload, forwarding with backpressure, close reasons), `Route` and `TlsSettings`. The sidecar
+model: one listen port per broker, and the broker advertises the proxy's address, so every
+connection a client makes to the cluster goes through a proxy.
+
+Forwarding never waits for decoding: each chunk is handed to the other side's transport first
+(asyncio writes it to the socket at once when its buffer is empty) and decoded after. Memory per
+connection is bounded: when one side's write buffer passes `high_water`, the other side stops
+reading until it drains, so a slow reader slows its writer instead of growing the proxy.
+
+`ConnectionClosed.reason` says how a connection ended:
+
+    client_closed / upstream_closed   that side sent FIN first (the other then followed)
+    client_reset / upstream_reset     an error or RST on that side; the other side is aborted
+    upstream_refused / upstream_timeout / upstream_unreachable / upstream_tls_failed
+                                      no connection to the broker: the client is closed
+    tls_handshake_failed              the client's TLS handshake failed or timed out
+    shutdown                          the proxy stopped
+
+Imports `capture.kafka`, `capture.events` and the standard library (asyncio, ssl); never
+`exporter`: events leave through the `emit` callable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from capture.events import (
+    CaptureStats,
+    ConnectionOpened,
+    Direction,
+    TlsDetected,
+    TlsSession,
+    TrafficUpdate,
+)
+from capture.kafka import KafkaConnection
+
+log = logging.getLogger("kafka-census")
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_HIGH_WATER = 256 * 1024  # per side: what may wait in the proxy for a slow reader
+DEFAULT_MAX_CONNECTIONS = 10_000
+TLS_HANDSHAKE_TIMEOUT = 10.0
+SHUTDOWN_GRACE = 5.0
+OVER_LIMIT = "over_limit"  # a drop reason: connections refused at --max-connections
+
+FROM_CLIENT, FROM_BROKER = Direction.FROM_CLIENT, Direction.FROM_BROKER
+
+
+class ProxyError(Exception):
+    """The proxy cannot start (or a reload cannot apply); the message is for the operator."""
+
+
+def parse_hostport(value: str, flag: str) -> tuple[str, int]:
+    """`HOST:PORT` or `[IPV6]:PORT`; the host is required."""
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bad {flag} {value!r}: expected HOST:PORT, e.g. 127.0.0.1:9092 or [::1]:9092")
+    return host, int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One listen port and the broker it forwards to."""
+
+    listen_host: str
+    listen_port: int
+    upstream_host: str
+    upstream_port: int
+    listener: str
+    security_protocol: str
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSettings:
+    """TLS towards clients (terminated here) and towards the broker (originated here)."""
+
+    cert: str | None = None
+    key: str | None = None
+    client_ca: str | None = None  # set: a client certificate is required and verified
+    upstream_tls: bool = False
+    upstream_ca: str | None = None  # None: the system's CA store
+
+    def contexts(self) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+        """Fresh (server, upstream) contexts from the files, or ProxyError naming what is wrong."""
+        server = upstream = None
+        if self.cert:
+            try:
+                server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                server.minimum_version = ssl.TLSVersion.TLSv1_2
+                server.load_cert_chain(self.cert, self.key, password=_no_passphrase)
+            except (OSError, ssl.SSLError, ProxyError) as exc:
+                raise ProxyError(f"--tls-cert {self.cert} / --tls-key {self.key}: {_reason(exc)}") from None
+            if self.client_ca:
+                try:
+                    server.load_verify_locations(cafile=self.client_ca)
+                except (OSError, ssl.SSLError) as exc:
+                    raise ProxyError(f"--tls-client-ca {self.client_ca}: {_reason(exc)}") from None
+                server.verify_mode = ssl.CERT_REQUIRED
+        if self.upstream_tls:
+            try:
+                upstream = ssl.create_default_context(cafile=self.upstream_ca)
+            except (OSError, ssl.SSLError) as exc:
+                raise ProxyError(f"--upstream-ca {self.upstream_ca}: {_reason(exc)}") from None
+        return server, upstream
+
+
+def _no_passphrase() -> str:
+    # Without this OpenSSL would prompt on the terminal (and block a SIGHUP reload).
+    raise ProxyError("the key is encrypted; give an unencrypted key (a Kubernetes Secret protects it at rest)")
+
+
+def _reason(exc: Exception) -> str:
+    return getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+
+
+# The keywords X500Principal.getName() (Kafka's default SSL principal) uses, by the long names
+# Python's ssl module reports; any other attribute it writes as its OID.
+_DN_KEYS = {
+    "commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU", "countryName": "C",
+    "localityName": "L", "stateOrProvinceName": "ST", "streetAddress": "STREET", "domainComponent": "DC",
+    "userId": "UID",
+}
+_DN_OIDS = {
+    "emailAddress": "1.2.840.113549.1.9.1", "serialNumber": "2.5.4.5", "surname": "2.5.4.4",
+    "givenName": "2.5.4.42", "title": "2.5.4.12", "initials": "2.5.4.43", "generationQualifier": "2.5.4.44",
+    "dnQualifier": "2.5.4.46", "pseudonym": "2.5.4.65", "postalCode": "2.5.4.17", "businessCategory": "2.5.4.15",
+}
+
+
+def _dn_escape(value: str) -> str:
+    for ch in '\\"+,;<>':
+        value = value.replace(ch, "\\" + ch)
+    value = value.replace("\0", "\\00")
+    if value[:1] in ("#", " "):
+        value = "\\" + value
+    if value.endswith(" "):
+        value = value[:-1] + "\\ "
+    return value
+
+
+def subject_name(peercert: dict | None) -> str | None:
+    """The certificate subject as an RFC 4514 string, most specific first (`CN=app,O=acme`),
+    which is the name Kafka's default SSL principal builder gives a client. One difference: an
+    attribute without a keyword is `OID=value` here (as `cryptography` writes it), where Java
+    writes `OID=#<DER hex>`; the ssl module does not give the DER of one attribute."""
+    rdns = (peercert or {}).get("subject")
+    if not rdns:
+        return None
+    return ",".join("+".join(f"{_DN_KEYS.get(k) or _DN_OIDS.get(k, k)}={_dn_escape(v)}" for k, v in rdn)
+                    for rdn in reversed(rdns))
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket, bound now so that a busy port is a start-up error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are TCP; without it
+    # small Kafka requests would wait for delayed ACKs at every hop.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        raise ProxyError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.setblocking(False)
+    return sock
+
+
+class _Side(asyncio.Protocol):
+    """One TCP side of a proxied connection: the client's, or the broker's."""
+
+    __slots__ = ("conn", "name", "direction", "transport", "tls", "eof", "lost")
+
+    def __init__(self, conn: _Conn | None, name: str, direction: Direction) -> None:
+        self.conn = conn
+        self.name = name
+        self.direction = direction
+        self.transport: asyncio.Transport | None = None
+        self.tls = False
+        self.eof = False  # this side sent FIN (or TLS close_notify)
+        self.lost = False
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.conn.forward(self, data)
+
+    def eof_received(self) -> bool:
+        return self.conn.eof(self)
+
+    def connection_lost(self, exc) -> None:
+        self.lost = True
+        if self.conn is not None:
+            self.conn.lost(self, exc)
+
+    # Backpressure: this side's write buffer is full, so stop reading what would fill it more.
+    def pause_writing(self) -> None:
+        peer = self.conn.peer(self)
+        if peer is not None and not peer.lost:
+            peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        peer = self.conn.peer(self)
+        if peer is not None and not peer.lost:
+            peer.transport.resume_reading()
+
+
+class _ClientSide(_Side):
+    __slots__ = ("proxy", "route")
+
+    def __init__(self, proxy: Proxy, route: Route) -> None:
+        super().__init__(None, "client", FROM_CLIENT)
+        self.proxy = proxy
+        self.route = route
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.proxy._accept(self)
+
+
+class _Conn:
+    """One client connection and its upstream connection."""
+
+    __slots__ = ("proxy", "id", "client", "upstream", "kafka", "pending", "task", "first_eof", "reason",
+                 "finished", "bytes", "segments", "last_seen")
+
+    def __init__(self, proxy: Proxy, conn_id: str, client: _ClientSide, ts: float) -> None:
+        self.proxy = proxy
+        self.id = conn_id
+        self.client = client
+        self.upstream: _Side | None = None
+        self.kafka = KafkaConnection(conn_id)
+        self.pending: list[bytes] = []  # client bytes that arrived before the upstream was ready
+        self.task: asyncio.Task | None = None
+        self.first_eof: str | None = None
+        self.reason: str | None = None
+        self.finished = False
+        self.bytes = [0, 0]
+        self.segments = [0, 0]
+        self.last_seen = ts
+
+    def peer(self, side: _Side) -> _Side | None:
+        return self.upstream if side is self.client else self.client
+
+    def forward(self, side: _Side, data: bytes) -> None:
+        peer = self.upstream if side is self.client else self.client
+        if peer is None:
+            self.pending.append(data)
+            return
+        if not peer.lost:
+            peer.transport.write(data)  # first: decoding never delays forwarding
+        self._decode(side.direction, data)
+
+    def _decode(self, direction: Direction, data: bytes) -> None:
+        self.bytes[direction] += len(data)
+        self.segments[direction] += 1
+        self.last_seen = now = time.time()
+        proxy = self.proxy
+        proxy._dirty.add(self)
+        proxy.reads += 1
+        proxy.read_bytes += len(data)
+        kafka = self.kafka
+        kafka.receive(direction, data, now)
+        emit = proxy.emit
+        for ev in kafka.events():
+            if ev.__class__ is TlsDetected:  # TLS through a proxy that does not terminate it
+                proxy.tls_flows += 1
+            emit(ev)
+
+    def eof(self, side: _Side) -> bool:
+        """FIN from `side`: pass the half-close on; keep the other direction flowing."""
+        side.eof = True
+        if self.first_eof is None:
+            self.first_eof = side.name
+        peer = self.peer(side)
+        if peer is None:  # the client left before the upstream was ready
+            self.reason = self.reason or "client_closed"
+            if self.task is not None:
+                self.task.cancel()
+            return False
+        if peer.eof or peer.lost:
+            peer.transport.close()
+            return False
+        if peer.transport.can_write_eof():
+            peer.transport.write_eof()
+        else:  # TLS cannot half-close: close it once what is buffered has been sent
+            peer.transport.close()
+        # Returning True keeps our side open for the peer's remaining bytes (plain TCP only:
+        # asyncio's TLS transport ignores it and warns).
+        return not side.tls
+
+    def lost(self, side: _Side, exc) -> None:
+        if self.reason is None:
+            if exc is not None:
+                self.reason = f"{side.name}_reset"
+            else:
+                self.reason = f"{self.first_eof or side.name}_closed"
+        peer = self.peer(side)
+        if peer is None:
+            if self.task is not None and not self.task.done():
+                self.task.cancel()
+            self.finish()
+            return
+        if not peer.lost:
+            if exc is not None:
+                peer.transport.abort()  # pass the reset on; buffered bytes are moot
+            else:
+                peer.transport.close()
+            return
+        self.finish()
+
+    def fail(self, reason: str) -> None:
+        """The connection cannot go on: close the client at once. Finished here, because after
+        a failed TLS handshake asyncio may never report the client transport's loss."""
+        self.reason = self.reason or reason
+        if not self.client.lost:
+            self.client.transport.abort()
+        self.finish()
+
+    def finish(self) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        proxy = self.proxy
+        proxy.conns.discard(self)
+        proxy._dirty.discard(self)
+        now = time.time()
+        proxy._traffic(self)
+        self.kafka.close(self.reason or "closed", now)
+        emit = proxy.emit
+        for ev in self.kafka.events():
+            emit(ev)
+
+
+class Proxy:
+    """Routes in, events out through `emit(event)`. See the module docstring."""
+
+    def __init__(self, routes, emit, *, tls: TlsSettings | None = None,
+                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, high_water: int = DEFAULT_HIGH_WATER,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS, update_interval: float = 1.0,
+                 name: str = "proxy") -> None:
+        if connect_timeout <= 0 or high_water < 1 or max_connections < 1 or update_interval <= 0:
+            raise ValueError("connect_timeout, high_water, max_connections and update_interval must be positive")
+        self.routes = list(routes)
+        if not self.routes:
+            raise ValueError("no route given")
+        self.emit = emit
+        self.tls = tls or TlsSettings()
+        self._server_ctx, self._upstream_ctx = self.tls.contexts()
+        self.connect_timeout = connect_timeout
+        self.high_water = high_water
+        self.max_connections = max_connections
+        self.update_interval = update_interval
+        self.name = name
+        self.conns: set[_Conn] = set()
+        self._dirty: set[_Conn] = set()
+        self._socks: list[socket.socket] = []
+        self._seq = 0
+        self.reads = 0
+        self.read_bytes = 0
+        self.opened = 0
+        self.tls_flows = 0
+        self.drops: Counter[str] = Counter()
+        self.last_ts = time.time()
+
+    # --- life -----------------------------------------------------------------------------
+
+    def bind(self) -> None:
+        """Bind every listen port now (in the caller's thread), or raise ProxyError."""
+        try:
+            for r in self.routes:
+                self._socks.append(bind(r.listen_host, r.listen_port))
+        except ProxyError:
+            self.close_sockets()
+            raise
+
+    def close_sockets(self) -> None:
+        for s in self._socks:
+            s.close()
+        self._socks.clear()
+
+    def reload_tls(self) -> str:
+        """Re-read the certificate files (SIGHUP). New connections use them; open ones keep theirs.
+        On error the old contexts stay and ProxyError says why."""
+        self._server_ctx, self._upstream_ctx = self.tls.contexts()
+        return "TLS certificates reloaded"
+
+    def run(self, stop, tick=None) -> None:
+        """Serve until the threading.Event `stop` is set; `tick(self)` every `update_interval`."""
+        if not self._socks:
+            self.bind()
+        asyncio.run(self._main(stop, tick))
+
+    async def _main(self, stop, tick) -> None:
+        loop = asyncio.get_running_loop()
+        servers = []
+        try:
+            for route, sock in zip(self.routes, self._socks):
+                servers.append(await loop.create_server(
+                    lambda route=route: _ClientSide(self, route), sock=sock, backlog=1024))
+            next_tick = loop.time() + self.update_interval
+            while not stop.is_set():
+                await asyncio.sleep(min(0.1, max(0.0, next_tick - loop.time())))
+                if loop.time() >= next_tick:
+                    next_tick = loop.time() + self.update_interval
+                    self.expire()
+                    if tick is not None:
+                        tick(self)
+        finally:
+            for server in servers:
+                server.close()
+            await self._shutdown()
+            for server in servers:
+                await server.wait_closed()
+            self._socks.clear()  # the servers closed them
+            if tick is not None:
+                tick(self)
+
+    async def _shutdown(self) -> None:
+        for conn in list(self.conns):
+            conn.reason = conn.reason or "shutdown"
+            if conn.task is not None and not conn.task.done():
+                conn.task.cancel()
+            for side in (conn.client, conn.upstream):
+                if side is not None and not side.lost:
+                    side.transport.abort()
+        deadline = time.monotonic() + SHUTDOWN_GRACE
+        while self.conns and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in list(self.conns):  # transports that never reported their loss
+            conn.finish()
+
+    # --- connections ----------------------------------------------------------------------
+
+    def _accept(self, side: _ClientSide) -> None:
+        transport = side.transport
+        route = side.route
+        if len(self.conns) >= self.max_connections:
+            self.drops[OVER_LIMIT] += 1
+            transport.abort()
+            return
+        transport.pause_reading()  # until the upstream is there to take the bytes
+        transport.set_write_buffer_limits(high=self.high_water)
+        client = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
+        self._seq += 1
+        # The broker's own connection-id form; the broker end is the address clients dialled.
+        conn_id = f"{local[0]}:{local[1]}-{client[0]}:{client[1]}-{self._seq}"
+        now = time.time()
+        conn = _Conn(self, conn_id, side, now)
+        side.conn = conn
+        self.conns.add(conn)
+        self.opened += 1
+        self.emit(ConnectionOpened(
+            conn_id=conn_id, ts=now, client_address=client[0], client_port=client[1],
+            broker_address=local[0], broker_port=local[1], listener=route.listener,
+            security_protocol=route.security_protocol, mid_stream=False, source="proxy"))
+        conn.task = asyncio.get_running_loop().create_task(self._open(conn, route))
+
+    async def _open(self, conn: _Conn, route: Route) -> None:
+        loop = asyncio.get_running_loop()
+        client = conn.client
+        server_ctx, upstream_ctx = self._server_ctx, self._upstream_ctx
+        try:
+            if server_ctx is not None:
+                try:
+                    tls = await loop.start_tls(client.transport, client, server_ctx, server_side=True,
+                                               ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
+                except (OSError, ssl.SSLError, ConnectionError, asyncio.TimeoutError) as exc:
+                    log.debug("TLS handshake from %s failed: %s", conn.id, _reason(exc))
+                    conn.fail("tls_handshake_failed")
+                    return
+                client.transport = tls
+                client.tls = True
+                tls.pause_reading()
+                tls.set_write_buffer_limits(high=self.high_water)
+                obj = tls.get_extra_info("ssl_object")
+                self.emit(TlsSession(conn_id=conn.id, ts=time.time(), tls_version=obj.version() or "",
+                                     cipher=(obj.cipher() or ("",))[0], client_subject=subject_name(obj.getpeercert())))
+            try:
+                _, upstream = await asyncio.wait_for(loop.create_connection(
+                    lambda: _Side(conn, "upstream", FROM_BROKER), route.upstream_host, route.upstream_port,
+                    ssl=upstream_ctx, server_hostname=route.upstream_host if upstream_ctx else None,
+                    ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT if upstream_ctx else None), self.connect_timeout)
+            except ConnectionRefusedError:
+                conn.fail("upstream_refused")
+                return
+            except asyncio.TimeoutError:
+                conn.fail("upstream_timeout")
+                return
+            except ssl.SSLError as exc:
+                log.warning("TLS to upstream %s:%s failed: %s", route.upstream_host, route.upstream_port,
+                            _reason(exc))
+                conn.fail("upstream_tls_failed")
+                return
+            except OSError:
+                conn.fail("upstream_unreachable")
+                return
+        except asyncio.CancelledError:
+            return  # the client left, or shutdown: whoever cancelled finishes the connection
+        upstream.tls = upstream_ctx is not None
+        upstream.transport.set_write_buffer_limits(high=self.high_water)
+        conn.upstream = upstream
+        if client.lost:  # the client left while we connected
+            upstream.transport.close()
+            return
+        pending, conn.pending = conn.pending, []
+        for data in pending:
+            upstream.transport.write(data)
+        for data in pending:
+            conn._decode(FROM_CLIENT, data)
+        if client.eof:  # the client half-closed before the upstream was ready
+            upstream.transport.write_eof() if upstream.transport.can_write_eof() else upstream.transport.close()
+        else:
+            client.transport.resume_reading()
+
+    # --- reporting ------------------------------------------------------------------------
+
+    def _traffic(self, conn: _Conn) -> None:
+        self.emit(TrafficUpdate(
+            conn_id=conn.id, ts=conn.last_seen, bytes_from_client=conn.bytes[FROM_CLIENT],
+            bytes_from_broker=conn.bytes[FROM_BROKER], segments_from_client=conn.segments[FROM_CLIENT],
+            segments_from_broker=conn.segments[FROM_BROKER]))
+
+    def expire(self) -> None:
+        """Report the traffic of connections active since the last call."""
+        self.last_ts = time.time()
+        for conn in self._dirty:
+            self._traffic(conn)
+        self._dirty.clear()
+
+    def buffered(self) -> int:
+        """Bytes waiting in the proxy's write buffers, all connections together."""
+        total = 0
+        for conn in self.conns:
+            total += sum(len(d) for d in conn.pending)
+            for side in (conn.client, conn.upstream):
+                if side is not None and not side.lost:
+                    total += side.transport.get_write_buffer_size()
+        return total
+
+    def stats(self) -> CaptureStats:
+        """Proxy health in the capture's terms: reads for packets; nothing is ever lost."""
+        return CaptureStats(
+            conn_id=self.name, ts=self.last_ts, packets=self.reads, bytes=self.read_bytes,
+            drops=tuple(sorted(self.drops.items())), gaps=0, gap_bytes=0, flows_open=len(self.conns),
+            flows_opened=self.opened, flows_evicted=0, tls_flows=self.tls_flows, kernel_received=None,
+            kernel_dropped=None, kernel_if_dropped=None)

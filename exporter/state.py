@@ -1,0 +1,274 @@
+"""The state file behind `capture --state-file`: who the open connections are, kept across
+restarts.
+
+Why: after a restart the capture joins every long-lived connection mid-stream, after its
+ApiVersions exchange, so without this file each of them would count as "unknown" software until
+it reconnects (which a healthy client may not do for days). With it, a connection first seen
+mid-stream whose 4-tuple matches a saved one gets the saved identity back (identity_source
+"restored"), and its gauge label is the saved software; a later ApiVersions on it wins as usual.
+
+Owns the file format (`FORMAT`, `VERSION`, `encode_state`, `decode_state`), the atomic write
+(`write_atomic`: a temporary file in the same directory, fsync, rename, fsync of the
+directory, so a crash leaves the old file or the new one, never half of one) and `StateKeeper`,
+which the service calls: `restore()` at start, `tick()` every second (saves every `interval`
+seconds) and `save()` at shutdown, after the capture thread has stopped. Imports the registry's
+`SavedIdentity` and the standard library; nothing of capture, HTTP or Prometheus.
+
+Format (UTF-8 JSON, one object; times in seconds since the epoch):
+
+    {"format": "kafka-census-state", "version": 1, "written_at": 1763762580.25,
+     "connections": [{"client_address": "10.0.0.7", "client_port": 51234,
+                      "broker_address": "10.0.0.5", "broker_port": 9092, "listener": "PLAINTEXT",
+                      "client_id": "orders", "client_software_name": "apache-kafka-java",
+                      "client_software_version": "3.9.0", "identity_version": 4,
+                      "principal": "orders-svc", "sasl_mechanism": "SCRAM-SHA-512",
+                      "first_seen": 1763700000.5, "last_seen": 1763762579.9}]}
+
+Version policy as in the event log: adding a field keeps the version (readers ignore what
+they do not know), renaming, removing or retyping one bumps it. Only open connections with an
+identity to restore are written (an accepted ApiVersions, a restoration, or a principal), plus
+restored identities still waiting for their connection, at most --max-connections; no
+secret is ever in it (the registry holds none). The file is created 0600: it names hosts and
+principals.
+
+Reading is bounded and never fatal: a missing file is a first start (silent); a file over
+`MAX_STATE_BYTES`, with more entries than the live table holds (`--max-connections`), or that is
+unreadable, not UTF-8 JSON, too deeply nested, of another format or version, or has one entry
+of the wrong shape is reported in ONE warning line and ignored. Entries silent for longer than
+the idle timeout are stale (the broker has closed those connections) and dropped. A state file
+that cannot be created at all (its directory missing and not creatable, not writable, or the
+path is a directory) is a start-up error (`StateError`); a later failed write is a warning, a
+count (`state_write_errors`) and the old file kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import stat
+import tempfile
+import time
+from dataclasses import asdict, fields
+
+from exporter.registry import SavedIdentity
+
+FORMAT = "kafka-census-state"
+VERSION = 1
+# 100,000 connections (the default --max-connections) take about 40 MB; a bigger file is
+# refused rather than parsed (JSON parsing takes several times the file size in memory).
+MAX_STATE_BYTES = 64 << 20
+MAX_STRING = 32767  # Kafka strings carry an int16 length
+DEFAULT_INTERVAL = 60.0
+
+log = logging.getLogger("kafka-census")
+
+
+class StateError(Exception):
+    """The state file cannot be used: the message says why, for one warning or start-up error."""
+
+
+def _string(value) -> bool:
+    return isinstance(value, str) and len(value) <= MAX_STRING
+
+
+def _optional_string(value) -> bool:
+    return value is None or _string(value)
+
+
+def _port(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 65535
+
+
+def _time(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _version(value) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 32767)
+
+
+#: Every field of an entry and its check; an entry missing one, or failing one, spoils the file.
+_FIELD_CHECKS = {
+    "client_address": _string, "client_port": _port, "broker_address": _string, "broker_port": _port,
+    "listener": _string, "client_id": _optional_string, "client_software_name": _optional_string,
+    "client_software_version": _optional_string, "identity_version": _version, "principal": _optional_string,
+    "sasl_mechanism": _optional_string, "first_seen": _time, "last_seen": _time,
+}
+assert set(_FIELD_CHECKS) == {f.name for f in fields(SavedIdentity)}, "state format and SavedIdentity differ"
+
+
+def encode_state(saved: list[SavedIdentity], written_at: float) -> bytes:
+    doc = {"format": FORMAT, "version": VERSION, "written_at": written_at,
+           "connections": [asdict(s) for s in saved]}
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def decode_state(data: bytes, *, max_entries: int) -> list[SavedIdentity]:
+    """The entries of a state file's bytes, or StateError saying (in a few words) what is wrong."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise StateError("not UTF-8") from None
+    except RecursionError:  # hostile nesting: json gives up at the recursion limit
+        raise StateError("nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer of more than 4300 digits
+        raise StateError(f"not JSON ({str(exc).split(':')[0]})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise StateError(f"not a {FORMAT} file")
+    version = doc.get("version")
+    if version != VERSION or isinstance(version, bool):
+        raise StateError(f"version {version!r}, this kafka-census reads version {VERSION}")
+    conns = doc.get("connections")
+    if not isinstance(conns, list):
+        raise StateError("no connections list")
+    if len(conns) > max_entries:
+        raise StateError(f"{len(conns)} connections, more than the {max_entries} --max-connections")
+    out = []
+    for i, entry in enumerate(conns):
+        if not isinstance(entry, dict):
+            raise StateError(f"connection {i} is not an object")
+        for name, check in _FIELD_CHECKS.items():
+            if name not in entry:
+                raise StateError(f"connection {i} has no {name}")
+            if not check(entry[name]):
+                raise StateError(f"connection {i} has a bad {name}")
+        out.append(SavedIdentity(**{name: entry[name] for name in _FIELD_CHECKS}))
+    return out
+
+
+def read_state(path: str, *, max_entries: int, max_bytes: int = MAX_STATE_BYTES) -> list[SavedIdentity] | None:
+    """The entries of the state file at `path`; None if there is none (a first start).
+    Raises StateError for anything else that keeps it from being used."""
+    try:
+        # O_NONBLOCK: a FIFO put at the path must not hang the start-up (it is refused below).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise StateError("not a regular file")
+            if st.st_size > max_bytes:
+                raise StateError(f"{st.st_size} bytes, more than the limit of {max_bytes}")
+            data = f.read(max_bytes + 1)  # a file growing under us is still bounded
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StateError(f"cannot read it: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise StateError(f"more than the limit of {max_bytes} bytes")
+    return decode_state(data, max_entries=max_entries)
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Replace `path` with `data`: write a temporary file in the same directory, fsync it,
+    rename it over `path`, fsync the directory. On any failure the temporary file is removed,
+    `path` keeps its old content, and the OSError propagates."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(directory)
+
+
+def check_writable(path: str) -> None:
+    """Start-up check: the state file can be created (its directory is made if missing).
+    StateError if not. An existing file that cannot be read is only a warning, later."""
+    if os.path.isdir(path):
+        raise StateError(f"--state-file {path} is a directory")
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except FileExistsError:
+        raise StateError(f"cannot create --state-file {path}: {directory} is not a directory") from None
+    except OSError as exc:
+        raise StateError(f"cannot create --state-file {path}: {exc.strerror or exc}") from None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise StateError(f"cannot create --state-file {path}: {exc.strerror or exc}") from None
+
+
+class StateKeeper:
+    """The state file of one serving exporter. Counters for the health series:
+    `writes`, `write_errors`, and the registry's `restored_connections`."""
+
+    def __init__(self, path: str, registry, *, interval: float = DEFAULT_INTERVAL, idle_timeout: float,
+                 max_entries: int, clock=time.time, monotonic=time.monotonic) -> None:
+        if interval <= 0 or idle_timeout <= 0 or max_entries < 1:
+            raise ValueError("interval, idle_timeout and max_entries must be positive")
+        check_writable(path)
+        self.path = path
+        self.registry = registry
+        self.interval = interval
+        self.idle_timeout = idle_timeout
+        self.max_entries = max_entries
+        self.clock = clock
+        self.monotonic = monotonic
+        self.writes = 0
+        self.write_errors = 0
+        self._last_save = monotonic()
+        self._failing = False
+
+    def restore(self) -> int:
+        """Load the file and hand its fresh entries to the registry. Returns how many wait for
+        their connection; a file that cannot be used is one warning and 0."""
+        try:
+            saved = read_state(self.path, max_entries=self.max_entries)
+        except StateError as exc:
+            log.warning("state file %s ignored: %s; connections joined mid-stream will show no identity "
+                        "until they send ApiVersions again", self.path, exc)
+            return 0
+        if not saved:
+            return 0
+        waiting = self.registry.restore_identities(saved, self.idle_timeout)
+        log.info("state file %s: %d connection identities to restore (%d stale, silent over %g s, dropped)",
+                 self.path, waiting, len(saved) - waiting, self.idle_timeout)
+        return waiting
+
+    def tick(self) -> None:
+        """Called about once a second: saves when `interval` has passed since the last save."""
+        if self.monotonic() - self._last_save >= self.interval:
+            self.save()
+
+    def save(self) -> bool:
+        """Write the open connections' identities now. A failure is a warning (once until a
+        write succeeds again), a count, and the old file kept; never an exception."""
+        self._last_save = self.monotonic()
+        try:
+            data = encode_state(self.registry.saved_identities(), self.clock())
+            write_atomic(self.path, data)
+        except (OSError, ValueError) as exc:  # ValueError: a NaN time would not be JSON
+            self.write_errors += 1
+            if not self._failing:
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                log.warning("cannot write state file %s: %s (keeping the previous one)", self.path, reason)
+            self._failing = True
+            return False
+        self.writes += 1
+        self._failing = False
+        return True
+
+    def health(self) -> dict:
+        return {"state_restored_connections": self.registry.restored_connections,
+                "state_write_errors": self.write_errors}

@@ -1,0 +1,376 @@
+"""The proxy with real peers: the six real clients through `kafka-census proxy` (the real
+command) to Tansu, checked against a passive capture of the same run and against tshark's
+reassembly of both hops; then faults (upstream down, killed, client reset, slow reader,
+half-close, many connections, shutdown) against an in-process `Proxy`.
+
+The fault tests use a real Tansu where a Kafka answer matters. Where the test must control
+the upstream's bytes exactly (flooding a reader that never reads, answering only after the
+client's FIN) the upstream is a plain TCP server in this module: a Kafka broker cannot be
+made to do either.
+
+Needs root (the live capture and tcpdump), as `make test` has on CI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import socket
+import struct
+import threading
+import time
+import tracemalloc
+from collections import Counter
+
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+from capture.proxy import Proxy, Route, subject_name
+from exporter.eventlog import list_logs, read_events
+from exporter.registry import ConnectionRegistry
+from tests import peers
+from tests.census import Census
+from tests.kafka_frames import request_frame
+from tests.oracles import tcpdump_capture, tshark_stream_hashes
+from tests.test_golden import EXPECTED_IDENTITY
+
+
+# --- the six real clients through the real command ----------------------------------------
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("proxy")
+    listen, upstream = peers.free_port(), peers.free_port()
+    reports = {}
+    with peers.start_tansu(upstream, listen) as broker, \
+            tcpdump_capture("lo", f"tcp port {listen} or tcp port {upstream}", tmp / "both.pcap"):
+        capture = Census(["capture", "-i", "lo", "--listener", f"PLAINTEXT={listen}"], peers.free_port())
+        proxy = Census(["proxy", "--listen", f"127.0.0.1:{listen}", "--upstream", f"127.0.0.1:{broker.port}",
+                        "--event-log", str(tmp / "events")], peers.free_port())
+        try:
+            for name in peers.CLIENTS:
+                _, out, _ = peers.run_client(name, f"127.0.0.1:{listen}", timeout=90)
+                reports[name] = peers.parse_report(out)
+            proxy.wait_closed()
+            capture.wait_closed()
+            seen = {"proxy": proxy.connections(), "capture": capture.connections(),
+                    "opened": proxy.samples("kafka_census_connections_opened_total"),
+                    "closed": proxy.samples("kafka_census_connections_closed_total")}
+        finally:
+            code, err = proxy.stop()
+            capture.stop()
+    seen.update(reports=reports, listen=listen, upstream=upstream, pcap=tmp / "both.pcap",
+                events=tmp / "events", exit=(code, err))
+    return seen
+
+
+def test_every_client_produces_and_consumes_through_the_proxy(run):
+    for name, report in run["reports"].items():
+        assert report["ok"] and report["consumed"] == report["produced"] > 0, (name, report)
+    software = {(c["client_software_name"], c["client_software_version"]) for c in run["proxy"]}
+    for name, (_, sw, ver) in EXPECTED_IDENTITY.items():
+        if sw is not None:
+            assert (sw, ver) in software, name
+    assert all(c["identity_source"] in ("proxy", "none") for c in run["proxy"])
+    assert all(c["security_protocol"] == "PLAINTEXT" and c["listener"] == "PLAINTEXT" for c in run["proxy"])
+
+
+def _by_client_port(conns: list[dict]) -> dict[int, tuple]:
+    return {c["client_port"]: (c["client_id"], c["client_software_name"], c["client_software_version"],
+                               sorted((r["api"], r["api_version"], r["count"]) for r in c["requests"]),
+                               c["bytes_from_client"], c["bytes_from_broker"])
+            for c in conns}
+
+
+def test_the_registry_equals_a_passive_capture_of_the_same_connections(run):
+    proxied, captured = _by_client_port(run["proxy"]), _by_client_port(run["capture"])
+    assert len(proxied) >= len(peers.CLIENTS) * 2
+    assert proxied == captured
+    # the capture learned identities from the same ApiVersions exchanges the proxy saw
+    assert Counter(c["identity_source"] for c in run["capture"] if c["identity_source"] != "none") \
+        .total() == sum(c["identity_source"] == "proxy" for c in run["proxy"])
+
+
+def test_bytes_pass_unchanged_in_both_directions(run):
+    """tshark reassembles both hops: every client-side stream has an upstream stream with the
+    same SHA-256 in each direction, and nothing else crossed either hop."""
+    hashes = tshark_stream_hashes(run["pcap"], [run["listen"], run["upstream"]])
+    front = Counter((c2s, s2c) for _, server, c2s, s2c in hashes if server == run["listen"])
+    back = Counter((c2s, s2c) for _, server, c2s, s2c in hashes if server == run["upstream"])
+    assert front.total() == len(run["proxy"])
+    assert front == back
+
+
+def test_close_reasons_metrics_and_event_log(run):
+    assert {c["close_reason"] for c in run["proxy"]} == {"client_closed"}
+    assert run["opened"] == {(("listener", "PLAINTEXT"),): len(run["proxy"])}
+    assert run["closed"] == {(("listener", "PLAINTEXT"), ("reason", "client_closed")): len(run["proxy"])}
+    code, err = run["exit"]
+    assert code == 0, err
+    events = [e for path in list_logs(run["events"]) for e in read_events(path)]
+    opened = [e for e in events if e["type"] == "ConnectionOpened"]
+    assert {e["conn_id"] for e in opened} == {c["id"] for c in run["proxy"]}
+    assert {e["source"] for e in opened} == {"proxy"}
+    closed = Counter(e["reason"] for e in events if e["type"] == "ConnectionClosed")
+    assert closed == {"client_closed": len(run["proxy"])}
+
+
+# --- faults, against an in-process proxy ----------------------------------------------------
+
+class Running:
+    """A `Proxy` on a thread, feeding a registry; stops (and checks that it stopped) on exit."""
+
+    def __init__(self, upstream_port: int, **options) -> None:
+        self.port = peers.free_port()
+        self.registry = ConnectionRegistry(clock=time.time)
+        self.proxy = Proxy([Route("127.0.0.1", self.port, "127.0.0.1", upstream_port, "PLAINTEXT", "PLAINTEXT")],
+                           self.registry.apply, update_interval=0.2, **options)
+        self.proxy.bind()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.proxy.run, args=(self.stop,), daemon=True)
+        self.thread.start()
+
+    def connect(self) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.port), timeout=10)
+
+    def rows(self, state: str = "all") -> list[dict]:
+        return self.registry.connections(state)
+
+    def wait(self, condition, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, f"not within {timeout} s; rows: {self.rows()}"
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+        assert not self.thread.is_alive(), "the proxy did not stop within 10 s"
+
+
+@contextlib.contextmanager
+def running(upstream_port: int, **options):
+    r = Running(upstream_port, **options)
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def api_versions(software: str = "census-fault", version: str = "1.0", correlation_id: int = 1) -> bytes:
+    return request_frame(ApiVersionsRequest(client_software_name=software, client_software_version=version),
+                         correlation_id, client_id="census-fault")
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    head = _read_exactly(sock, 4)
+    return _read_exactly(sock, struct.unpack(">i", head)[0])
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        assert chunk, "connection closed early"
+        buf += chunk
+    return buf
+
+
+def assert_closed_by_peer(sock: socket.socket) -> None:
+    """The proxy ended the connection: FIN (b"") or, when it aborts, RST."""
+    sock.settimeout(10)
+    try:
+        assert sock.recv(100) == b""
+    except ConnectionResetError:
+        pass
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_upstream_down_at_start_closes_the_client_and_counts_it():
+    with running(peers.free_port()) as r:  # nothing listens upstream
+        with r.connect() as s:
+            s.sendall(api_versions())
+            assert_closed_by_peer(s)
+        r.wait(lambda: r.rows("closed"))
+        (row,) = r.rows()
+        assert row["close_reason"] == "upstream_refused"
+        assert r.registry.snapshot().closed[("PLAINTEXT", "upstream_refused")] == 1
+
+
+def test_upstream_killed_mid_stream_ends_with_the_upstream_as_the_closer():
+    with pytest.raises(peers.PeerError, match="exited early with code -9"), \
+            peers.start_tansu() as broker, running(broker.port) as r:
+        with r.connect() as s:
+            s.sendall(api_versions("census-killed", "2.0"))
+            assert read_frame(s)[:4]  # a real answer came back through the proxy
+            r.wait(lambda: r.rows("open") and r.rows("open")[0]["client_software_name"] == "census-killed")
+            broker.process.kill()
+            s.settimeout(10)
+            assert s.recv(100) == b""  # the proxy passed the broker's end on
+        r.wait(lambda: r.rows("closed"))
+        (row,) = r.rows()
+        assert row["close_reason"] in ("upstream_closed", "upstream_reset")
+        assert row["client_software_name"] == "census-killed"  # what was learned stays
+    # (start_tansu then reports the broker's death, which pytest.raises expects)
+
+
+def test_a_client_reset_is_passed_on_and_named():
+    with peers.start_tansu() as broker, running(broker.port) as r:
+        s = r.connect()
+        s.sendall(api_versions())
+        read_frame(s)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()  # RST
+        r.wait(lambda: r.rows("closed"))
+        assert r.rows()[0]["close_reason"] == "client_reset"
+        assert not r.proxy.conns
+
+
+@contextlib.contextmanager
+def tcp_server(handler):
+    """A one-connection-at-a-time TCP server on a thread: `handler(conn)` per connection."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                with contextlib.suppress(OSError):
+                    handler(conn)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        stop.set()
+        t.join(timeout=5)
+        srv.close()
+
+
+def test_a_slow_reader_does_not_make_the_proxy_buffer_without_bound():
+    total = 64 << 20
+    block = os.urandom(1 << 20)
+    sent = []
+
+    def flood(conn):
+        for _ in range(total // len(block)):
+            conn.sendall(block)
+            sent.append(len(block))
+
+    with tcp_server(flood) as port, running(port, high_water=256 << 10) as r:
+        with r.connect() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+            time.sleep(2.0)  # the client reads nothing
+            buffered = r.proxy.buffered()
+            stalled_at = sum(sent)
+            assert buffered <= (256 << 10) + (1 << 20), buffered
+            assert stalled_at < total // 4, "the upstream was never slowed down"
+            digest, got = hashlib.sha256(), 0
+            s.settimeout(10)
+            while got < total:
+                chunk = s.recv(1 << 20)
+                assert chunk
+                digest.update(chunk)
+                got += len(chunk)
+            assert digest.hexdigest() == hashlib.sha256(block * (total // len(block))).hexdigest()
+
+
+def test_half_close_lets_the_answer_come_back():
+    def answer_after_eof(conn):
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+        conn.sendall(b"answer:" + hashlib.sha256(data).digest())
+
+    with tcp_server(answer_after_eof) as port, running(port) as r:
+        with r.connect() as s:
+            payload = os.urandom(300_000)
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+            s.settimeout(10)
+            got = b""
+            while chunk := s.recv(65536):
+                got += chunk
+        assert got == b"answer:" + hashlib.sha256(payload).digest()
+        r.wait(lambda: r.rows("closed"))
+        assert r.rows()[0]["close_reason"] == "client_closed"
+        assert r.rows()[0]["bytes_from_client"] == len(payload)
+
+
+def test_many_concurrent_connections_then_none_left():
+    n = 300
+    base = open_fds()
+    with peers.start_tansu() as broker, running(broker.port) as r:
+        socks = []
+        try:
+            for i in range(n):
+                s = r.connect()
+                s.sendall(api_versions("census-many", f"1.{i % 3}", i + 1))
+                socks.append(s)
+            for s in socks:
+                read_frame(s)
+            r.wait(lambda: sum(1 for c in r.rows("open") if c["client_software_name"] == "census-many") == n)
+            gauge = {k: v for k, v in r.registry.snapshot().connections.items() if k[1] == "census-many"}
+            assert gauge == {("PLAINTEXT", "census-many", f"1.{v}"): n // 3 for v in range(3)}
+        finally:
+            for s in socks:
+                s.close()
+        r.wait(lambda: not r.proxy.conns and not r.rows("open"))
+        assert {c["close_reason"] for c in r.rows()} == {"client_closed"}
+    assert open_fds() <= base + 2  # the broker's log file may still be open
+
+
+def test_shutdown_closes_everything_and_leaks_nothing():
+    base = open_fds()
+    tracemalloc.start()
+    try:
+        with peers.start_tansu() as broker:
+            for _ in range(3):  # start/stop cycles: nothing may accumulate
+                r = Running(broker.port)
+                socks = [r.connect() for _ in range(20)]
+                for i, s in enumerate(socks):
+                    s.sendall(api_versions(correlation_id=i + 1))
+                    read_frame(s)
+                r.close()
+                for s in socks:
+                    s.settimeout(5)
+                    assert s.recv(10) == b""
+                    s.close()
+                assert {c["close_reason"] for c in r.rows()} == {"shutdown"}
+                assert not r.proxy.conns
+            current, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert open_fds() <= base + 1
+    assert current < 4 << 20, current
+
+
+def test_connections_over_the_limit_are_refused_and_counted():
+    with peers.start_tansu() as broker, running(broker.port, max_connections=2) as r:
+        keep = [r.connect(), r.connect()]
+        for s in keep:
+            s.sendall(api_versions())
+            read_frame(s)
+        with r.connect() as extra:
+            assert_closed_by_peer(extra)
+        r.wait(lambda: r.proxy.drops["over_limit"] == 1)
+        assert len(r.rows("open")) == 2
+        for s in keep:
+            s.close()
+
+
+def test_subject_names_follow_rfc_4514():
+    cert = {"subject": ((("countryName", "DE"),), (("organizationName", "Acme, Inc"),),
+                        (("commonName", " billing+1"),))}
+    assert subject_name(cert) == "CN=\\ billing\\+1,O=Acme\\, Inc,C=DE"
+    assert subject_name({}) is None and subject_name(None) is None
