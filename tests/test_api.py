@@ -466,12 +466,24 @@ def test_api_responses_are_not_cached_or_sniffed(client, path):
     assert r.headers["cache-control"] == "no-store"
     assert r.headers["x-content-type-options"] == "nosniff"
     assert r.headers["content-type"] == "application/json"
+    # a listing names hosts and principals: no page may frame it, no link from it leaks this address
+    assert r.headers["content-security-policy"] == "default-src 'none'; frame-ancestors 'none'"
+    assert r.headers["x-frame-options"] == "DENY"
+    assert r.headers["referrer-policy"] == "no-referrer"
 
 
 def test_health_responses_are_not_sniffed(client):
     r = client.get("/healthz")
     assert r.headers["x-content-type-options"] == "nosniff"
     assert "cache-control" not in r.headers
+    assert (r.headers["x-frame-options"], r.headers["referrer-policy"]) == ("DENY", "no-referrer")
+
+
+def test_docs_can_be_opened_but_not_framed(client):
+    """/docs loads Swagger UI from a CDN: no CSP there (it would break the page), but no framing."""
+    r = client.get("/docs")
+    assert r.status_code == 200 and "content-security-policy" not in r.headers
+    assert (r.headers["x-frame-options"], r.headers["referrer-policy"]) == ("DENY", "no-referrer")
 
 
 def test_read_only(client):

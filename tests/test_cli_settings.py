@@ -157,6 +157,13 @@ def test_bad_http_forms_exit_2(pcap, http):
     assert_usage_error(run("replay", pcap, "--serve", "--http", http), "bad --http", http)
 
 
+@pytest.mark.parametrize("http", [":9100", "[]:9100"])
+def test_every_interface_must_be_written_out(pcap, http):
+    """A bare `:PORT` used to mean every interface: exposing client lists is never implied."""
+    assert_usage_error(run("replay", pcap, "--serve", "--http", http), f"bad --http {http!r}",
+                       "the host is required", "0.0.0.0:9100 or [::]:9100")
+
+
 def test_bad_http_from_the_environment_exits_2_for_capture():
     out = run("capture", "-i", "lo", env=clean_env(KAFKA_CENSUS_HTTP="nohost"))
     assert_usage_error(out, "bad --http 'nohost'")

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -133,7 +134,11 @@ def check_servicemonitor(doc: dict) -> None:
     assert spec["selector"]["matchLabels"] and all(isinstance(v, str) for v in spec["selector"]["matchLabels"].values())
     assert spec["endpoints"], "a ServiceMonitor without endpoints scrapes nothing"
     for ep in spec["endpoints"]:
-        assert set(ep) <= {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings"}
+        assert set(ep) <= {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings",
+                           "authorization"}
+        if "authorization" in ep:  # SafeAuthorization: a type and a Secret key selector
+            assert ep["authorization"]["type"] == "Bearer"
+            assert set(ep["authorization"]["credentials"]) == {"name", "key"}
         assert isinstance(ep["port"], str) and ep["path"].startswith("/")
         assert DURATION.match(ep["interval"]) and DURATION.match(ep["scrapeTimeout"])
         for r in ep.get("relabelings", []) + ep.get("metricRelabelings", []):
@@ -170,6 +175,7 @@ EXPECTED_KINDS = {
     "proxy": {"Deployment": 3, "Service": 4, "ServiceAccount": 1, "NetworkPolicy": 1},
     "monitoring": {"DaemonSet": 1, "Service": 1, "ServiceAccount": 1, "ServiceMonitor": 1,
                    "PrometheusRule": 1, "ConfigMap": len(list((CHART / "files" / "dashboards").glob("*.json")))},
+    "auth": {"DaemonSet": 1, "Service": 1, "ServiceAccount": 1, "ServiceMonitor": 1, "Secret": 1},
 }
 
 
@@ -444,11 +450,138 @@ def test_proxy_mode_one_deployment_and_service_per_broker():
     assert policy["ingress"][1] == {"ports": [{"port": "kafka", "protocol": "TCP"}]}  # from everyone
 
 
-@pytest.mark.xfail(strict=True, reason="`kafka-census proxy` is a later issue; this passes (and must lose "
-                                      "its marker) once the CLI takes the flags the chart writes")
 def test_proxy_arguments_parse_with_the_cli():
     c = container(of_kind(manifests(render(ci_values("proxy"))), "Deployment")[0]["spec"]["template"]["spec"])
-    assert parse_cli(c["args"]).command == "proxy"
+    args = parse_cli(c["args"])
+    assert args.command == "proxy"
+    assert args.listen and len(args.listen) == len(args.upstream)
+
+
+# --- access control: api.auth ----------------------------------------------------------------
+
+TOKEN_DIR = "/etc/kafka-census/api-token"
+PROXY_BROKERS = {"brokers": [{"name": "b0", "port": 9092, "upstream": "kafka-0:9092"}]}
+
+
+def census_containers(docs: list[dict]) -> list[tuple[dict, dict]]:
+    """(pod spec, kafka-census container) of every workload and PodTemplate."""
+    return [(spec, container(spec)) for _, _, spec in pod_specs(docs)]
+
+
+def check_token_wiring(spec: dict, c: dict, *, secret: str, key: str, metrics_auth: bool) -> None:
+    """The container reads the token from a read-only mount of `secret`'s `key`, the CLI
+    accepts the flags, and the probes hit paths the app leaves open."""
+    from exporter.api import OPEN_PATHS
+
+    args = parse_cli(c["args"])
+    token_file = Path(args.api_token_file)
+    assert (str(token_file.parent), bool(args.metrics_auth)) == (TOKEN_DIR, metrics_auth)
+    [mount] = [m for m in c["volumeMounts"] if m["mountPath"] == TOKEN_DIR]
+    assert mount["readOnly"] is True
+    [volume] = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == secret
+    assert volume["secret"]["items"] == [{"key": key, "path": token_file.name}]
+    # UID 10001 reads the file: world-readable, or group-readable through the pod's fsGroup
+    mode = volume["secret"]["defaultMode"]
+    assert mode & 0o004 or (mode & 0o040 and spec.get("securityContext", {}).get("fsGroup") == 10001), oct(mode)
+    assert not mode & 0o222, "the token file is read-only"
+    for probe in ("livenessProbe", "readinessProbe"):
+        if probe in c:
+            assert c[probe]["httpGet"]["path"] in OPEN_PATHS, "the kubelet sends no token"
+
+
+@pytest.mark.parametrize("mode", ["daemonset", "sidecar", "proxy"])
+def test_api_auth_mounts_the_token_and_passes_the_flag_in_every_mode(mode):
+    values = {"mode": mode, "api": {"auth": {"enabled": True, "existingSecret": "census-api", "secretKey": "api.tok"}},
+              "eventLog": {"enabled": mode != "proxy"}, "proxy": PROXY_BROKERS,
+              "sidecar": {"brokerPodSelector": {"app": "kafka"}, "readinessProbe": True}}
+    docs = manifests(render(values))
+    assert not of_kind(docs, "Secret"), "existingSecret: the chart creates no Secret"
+    found = census_containers(docs)
+    assert found
+    for spec, c in found:
+        check_token_wiring(spec, c, secret="census-api", key="api.tok", metrics_auth=False)
+        if mode != "proxy":  # the event log mount stays beside the token's
+            assert {"name": "kafka-census-events", "mountPath": "/var/lib/kafka-census/events"} in c["volumeMounts"]
+    for doc in docs:
+        if doc["kind"] not in CRD_KINDS:
+            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
+def test_api_auth_with_proxy_tls_keeps_every_mount():
+    values = ci_values("proxy")
+    values["api"] = {"auth": {"enabled": True, "token": "t0ken", "metrics": True}}
+    docs = manifests(render(values))
+    secret = one(docs, "Secret")
+    for spec, c in census_containers(docs):
+        check_token_wiring(spec, c, secret=secret["metadata"]["name"], key="token", metrics_auth=True)
+        assert {m["mountPath"] for m in c["volumeMounts"]} == {
+            TOKEN_DIR, "/etc/kafka-census/tls", "/etc/kafka-census/client-ca"}
+        kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec},
+                                     KUBE_VERSION, strict=True)
+
+
+def test_chart_created_secret_and_servicemonitor_bearer_token():
+    """ci/auth: the chart creates the Secret from api.auth.token, every container reads it, and
+    with --metrics-auth the ServiceMonitor sends the same Secret's key as a bearer token."""
+    values = ci_values("auth")
+    rendered = render(values)
+    docs = manifests(rendered)
+    secret = one(docs, "Secret")
+    assert secret["metadata"]["name"] == f"{RELEASE}-kafka-census-api-token"
+    assert secret["type"] == "Opaque"
+    assert base64.b64decode(secret["data"]["token"]).decode() == values["api"]["auth"]["token"]
+    [(spec, c)] = census_containers(docs)
+    check_token_wiring(spec, c, secret=secret["metadata"]["name"], key="token", metrics_auth=True)
+    [endpoint] = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["authorization"] == {"type": "Bearer",
+                                         "credentials": {"name": secret["metadata"]["name"], "key": "token"}}
+    assert "Authorization: Bearer $TOKEN" in notes(rendered)
+    assert f"get secret {secret['metadata']['name']}" in notes(rendered)
+    # /metrics open: the ServiceMonitor sends nothing
+    values["api"]["auth"]["metrics"] = False
+    docs = manifests(render(values))
+    assert "authorization" not in one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert not parse_cli(container(one(docs, "DaemonSet")["spec"]["template"]["spec"])["args"]).metrics_auth
+
+
+def test_no_api_auth_by_default_and_the_notes_say_the_api_is_open():
+    rendered = render({})
+    docs = manifests(rendered)
+    c = container(one(docs, "DaemonSet")["spec"]["template"]["spec"])
+    args = parse_cli(c["args"])
+    assert args.api_token_file is None and args.metrics_auth is None
+    assert not of_kind(docs, "Secret")
+    assert "open to anyone who reaches the port" in notes(rendered)
+
+
+@pytest.mark.parametrize("auth, message", [
+    ({"enabled": True}, "api.auth.enabled needs api.auth.existingSecret"),
+    ({"enabled": True, "existingSecret": "s", "token": "t"}, "set existingSecret or token, not both"),
+    ({"metrics": True}, "api.auth.metrics needs api.auth.enabled"),
+], ids=["no-secret", "both", "metrics-alone"])
+def test_api_auth_refuses_incomplete_values(auth, message):
+    with pytest.raises(helm_python.HelmRenderError, match=re.escape(message)):
+        render({"api": {"auth": auth}})
+
+
+def test_metrics_auth_needs_the_servicemonitor_in_the_secret_namespace():
+    values = {"api": {"auth": {"enabled": True, "token": "t", "metrics": True}},
+              "serviceMonitor": {"enabled": True, "namespace": "monitoring"}}
+    with pytest.raises(helm_python.HelmRenderError, match="reads the token Secret from its own namespace"):
+        render(values)
+
+
+@pytest.mark.parametrize("auth, where", [
+    ({"token": "two words"}, "at '/api/auth/token'"),
+    ({"secretKey": "a/b"}, "at '/api/auth/secretKey'"),
+    ({"existingSecret": "Not_A_Name"}, "at '/api/auth/existingSecret'"),
+    ({"enable": True}, "additional properties 'enable' not allowed"),
+], ids=["token-space", "key-slash", "secret-name", "typo"])
+def test_schema_rejects_bad_api_auth_values(auth, where):
+    with pytest.raises(helm_python.HelmValuesError) as err:
+        render({"api": {"auth": auth}})
+    assert where in str(err.value)
 
 
 # --- monitoring: gated on the API and the flag -----------------------------------------------

@@ -84,6 +84,16 @@ requirements. Rendered (to nothing) by every mode's main template.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- with .Values.api.auth }}
+{{- if .enabled }}
+{{- if and .existingSecret .token }}{{ fail "api.auth: set existingSecret or token, not both" }}{{ end }}
+{{- if not (or .existingSecret .token) }}
+{{- fail "api.auth.enabled needs api.auth.existingSecret (a Secret holding the token under api.auth.secretKey) or api.auth.token (the chart then creates the Secret)" }}
+{{- end }}
+{{- else if .metrics }}
+{{- fail "api.auth.metrics needs api.auth.enabled: /metrics can only require the API token if there is one" }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* --listener NAME=PORT[:PROTOCOL], one per configured listener. */}}
@@ -93,12 +103,47 @@ requirements. Rendered (to nothing) by every mode's main template.
 {{- end }}
 {{- end }}
 
-{{/* Flags shared by every mode: the HTTP server and the compatibility series. */}}
+{{/* Flags shared by every mode: the HTTP server, who may read it, the compatibility series. */}}
 {{- define "kafka-census.httpArgs" -}}
 - {{ printf "--http=%s:%v" (ternary (printf "[%s]" .Values.http.address) .Values.http.address (contains ":" .Values.http.address)) (int .Values.http.port) | quote }}
+{{- if .Values.api.auth.enabled }}
+- {{ printf "--api-token-file=%s/token" (include "kafka-census.apiTokenDir" .) | quote }}
+{{- if .Values.api.auth.metrics }}
+- "--metrics-auth"
+{{- end }}
+{{- end }}
 {{- with .Values.compatMetrics }}
 - {{ printf "--compat-metrics=%s" (join "," .) | quote }}
 {{- end }}
+{{- end }}
+
+{{/*
+The REST API's token (api.auth): the Secret (api.auth.existingSecret, or the one secret.yaml
+creates from api.auth.token), mounted read-only in every kafka-census container at
+kafka-census.apiTokenDir, its key api.auth.secretKey as the file `token`. Mode 0444: the
+capture pods have no fsGroup to give the file to UID 10001 (a sidecar's pod is the broker's),
+and the volume is mounted in the kafka-census container only.
+*/}}
+{{- define "kafka-census.apiTokenDir" -}}/etc/kafka-census/api-token{{- end }}
+
+{{- define "kafka-census.apiTokenSecret" -}}
+{{- default (printf "%s-api-token" (include "kafka-census.fullname" . | trunc 53 | trimSuffix "-")) .Values.api.auth.existingSecret }}
+{{- end }}
+
+{{- define "kafka-census.apiTokenVolume" -}}
+- name: kafka-census-api-token
+  secret:
+    secretName: {{ include "kafka-census.apiTokenSecret" . }}
+    defaultMode: 0444
+    items:
+      - key: {{ .Values.api.auth.secretKey }}
+        path: token
+{{- end }}
+
+{{- define "kafka-census.apiTokenMount" -}}
+- name: kafka-census-api-token
+  mountPath: {{ include "kafka-census.apiTokenDir" . }}
+  readOnly: true
 {{- end }}
 
 {{/* The capture command line (daemonset, sidecar). */}}
@@ -239,16 +284,21 @@ sees the broker's eth0 and lo.
   {{- end }}
   securityContext:
     {{- include "kafka-census.securityContext" (list . true) | nindent 4 }}
-  {{- if .Values.eventLog.enabled }}
+  {{- if or .Values.eventLog.enabled .Values.api.auth.enabled }}
   volumeMounts:
+    {{- if .Values.eventLog.enabled }}
     - name: kafka-census-events
       mountPath: {{ .Values.eventLog.path }}
+    {{- end }}
+    {{- if .Values.api.auth.enabled }}
+    {{- include "kafka-census.apiTokenMount" . | nindent 4 }}
+    {{- end }}
   {{- end }}
 {{- end }}
 
 {{/*
 kafka-census.sidecar.volumes: the volumes the capture container mounts, as list items (none
-unless eventLog.enabled). Same context as kafka-census.sidecar.container.
+unless eventLog.enabled or api.auth.enabled). Same context as kafka-census.sidecar.container.
 */}}
 {{- define "kafka-census.sidecar.volumes" -}}
 {{- if .Values.eventLog.enabled }}
@@ -259,6 +309,9 @@ unless eventLog.enabled). Same context as kafka-census.sidecar.container.
   emptyDir:
     sizeLimit: 2Gi
   {{- end }}
+{{- end }}
+{{- if .Values.api.auth.enabled }}
+{{ include "kafka-census.apiTokenVolume" . }}
 {{- end }}
 {{- end }}
 
