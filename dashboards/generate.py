@@ -332,7 +332,9 @@ def kafka_clients() -> dict:
             timeseries("Connections by listener", "Open connections per broker listener.",
                        [target(f"sum by (listener) ({conns})", "{{listener}}")], stack=True),
             timeseries("Connections opened and closed", "New and closed connections per second; close reasons: "
-                       "fin, rst, idle, evicted, reused. Steady churn is often a client reconnecting in a loop.",
+                       "fin, rst, idle, evicted, reused (capture); client_closed, upstream_closed, client_reset, "
+                       "upstream_reset, upstream_refused, upstream_timeout, upstream_tls_failed, "
+                       "tls_handshake_failed, shutdown (proxy). Steady churn is often a client reconnecting in a loop.",
                        [target(f'sum by (listener) ({rate(sel("kafka_census_connections_opened_total", LISTENER))})',
                                "opened {{listener}}"),
                         target(f'sum by (listener, reason) '
@@ -541,6 +543,12 @@ def health() -> dict:
                                "write errors {{instance}}"),
                         target(f"sum by (instance) ({rate('kafka_census_event_log_dropped_total')})",
                                "dropped {{instance}}")], unit="ops"),
+            timeseries("State file", "Connections given back their identity from --state-file after a restart, "
+                       "and failed saves of the state file; only with --state-file.",
+                       [target(f"sum by (instance) ({rate('kafka_census_state_restored_connections_total')})",
+                               "restored {{instance}}"),
+                        target(f"sum by (instance) ({rate('kafka_census_state_write_errors_total')})",
+                               "write errors {{instance}}")], unit="ops"),
         ]),
     ])
 

@@ -329,8 +329,9 @@ def exported() -> dict[str, set[str]]:
         registry.apply(event)
     prom = CollectorRegistry()
     prom.register(CensusCollector(registry, version="test", health=lambda: {
-        # what exporter/serve.py's health() reports when --event-log is on
-        "event_log_written": 1, "event_log_write_errors": 0, "event_log_dropped": 0}))
+        # what exporter/serve.py's health() reports with --event-log and --state-file
+        "event_log_written": 1, "event_log_write_errors": 0, "event_log_dropped": 0,
+        "state_restored_connections": 0, "state_write_errors": 0}))
     families = list(prom.collect())
     empty = [f.name for f in families if not f.samples]
     assert not empty, f"add an event to _census_events() so these families have samples: {empty}"

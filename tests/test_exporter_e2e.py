@@ -38,7 +38,8 @@ class Exporter:
         self.events = events
         self.proc = subprocess.Popen(
             [str(CENSUS), "capture", "-i", "lo", "--listener", f"PLAINTEXT={port}", "--http", self.target,
-             "--event-log", str(events), "--compat-metrics", "strimzi,confluent"],
+             "--event-log", str(events), "--compat-metrics", "strimzi,confluent",
+             "--state-file", str(events.parent / "state.json")],  # the health dashboard's state panel
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 20
         while True:
