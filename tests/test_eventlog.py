@@ -87,6 +87,8 @@ EXAMPLES = [
                     drops=(("not_kafka", 3), ("retransmission", 1)), gaps=1, gap_bytes=1460,
                     flows_open=2, flows_opened=3, flows_evicted=0, tls_flows=1,
                     kernel_received=None, kernel_dropped=None, kernel_if_dropped=None),
+    ev.TlsSession(conn_id="c3", ts=T0, tls_version="TLSv1.3", cipher="TLS_AES_128_GCM_SHA256",
+                  client_subject="CN=billing\\, eu,O=Acme"),
 ]
 
 
