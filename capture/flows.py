@@ -179,7 +179,8 @@ class FlowTracker:
                     continue
                 stream, peer = flow.broker, flow.client
             nxt = stream.next
-            if nxt is None or nxt & 0xFFFFFFFF != seq or stream.held or peer.held or stream.fin_at is not None:
+            if (nxt is None or nxt & 0xFFFFFFFF != seq or stream.held or peer.held or stream.fin_at is not None
+                    or peer.fin_at is not None or peer.next is None):  # what segment() does with the ACK
                 segment(ts, buf, *r)
                 continue
             touch(key)
@@ -245,6 +246,11 @@ class FlowTracker:
                 if flags & ACK and peer.next is None:
                     peer.next = ack  # SYN-ACK without the SYN: the client's data starts at ack
             seq = (seq + 1) & 0xFFFFFFFF
+        elif flags & ACK and peer.next is None and flow.syn_isn is not None:
+            # Seen from the SYN, but the broker's SYN-ACK (and all it sent so far) was missed: it
+            # starts where the client acknowledges, so bytes lost before its first ones seen are a
+            # gap, not a start. (Joined mid-stream, what came before the capture is no gap.)
+            peer.next = ack
         if flags & RST:
             self._close(key, flow, "rst", ts)
             return
@@ -293,9 +299,12 @@ class FlowTracker:
             s.held[start] = bytes(buf[po:pe])
             s.held_bytes += n
             self._held_total += n
-            if (s.held_bytes > self.max_ooo_bytes or self._held_total > self.max_ooo_total
-                    or len(s.held) > MAX_OOO_SEGMENTS):
-                self._gap(flow, s, min(s.held), ts)  # the missing bytes are not coming: give up
+            # Over a bound, the missing bytes are not coming: give up on holes, first one first,
+            # until this stream is within its bounds and the total within its own (one gap alone
+            # let a stream of small early segments and large late ones hold 14 MiB over 1 MiB).
+            while s.held and (s.held_bytes > self.max_ooo_bytes or self._held_total > self.max_ooo_total
+                              or len(s.held) > MAX_OOO_SEGMENTS):
+                self._gap(flow, s, min(s.held), ts)  # passes on at least the first held segment
             return
         if s.held:
             self._drain(flow, s, ts)
@@ -337,6 +346,14 @@ class FlowTracker:
             flow.conn.gap(s.direction, lost, ts)
             self._drain_events(flow)
         self._drain(flow, s, ts)
+
+    def _give_up_holes(self, flow: _Flow, s: _Stream, ts: float) -> None:
+        """No retransmission will come (the flow closes, or the input ended): each hole before a
+        held segment, or before the FIN, is a gap; what follows a hole is still decoded."""
+        while s.held:
+            self._gap(flow, s, min(s.held), ts)
+        if s.fin_at is not None and 0 < s.fin_at - s.next <= _MAX_AHEAD:
+            self._gap(flow, s, s.fin_at, ts)
 
     def _acked(self, flow: _Flow, s: _Stream, ack: int, ts: float) -> None:
         """The receiver acknowledged bytes of `s` the capture never saw while later ones (or the
@@ -405,8 +422,7 @@ class FlowTracker:
         del self.flows[key]
         self._dirty.discard(key)
         for s in (flow.client, flow.broker):
-            while s.held:  # each remaining hole is a gap; what follows it is still decoded
-                self._gap(flow, s, min(s.held), ts)
+            self._give_up_holes(flow, s, ts)
         self._traffic(flow, ts)
         if flow.conn is not None:
             flow.conn.close(reason, ts)
@@ -445,9 +461,13 @@ class FlowTracker:
             del tomb[key]
 
     def finish(self, ts: float | None = None) -> None:
-        """End of input: every open flow reports its traffic; flows stay open."""
+        """End of input: holes still open are gaps (bytes the capture missed before a held
+        segment or a FIN were counted nowhere, and the held bytes never decoded); every open
+        flow reports its traffic; flows stay open."""
         ts = self.last_ts if ts is None else ts
         for flow in list(self.flows.values()):
+            for s in (flow.client, flow.broker):
+                self._give_up_holes(flow, s, ts)
             self._traffic(flow, ts)
 
     def stats(self, kernel=None) -> CaptureStats:

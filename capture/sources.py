@@ -108,7 +108,9 @@ class PcapFile:
             sec, usec = hdr.getts()
             self.packets += 1
             meta = memoryview(bytearray(16)).cast("I")
-            meta[0], meta[1], meta[2], meta[3] = sec, usec, 0, len(data)
+            # getts() gives the record's 32-bit fields as signed C longs (a damaged usec of
+            # 0xffffffff reads -1); next_batch gives them unsigned: do as next_batch does.
+            meta[0], meta[1], meta[2], meta[3] = sec & 0xFFFFFFFF, usec & 0xFFFFFFFF, 0, len(data)
             yield data, meta.tobytes()
 
     def close(self) -> None:

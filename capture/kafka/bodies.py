@@ -25,14 +25,18 @@ from .readers import (
     read_int64,
     read_nullable_string,
     read_string,
-    read_tagged_fields,
     skip_tagged_fields,
+    walk_tagged_fields,
 )
 
 _RANGE = struct.Struct(">hhh")
 
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
+# ApiVersionsAnswer.unknown_tags lists the distinct unknown tags up to this many (in order of
+# appearance); more are skipped by length unlisted. Brokers send 0-3 tags (KIP-584, KIP-866):
+# a section of 100k fields must not become an event of 100k entries.
+MAX_UNKNOWN_TAGS = 32
 
 # The broker's own check, not the KIP-511 text: ApiVersionsRequest.java, SOFTWARE_NAME_VERSION_PATTERN
 # ("[a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?"), applied to name and version with matches().
@@ -94,9 +98,9 @@ def read_api_versions_response(buf, off: int, end: int, request_version: int) ->
         "unknown_tags": (),
     }
     if flexible:
-        fields, off = read_tagged_fields(buf, off, end)
-        unknown = []
-        for tag, start, stop in fields:
+        unknown: dict[int, None] = {}  # distinct, in order of appearance
+
+        def visit(tag: int, start: int, stop: int) -> None:
             if tag == 0:
                 out["supported_features"] = _read_features(buf, start, stop, max_first=False)
             elif tag == 1:
@@ -105,8 +109,10 @@ def read_api_versions_response(buf, off: int, end: int, request_version: int) ->
                 out["finalized_features"] = _read_features(buf, start, stop, max_first=True)
             elif tag == 3:
                 out["zk_migration_ready"] = read_bool(buf, start, stop)[0]
-            else:
-                unknown.append(tag)
+            elif len(unknown) < MAX_UNKNOWN_TAGS:
+                unknown[tag] = None
+
+        walk_tagged_fields(buf, off, end, visit)
         out["unknown_tags"] = tuple(unknown)
     return out
 
@@ -146,10 +152,20 @@ def read_sasl_handshake_response(buf, off: int, end: int, version: int) -> tuple
 
 def read_sasl_authenticate_request(buf, off: int, end: int, version: int) -> tuple[int, int]:
     """SaslAuthenticateRequest.json: AuthBytes (bytes; compact from v2). Returns its span only:
-    the token is a secret and is read in place by `sasl.py`, never copied out whole."""
+    the token is a secret and is read in place by `sasl.py`, never copied out whole.
+
+    AuthBytes (then, from v2, the tagged fields) must end exactly at the frame's end: in a
+    request whose header is damaged (a client_id length too long) the body starts inside the
+    token, and the token's bytes have been taken as the client_id; the caller then withholds
+    that client_id."""
     if version >= 2:
-        return read_compact_bytes_span(buf, off, end)[0]
-    return read_bytes_span(buf, off, end)[0]
+        span, off = read_compact_bytes_span(buf, off, end)
+        off = skip_tagged_fields(buf, off, end)
+    else:
+        span, off = read_bytes_span(buf, off, end)
+    if off != end:
+        raise ProtocolError(Kind.BAD_LENGTH, "SaslAuthenticate request does not end with its AuthBytes")
+    return span
 
 
 def read_sasl_authenticate_response(buf, off: int, end: int, version: int) -> int:

@@ -85,7 +85,7 @@ class ApiVersionsAnswer(Event):
     finalized_features_epoch: int  # -1: unknown
     finalized_features: tuple[tuple[str, int, int], ...]  # (name, min_level, max_level)
     zk_migration_ready: bool
-    unknown_tags: tuple[int, ...]
+    unknown_tags: tuple[int, ...]  # distinct, at most bodies.MAX_UNKNOWN_TAGS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -155,26 +155,35 @@ def read_array_length(buf, off: int, end: int, *, compact: bool, min_item_size: 
     return count, off
 
 
-def read_tagged_fields(buf, off: int, end: int) -> tuple[list[tuple[int, int, int]], int]:
+def walk_tagged_fields(buf, off: int, end: int, visit=None) -> int:
     """A tagged-field section (KIP-482): uvarint count, then (uvarint tag, uvarint size, data).
 
-    Returns [(tag, start, stop)] spans; the caller decodes the tags it knows and skips the rest
-    by length, so tags added by newer Kafka versions are never fatal.
+    Calls `visit(tag, start, stop)` for each field, in order, and returns the offset after the
+    section. Nothing is kept per field: a frame of 2-byte fields (up to one per 2 bytes of
+    max_decoded_frame) costs no memory beyond the frame itself. The caller decodes the tags it
+    knows and skips the rest by length, so tags added by newer Kafka versions are never fatal.
     """
     count, off = read_uvarint(buf, off, end)
     if count * 2 > end - off:
         raise ProtocolError(Kind.BAD_LENGTH, f"{count} tagged fields cannot fit in {end - off} bytes")
-    fields = []
     for _ in range(count):
         tag, off = read_uvarint(buf, off, end)
         size, off = read_uvarint(buf, off, end)
         stop = _checked_length(size, off, end, "tagged field")
-        fields.append((tag, off, stop))
+        if visit is not None:
+            visit(tag, off, stop)
         off = stop
+    return off
+
+
+def read_tagged_fields(buf, off: int, end: int) -> tuple[list[tuple[int, int, int]], int]:
+    """The section as [(tag, start, stop)] spans (see `walk_tagged_fields`)."""
+    fields: list[tuple[int, int, int]] = []
+    off = walk_tagged_fields(buf, off, end, lambda tag, start, stop: fields.append((tag, start, stop)))
     return fields, off
 
 
 def skip_tagged_fields(buf, off: int, end: int) -> int:
     if off < end and buf[off] == 0:  # the common case: no tagged fields
         return off + 1
-    return read_tagged_fields(buf, off, end)[1]
+    return walk_tagged_fields(buf, off, end)

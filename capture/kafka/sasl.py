@@ -27,11 +27,20 @@ def _utf8(buf, start: int, stop: int) -> str:
 
 def plain_username(buf, start: int, stop: int) -> str:
     """RFC 4616: [authzid] NUL authcid NUL passwd. Kafka's PlainSaslServer authenticates
-    authcid (and requires authzid, if given, to equal it), so authcid is the principal."""
+    authcid (and requires authzid, if given, to equal it), so authcid is the principal.
+
+    A token the broker would refuse is refused here too, with PlainSaslServer.evaluateResponse's
+    checks (user name and password not empty, authzid empty or equal to the user name): in a
+    damaged token the two NULs may frame the password (one NUL lost and the span one byte long,
+    taking the next frame's leading zero), and that must never become a principal."""
     first = buf.find(b"\x00", start, stop)
     second = buf.find(b"\x00", first + 1, stop) if first >= 0 else -1
     if second < 0:
         raise ProtocolError(Kind.SASL_TOKEN, "PLAIN token without the two NUL separators")
+    if second == first + 1 or second + 1 == stop or buf.startswith(b"\x00", second + 1):
+        raise ProtocolError(Kind.SASL_TOKEN, "PLAIN token with an empty user name or password")
+    if first > start and buf[start:first] != buf[first + 1 : second]:
+        raise ProtocolError(Kind.SASL_TOKEN, "PLAIN token whose authorization id is not its user name")
     return _utf8(buf, first + 1, second)
 
 
