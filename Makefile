@@ -7,7 +7,7 @@ PY          := $(VENV)/bin/python
 NODE_DIR    := tests/clients/node
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-system setup-python setup-node demo test bench regen clean
+.PHONY: setup setup-system setup-python setup-node demo test fuzz bench soak regen clean
 
 setup: setup-system setup-python setup-node
 
@@ -51,6 +51,12 @@ demo: setup
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# A long random search with the fuzz harness (make test runs it short and derandomized):
+# FUZZ_EXAMPLES per test, ~15 min at 10000; failures are kept in .hypothesis/ and replayed first.
+FUZZ_EXAMPLES ?= 10000
+fuzz: setup-python
+	KAFKA_CENSUS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/test_fuzz.py -q $(PYTEST_ARGS)
+
 # Benchmarks (not tests): each runs kafka-census and a peer in the same run and prints ratios.
 bench: setup bench/data/produce.pcap
 	$(PY) -m bench.core_decode
@@ -58,6 +64,11 @@ bench: setup bench/data/produce.pcap
 	$(PY) -m bench.live
 	$(PY) -m bench.exporter
 	$(PY) -m bench.pipeline
+	$(PY) -m bench.proxy
+
+# Long (50,000 connection cycles through live capture and through the proxy): not in `make bench`, not in CI.
+soak: setup
+	$(PY) -m bench.soak
 
 bench/data/produce.pcap:
 	$(PY) -m bench.record_produce_pcap --out $@
