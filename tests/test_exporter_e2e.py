@@ -9,75 +9,32 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.eventlog import list_logs, read_events
 from tests import peers, prom
+from tests.census import Census
 from tests.kafka_frames import produce_v0_2, raw_request
 from tests.test_golden import EXPECTED_IDENTITY
 
-CENSUS = Path(sys.executable).parent / "kafka-census"
 SOFTWARE = {name: (sw or "unknown", ver or "unknown") for name, (_, sw, ver) in EXPECTED_IDENTITY.items()}
 
 
-class Exporter:
+class Exporter(Census):
+    """`kafka-census capture -i lo --http` with every output on."""
+
     def __init__(self, port: int, http_port: int, events: Path) -> None:
-        self.base = f"http://127.0.0.1:{http_port}"
-        self.target = f"127.0.0.1:{http_port}"
         self.events = events
-        self.proc = subprocess.Popen(
-            [str(CENSUS), "capture", "-i", "lo", "--listener", f"PLAINTEXT={port}", "--http", self.target,
-             "--event-log", str(events), "--compat-metrics", "strimzi,confluent",
-             "--state-file", str(events.parent / "state.json")],  # the health dashboard's state panel
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 20
-        while True:
-            assert self.proc.poll() is None, f"kafka-census exited: {self.proc.communicate()[1]}"
-            try:
-                if self.get("/readyz")["status"] == "ok":
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "kafka-census not ready within 20 s"
-            time.sleep(0.1)
-
-    def get(self, path: str):
-        with urllib.request.urlopen(self.base + path, timeout=10) as resp:
-            return json.load(resp)
-
-    def metrics_text(self) -> str:
-        with urllib.request.urlopen(self.base + "/metrics", timeout=10) as resp:
-            return resp.read().decode()
-
-    def samples(self, name: str) -> dict[tuple, float]:
-        """{sorted label items: value} of one sample name."""
-        out = {}
-        for fam in text_string_to_metric_families(self.metrics_text()):
-            for s in fam.samples:
-                if s.name == name:
-                    out[tuple(sorted(s.labels.items()))] = s.value
-        return out
-
-    def stop(self) -> tuple[int, str]:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            _, err = self.proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            _, err = self.proc.communicate()
-        return self.proc.returncode, err
+        super().__init__(["capture", "-i", "lo", "--listener", f"PLAINTEXT={port}", "--event-log", str(events),
+                          "--compat-metrics", "strimzi,confluent",
+                          "--state-file", str(events.parent / "state.json")],  # the health dashboard's state panel
+                         http_port)
 
 
 def gauge(exporter: Exporter, listener: str, name: str, version: str) -> float | None:

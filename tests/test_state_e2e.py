@@ -10,66 +10,25 @@ Needs root (live capture), as `make test` has on CI.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.state import FORMAT
 from tests import peers
+from tests.census import Census
 
-CENSUS = Path(sys.executable).parent / "kafka-census"
 SOFTWARE = ("kafka-python", "3.0.12")
 CLIENT_ID = "census-restart"
 
 
-class Exporter:
+class Exporter(Census):
     def __init__(self, port: int, *extra: str) -> None:
-        self.base = f"http://127.0.0.1:{peers.free_port()}"
-        self.proc = subprocess.Popen(
-            [str(CENSUS), "capture", "-i", "lo", "--listener", f"PLAINTEXT={port}",
-             "--http", self.base.removeprefix("http://"), *extra],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 20
-        while True:
-            assert self.proc.poll() is None, f"kafka-census exited: {self.proc.communicate()[1]}"
-            try:
-                if self.get("/readyz")["status"] == "ok":
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "kafka-census not ready within 20 s"
-            time.sleep(0.1)
-
-    def get(self, path: str):
-        with urllib.request.urlopen(self.base + path, timeout=10) as resp:
-            return json.load(resp)
+        super().__init__(["capture", "-i", "lo", "--listener", f"PLAINTEXT={port}", *extra], peers.free_port())
 
     def open_rows(self) -> list[dict]:
         return self.get(f"/api/v1/connections?state=open&client_id={CLIENT_ID}")["connections"]
 
     def sample(self, name: str, **labels) -> float | None:
-        with urllib.request.urlopen(self.base + "/metrics", timeout=10) as resp:
-            text = resp.read().decode()
-        for fam in text_string_to_metric_families(text):
-            for s in fam.samples:
-                if s.name == name and s.labels == labels:
-                    return s.value
-        return None
-
-    def stop(self) -> tuple[int, str]:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            _, err = self.proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            _, err = self.proc.communicate()
-        return self.proc.returncode, err
+        return self.samples(name).get(tuple(sorted(labels.items())))
 
 
 def wait_for(what: str, check, timeout: float = 10.0):
