@@ -267,6 +267,8 @@ class ConnectionRegistry:
         self._produce_acks: Counter = Counter()
         self._sasl: Counter = Counter()
         self._brokers: dict[str, dict] = {}
+        self._broker_keys: dict[str, tuple] = {}  # broker -> the answer its entry was built from
+        self._broker_seen: dict[str, float] = {}
         self._capture: dict[str, CaptureStats] = {}
         # Identities from the state file, by 4-tuple, oldest last_seen first: each waits for
         # a mid-stream ConnectionOpened of its 4-tuple and is forgotten `_restore_ttl` seconds
@@ -537,6 +539,17 @@ class ConnectionRegistry:
         if rec is None or ev.error_code != 0:
             return
         broker = f"{rec.broker_address}:{rec.broker_port}"
+        # Every connection brings the same answer: rebuilding ~75 dicts for it costs more than all
+        # the connection's other events together. Unchanged: only refresh seen_at (once a second).
+        key = (rec.listener, ev.api_ranges, ev.supported_features, ev.finalized_features, ev.finalized_features_epoch)
+        known = self._brokers.get(broker)
+        if known is not None and self._broker_keys.get(broker) == key:
+            if ev.ts - self._broker_seen.get(broker, 0.0) >= 1.0:
+                self._broker_seen[broker] = ev.ts
+                self._brokers[broker] = {**known, "seen_at": iso_time(ev.ts)}  # readers may hold the old one
+            return
+        self._broker_keys[broker] = key
+        self._broker_seen[broker] = ev.ts
         finalized = {name: (lo, hi) for name, lo, hi in ev.finalized_features}
         self._brokers[broker] = {
             "broker": broker, "listener": rec.listener, "seen_at": iso_time(ev.ts),

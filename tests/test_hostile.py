@@ -596,3 +596,23 @@ def test_interleaved_garbage_on_a_listener_port_resyncs():
     assert [e.correlation_id for e in of(events, ResponseSeen)] == expected_responses
     assert [e.kind for e in of(events, DecodeError)] == [Kind.UNMATCHED_RESPONSE] * 10
     assert of(events, ConnectionClosed)[-1].reason == "fin"
+
+
+def test_the_api_versions_answer_memo_is_bounded():
+    """Brokers repeat one answer to every connection, so parsed answers are memoized: at most
+    64 of them, none larger than 16 KiB, whatever a hostile broker side sends."""
+    from capture.kafka import bodies
+
+    def v0_answer(n_ranges: int, salt: int) -> bytes:  # ApiVersionsResponse v0
+        return struct.pack(">hi", 0, n_ranges) + b"".join(struct.pack(">hhh", k, 0, salt % 30000)
+                                                          for k in range(n_ranges))
+
+    for i in range(5000):
+        body = v0_answer(3, i)
+        assert bodies.read_api_versions_response_cached(body, 0, len(body), 0)["api_ranges"][0] == (0, 0, i % 30000)
+    assert len(bodies._answers) <= bodies.API_VERSIONS_ANSWER_CACHE
+    big = v0_answer(3000, 1)  # 18 KB: parsed, never kept
+    before = set(bodies._answers)
+    assert len(bodies.read_api_versions_response_cached(big, 0, len(big), 0)["api_ranges"]) == 3000
+    assert set(bodies._answers) == before
+    assert all(len(key[0]) <= bodies.API_VERSIONS_ANSWER_CACHED_BYTES for key in bodies._answers)

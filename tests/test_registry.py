@@ -246,6 +246,23 @@ def test_brokers_lists_announced_api_ranges_and_features():
     assert reg.brokers()[0]["api_ranges"][0]["max_version"] == 11
 
 
+def test_a_repeated_broker_answer_only_refreshes_seen_at():
+    def answer(conn_id, ts, epoch=7):
+        return ApiVersionsAnswer(conn_id=conn_id, ts=ts, request_version=3, error_code=0,
+                                 api_ranges=((0, 3, 11),), throttle_time_ms=0, supported_features=(),
+                                 finalized_features_epoch=epoch, finalized_features=(), zk_migration_ready=False,
+                                 unknown_tags=())
+
+    reg = feed(ConnectionRegistry(), opened(cid(1), 1.0), opened(cid(2), 1.0, n=2), answer(cid(1), 1.0))
+    first = reg.brokers()[0]
+    feed(reg, answer(cid(2), 1.5))
+    assert reg.brokers()[0] == first  # the same answer within a second: nothing rebuilt
+    feed(reg, answer(cid(2), 2.5))
+    assert reg.brokers()[0] == {**first, "seen_at": "1970-01-01T00:00:02.500000Z"}
+    feed(reg, answer(cid(1), 2.6, epoch=8))  # a changed answer is taken at once
+    assert reg.brokers()[0]["finalized_features_epoch"] == 8
+
+
 def test_upgrade_readiness_lists_the_produce_v2_user():
     reg = feed(ConnectionRegistry(), opened(cid(1), 1.0, n=1), software(cid(1), 1.1, "old", "0.1"),
                request(cid(1), 1.2, 0, 2, client_id="legacy"),

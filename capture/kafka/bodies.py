@@ -117,6 +117,29 @@ def read_api_versions_response(buf, off: int, end: int, request_version: int) ->
     return out
 
 
+# A broker sends the same ApiVersions answer to every connection, byte for byte: parse each
+# distinct answer once. Bounded: at the bound the oldest entry goes (a cluster has a few brokers,
+# each with one answer per request version). The dicts are shared: callers must not mutate them
+# (their values are ints, bools and tuples).
+API_VERSIONS_ANSWER_CACHE = 64
+API_VERSIONS_ANSWER_CACHED_BYTES = 16 * 1024  # a real answer is a few hundred bytes; a larger one is parsed each time
+_answers: dict[tuple[bytes, int], dict] = {}
+
+
+def read_api_versions_response_cached(buf, off: int, end: int, request_version: int) -> dict:
+    """`read_api_versions_response`, memoized by the body's bytes; a ProtocolError is not kept."""
+    if end - off > API_VERSIONS_ANSWER_CACHED_BYTES:
+        return read_api_versions_response(buf, off, end, request_version)
+    key = (bytes(buf[off:end]), request_version)
+    answer = _answers.get(key)
+    if answer is None:
+        answer = read_api_versions_response(buf, off, end, request_version)
+        if len(_answers) >= API_VERSIONS_ANSWER_CACHE:
+            _answers.pop(next(iter(_answers), None), None)
+        _answers[key] = answer
+    return answer
+
+
 def _read_features(buf, off: int, end: int, *, max_first: bool) -> tuple[tuple[str, int, int], ...]:
     """SupportedFeatureKey (Name, MinVersion, MaxVersion) or FinalizedFeatureKey (Name,
     MaxVersionLevel, MinVersionLevel). Returned uniformly as (name, min, max)."""

@@ -32,7 +32,7 @@ from collections import deque
 from .api_table import API_TABLE, ApiSpec
 from .bodies import (
     read_api_versions_request,
-    read_api_versions_response,
+    read_api_versions_response_cached,
     read_join_group_group_id,
     read_produce_prefix,
     read_sasl_authenticate_request,
@@ -609,7 +609,7 @@ class KafkaConnection:
         off = skip_response_header(buf, pos + 4, frame_end, api_key, version, entry.spec)
         ts = self._ts
         if api_key == API_VERSIONS:
-            answer = read_api_versions_response(buf, off, frame_end, version)
+            answer = read_api_versions_response_cached(buf, off, frame_end, version)
             self._emit(ApiVersionsAnswer(conn_id=self.conn_id, ts=ts, request_version=version, **answer))
             name, sw_version = entry.detail if entry.detail is not None else (None, None)
             error = answer["error_code"]
