@@ -181,7 +181,7 @@ def bind(host: str, port: int) -> socket.socket:
 class _Side(asyncio.Protocol):
     """One TCP side of a proxied connection: the client's, or the broker's."""
 
-    __slots__ = ("conn", "name", "direction", "transport", "tls", "eof", "lost")
+    __slots__ = ("conn", "name", "direction", "transport", "tls", "eof", "closing", "lost")
 
     def __init__(self, conn: _Conn | None, name: str, direction: Direction) -> None:
         self.conn = conn
@@ -190,6 +190,7 @@ class _Side(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.tls = False
         self.eof = False  # this side sent FIN (or TLS close_notify)
+        self.closing = False  # we closed it because its peer had finished: its loss is part of that
         self.lost = False
 
     def connection_made(self, transport) -> None:
@@ -292,11 +293,13 @@ class _Conn:
                 self.task.cancel()
             return False
         if peer.eof or peer.lost:
+            peer.closing = True
             peer.transport.close()
             return False
         if peer.transport.can_write_eof():
             peer.transport.write_eof()
         else:  # TLS cannot half-close: close it once what is buffered has been sent
+            peer.closing = True
             peer.transport.close()
         # Returning True keeps our side open for the peer's remaining bytes (plain TCP only:
         # asyncio's TLS transport ignores it and warns).
@@ -304,7 +307,9 @@ class _Conn:
 
     def lost(self, side: _Side, exc) -> None:
         if self.reason is None:
-            if exc is not None:
+            # An error while closing a side we were closing anyway (a TLS peer that resets
+            # instead of answering close_notify) does not change who ended the connection.
+            if exc is not None and not side.closing:
                 self.reason = f"{side.name}_reset"
             else:
                 self.reason = f"{self.first_eof or side.name}_closed"
