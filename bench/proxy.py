@@ -65,8 +65,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.metadata.v1.request import MetadataRequest
+
 from bench.child import REPO_ROOT, Child
 from bench.machine import describe
+from tests.kafka_frames import request_frame
 
 DEFAULT_OUT = Path("bench/results/proxy.json")
 TARGET_LOSS = 0.10  # throughput through the proxy at least 90% of direct
@@ -80,41 +84,15 @@ STATS_INTERVAL_MS = 1000
 
 
 # =========================================================================== Kafka frames
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _compact(s: str) -> bytes:
-    raw = s.encode()
-    return _uvarint(len(raw) + 1) + raw
-
-
-def _header(api_key: int, version: int, correlation_id: int, client_id: str) -> bytes:
-    raw = client_id.encode()
-    # client_id is an int16-length string even in the flexible header v2 (RequestHeader.json).
-    return struct.pack(">hhih", api_key, version, correlation_id, len(raw)) + raw
-
-
 def api_versions_v3(correlation_id: int, client_id: str = CLIENT_ID, software: tuple[str, str] = SOFTWARE) -> bytes:
-    """ApiVersionsRequest v3 (ApiVersionsRequest.json): header v2 (+ empty tagged fields), then
-    compact strings ClientSoftwareName and ClientSoftwareVersion and empty tagged fields."""
-    body = _header(18, 3, correlation_id, client_id) + b"\x00" + _compact(software[0]) + _compact(software[1]) + b"\x00"
-    return struct.pack(">i", len(body)) + body
+    """ApiVersionsRequest v3 with the KIP-511 fields, built by kio (tests/kafka_frames.py)."""
+    return request_frame(ApiVersionsRequest(client_software_name=software[0], client_software_version=software[1]),
+                         correlation_id, client_id)
 
 
 def metadata_v1_no_topics(correlation_id: int, client_id: str = CLIENT_ID) -> bytes:
-    """MetadataRequest v1 (MetadataRequest.json): header v1, Topics = empty array (no topic;
-    null would mean all of them)."""
-    body = _header(3, 1, correlation_id, client_id) + struct.pack(">i", 0)
-    return struct.pack(">i", len(body)) + body
+    """MetadataRequest v1 with an empty Topics array (no topic; null would mean all of them)."""
+    return request_frame(MetadataRequest(topics=()), correlation_id, client_id)
 
 
 def recv_exact(sock, n: int) -> bytes:
