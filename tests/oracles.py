@@ -376,17 +376,15 @@ def summarize_requests(requests: dict[ConnKey, list[dict]]) -> dict[int, int]:
 
 
 # --------------------------------------------------------------------------- tshark follow
-#: (client_port, server_port, SHA-256 of the client's bytes, SHA-256 of the server's bytes)
-StreamHashes = tuple[int, int, str, str]
+#: (client_port, server_port, the client's bytes, the server's bytes)
+Stream = tuple[int, int, bytes, bytes]
 
 
-def tshark_stream_hashes(pcap_path: str | os.PathLike, server_ports: Iterable[int], *,
-                         timeout: float = 120.0) -> list[StreamHashes]:
-    """SHA-256 of each direction's reassembled payload of every TCP stream to ``server_ports``,
-    as tshark's ``-z follow,tcp,raw`` reassembles it (retransmissions removed by tshark's TCP
+def tshark_streams(pcap_path: str | os.PathLike, server_ports: Iterable[int], *,
+                   timeout: float = 120.0) -> list[Stream]:
+    """Each direction's reassembled payload of every TCP stream to ``server_ports``, as
+    tshark's ``-z follow,tcp,raw`` reassembles it (retransmissions removed by tshark's TCP
     analysis, not by us)."""
-    import hashlib
-
     binary = tshark_binary()
     ports = sorted(set(server_ports))
     port_filter = " or ".join(f"tcp.port == {p}" for p in ports)
@@ -422,6 +420,5 @@ def tshark_stream_hashes(pcap_path: str | os.PathLike, server_ports: Iterable[in
         if nodes[0] in ports and nodes[1] not in ports:
             nodes = {0: nodes[1], 1: nodes[0]}
             sent = {0: sent[1], 1: sent[0]}
-        result.append((nodes[0], nodes[1], hashlib.sha256(sent[0]).hexdigest(),
-                       hashlib.sha256(sent[1]).hexdigest()))
+        result.append((nodes[0], nodes[1], bytes(sent[0]), bytes(sent[1])))
     return result
