@@ -397,11 +397,10 @@ class Proxy:
             s.close()
         self._socks.clear()
 
-    def reload_tls(self) -> str:
+    def reload_tls(self) -> None:
         """Re-read the certificate files (SIGHUP). New connections use them; open ones keep theirs.
         On error the old contexts stay and ProxyError says why."""
         self._server_ctx, self._upstream_ctx = self.tls.contexts()
-        return "TLS certificates reloaded"
 
     def run(self, stop, tick=None) -> None:
         """Serve until the threading.Event `stop` is set; `tick(self)` every `update_interval`."""

@@ -565,22 +565,17 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGHUP, lambda *_: _reload_now(proxy))
+    from exporter.serve import Reloaders
+
+    reloaders = Reloaders()
+    reloaders.add("tls", proxy.reload_tls)
+    reloaders.install()
     print(f"proxy {pairs}; Ctrl-C to stop", file=sys.stderr, flush=True)
     started = time.perf_counter()
     proxy.run(stop)
     print_connections(registry.connections(), args.format)
     print_summary("proxy", proxy.stats(), time.perf_counter() - started, registry)
     return 0
-
-
-def _reload_now(proxy) -> None:
-    from capture.proxy import ProxyError
-
-    try:
-        print(proxy.reload_tls(), file=sys.stderr, flush=True)
-    except ProxyError as exc:
-        print(f"error: reload failed, the old certificates stay: {exc}", file=sys.stderr, flush=True)
 
 
 def _add_service_options(p: argparse.ArgumentParser) -> None:

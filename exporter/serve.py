@@ -79,6 +79,49 @@ class _Server(uvicorn.Server):
         self.should_exit = True
 
 
+class Reloaders:
+    """What SIGHUP re-reads: the API token, TLS certificates... Shared by the serving commands
+    and the proxy's listing mode, so both log a reload the same way."""
+
+    def __init__(self) -> None:
+        self._fns: list[tuple[str, Callable[[], object]]] = []
+
+    def add(self, name: str, fn: Callable[[], object]) -> None:
+        """Run `fn()` on every SIGHUP, after the reloaders added before it. `fn` runs in the
+        main thread (between two steps of the HTTP event loop: keep it short) and must leave
+        the old state in force when it raises; its exception is logged, never fatal, and the
+        other reloaders still run. A non-empty string it returns is logged (what it loaded; never
+        a secret). `name` is what the log calls it ("api token", "tls")."""
+        self._fns.append((name, fn))
+
+    def run(self) -> None:
+        """Every reloader, each failure logged; then one line saying which reloaded and which
+        failed."""
+        done, failed = [], []
+        for name, fn in self._fns:
+            try:
+                said = fn()
+            except Exception as exc:  # never fatal: the old state stays in force
+                log.error("SIGHUP: reloading the %s failed: %s", name, str(exc) or exc.__class__.__name__)
+                failed.append(name)
+            else:
+                done.append(name)
+                if isinstance(said, str) and said:
+                    log.info("SIGHUP: %s: %s", name, said)
+        if not self._fns:
+            log.info("SIGHUP: nothing to reload")
+            return
+        log.info("SIGHUP: reloaded %s%s", ", ".join(done) or "nothing",
+                 f" (failed: {', '.join(failed)})" if failed else "")
+
+    def install(self):
+        """SIGHUP -> run(), in the main thread (uvicorn handles only SIGINT and SIGTERM).
+        Returns the previous handler, or None where signals cannot be set (not the main thread)."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        return signal.signal(signal.SIGHUP, lambda signum, frame: self.run())
+
+
 class Service:
     def __init__(self, registry, *, version: str, compat=(), event_log=None, state=None, api_token=None,
                  metrics_auth: bool = False) -> None:
@@ -87,7 +130,7 @@ class Service:
         self.registry = registry
         self.api_token = api_token
         self.metrics_auth = metrics_auth
-        self._reloaders: list[tuple[str, Callable[[], object]]] = []
+        self.reloaders = Reloaders()
         self.event_log = event_log
         self.state = state  # a StateKeeper (--state-file), or None
         self.ready = threading.Event()
@@ -104,39 +147,12 @@ class Service:
     # --- SIGHUP ---------------------------------------------------------------------------
 
     def add_reloader(self, name: str, fn: Callable[[], object]) -> None:
-        """Run `fn()` on every SIGHUP, after the reloaders added before it. `fn` runs in the
-        main thread (between two steps of the HTTP event loop: keep it short) and must leave
-        the old state in force when it raises; its exception is logged, never fatal, and the
-        other reloaders still run. A non-empty string it returns is logged (what it loaded; never
-        a secret). `name` is what the log calls it ("api token", "tls")."""
-        self._reloaders.append((name, fn))
+        """See `Reloaders.add`."""
+        self.reloaders.add(name, fn)
 
     def reload(self) -> None:
-        """What SIGHUP does: every reloader, each failure logged; then one line saying which
-        reloaded and which failed."""
-        done, failed = [], []
-        for name, fn in self._reloaders:
-            try:
-                said = fn()
-            except Exception as exc:  # never fatal: the old state stays in force
-                log.error("SIGHUP: reloading the %s failed: %s", name, str(exc) or exc.__class__.__name__)
-                failed.append(name)
-            else:
-                done.append(name)
-                if isinstance(said, str) and said:
-                    log.info("SIGHUP: %s: %s", name, said)
-        if not self._reloaders:
-            log.info("SIGHUP: nothing to reload")
-            return
-        log.info("SIGHUP: reloaded %s%s", ", ".join(done) or "nothing",
-                 f" (failed: {', '.join(failed)})" if failed else "")
-
-    def _install_sighup(self):
-        """SIGHUP -> reload(), in the main thread (uvicorn handles only SIGINT and SIGTERM).
-        Returns the previous handler, or None where signals cannot be set (not the main thread)."""
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        return signal.signal(signal.SIGHUP, lambda signum, frame: self.reload())
+        """What SIGHUP does (`Reloaders.run`)."""
+        self.reloaders.run()
 
     def _log_access(self, sock: socket.socket) -> None:
         host, port = sock.getsockname()[:2]
@@ -178,7 +194,7 @@ class Service:
         config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
         server = _Server(config)
         self._log_access(sock)
-        previous_sighup = self._install_sighup()
+        previous_sighup = self.reloaders.install()
         stop = threading.Event()
         worker = None
         if capture_loop is None:

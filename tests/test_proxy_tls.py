@@ -436,8 +436,7 @@ def test_sighup_reloads_the_certificate(pki, tmp_path, http):
     assert pki.server.serial != pki.server2.serial
     port = peers.free_port()
     dead_upstream = f"127.0.0.1:{peers.free_port()}"  # TLS ends at the proxy: no broker needed
-    ok_text, error_text = ("SIGHUP: reloaded tls", "reloading the tls failed") if http else \
-        ("TLS certificates reloaded", "error: reload failed")
+    ok_text, error_text = "SIGHUP: reloaded tls", "reloading the tls failed"  # with or without --http
 
     def served_serial() -> int:
         _, serial, _ = tls_probe(port, pki.ca.ca_path)
