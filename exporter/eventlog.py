@@ -210,7 +210,8 @@ def _host_part(host: str) -> str:
     return re.sub(r"[^A-Za-z0-9.-]", "_", host) or "host"
 
 
-def _fsync_dir(directory: str) -> None:
+def fsync_dir(directory: str) -> None:
+    """Make a rename or a new file in `directory` durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -432,7 +433,7 @@ class EventLog:
             return
         try:
             os.rename(path, path[: -len(".active")])
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         except OSError as e:
             self._error(f"cannot finish {path}", e)
             return
@@ -456,7 +457,7 @@ class EventLog:
                     os.unlink(path)
                     continue
                 os.rename(path, path[: -len(".active")])
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
             except OSError as e:
                 self._error(f"cannot recover {path}", e)
                 continue

@@ -12,7 +12,8 @@ Owns the file format (`FORMAT`, `VERSION`, `encode_state`, `decode_state`), the 
 directory, so a crash leaves the old file or the new one, never half of one) and `StateKeeper`,
 which the service calls: `restore()` at start, `tick()` every second (saves every `interval`
 seconds) and `save()` at shutdown, after the capture thread has stopped. Imports the registry's
-`SavedIdentity` and the standard library; nothing of capture, HTTP or Prometheus.
+`SavedIdentity`, the event log's `fsync_dir` and the standard library; nothing of capture, HTTP
+or Prometheus.
 
 Format (UTF-8 JSON, one object; times in seconds since the epoch):
 
@@ -52,6 +53,7 @@ import tempfile
 import time
 from dataclasses import asdict, fields
 
+from exporter.eventlog import fsync_dir
 from exporter.registry import SavedIdentity
 
 FORMAT = "kafka-census-state"
@@ -160,14 +162,6 @@ def read_state(path: str, *, max_entries: int, max_bytes: int = MAX_STATE_BYTES)
     return decode_state(data, max_entries=max_entries)
 
 
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_atomic(path: str, data: bytes) -> None:
     """Replace `path` with `data`: write a temporary file in the same directory, fsync it,
     rename it over `path`, fsync the directory. On any failure the temporary file is removed,
@@ -186,7 +180,7 @@ def write_atomic(path: str, data: bytes) -> None:
         except OSError:
             pass
         raise
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def check_writable(path: str) -> None:
