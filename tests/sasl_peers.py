@@ -176,25 +176,24 @@ def without_sasl_authenticate(frame: bytes, version: int) -> bytes:
             struct.pack_into(">h", out, off + 4, 0)
         off += 6
         if version >= 3:
-            tags, off = _read_uvarint(out, off)
-            for _ in range(tags):
-                _, off = _read_uvarint(out, off)
-                size, off = _read_uvarint(out, off)
-                off += size
+            off = _skip_tagged_fields(out, off)
     return bytes(out)
+
+
+def _skip_tagged_fields(buf, off: int) -> int:
+    count, off = _read_uvarint(buf, off)
+    for _ in range(count):
+        _, off = _read_uvarint(buf, off)  # tag
+        size, off = _read_uvarint(buf, off)
+        off += size
+    return off
 
 
 def _request_body_offset(frame: bytes, flexible: bool) -> int:
     """Just past the request header (v1, or v2 with tagged fields) of a size-less frame."""
     cid_len = struct.unpack_from(">h", frame, 8)[0]
     off = 10 + max(cid_len, 0)
-    if flexible:
-        count, off = _read_uvarint(frame, off)
-        for _ in range(count):
-            _, off = _read_uvarint(frame, off)
-            size, off = _read_uvarint(frame, off)
-            off += size
-    return off
+    return _skip_tagged_fields(frame, off) if flexible else off
 
 
 # --- the relay ---------------------------------------------------------------------------
