@@ -21,6 +21,7 @@ from importlib import metadata
 from capture.kafka.api_table import API_TABLE, removed_in_kafka4
 from capture.listeners import DEFAULT_LISTENER, ListenerMap
 from exporter.registry import ConnectionRegistry
+from exporter.textsafe import visible
 
 
 def _version() -> str:
@@ -85,13 +86,15 @@ def print_connections(conns: list[dict], fmt: str) -> None:
         reqs = sum(r["count"] for r in c["requests"])
         nbytes = f"{c['bytes_from_client']}/{c['bytes_from_broker']}"
         client = f"{c['client_address']}:{c['client_port']}"
-        print(f"{client:<22} {c['listener']:<12} {state:<6} {(c['client_id'] or '-'):<24.24} {sw:<40.40} "
-              f"{c['identity_source']:<16} {(c['principal'] or '-'):<12.12} {reqs:>6} {nbytes:>17}")
+        # Escaped before cut to width: client_id, software and principal come from the wire.
+        client_id, sw, principal = visible(c["client_id"] or "-"), visible(sw), visible(c["principal"] or "-")
+        print(f"{client:<22} {c['listener']:<12} {state:<6} {client_id:<24.24} {sw:<40.40} "
+              f"{c['identity_source']:<16} {principal:<12.12} {reqs:>6} {nbytes:>17}")
 
 
 def print_summary(what: str, stats, seconds: float, registry: ConnectionRegistry) -> None:
-    drops = ", ".join(f"{k} {v}" for k, v in stats.drops) or "none"
-    problems = ", ".join(f"{k} {v}" for k, v in sorted(registry.problems.items())) or "none"
+    drops = ", ".join(f"{visible(k)} {v}" for k, v in stats.drops) or "none"
+    problems = ", ".join(f"{visible(k)} {v}" for k, v in sorted(registry.problems.items())) or "none"
     rate = stats.packets / seconds if seconds > 0 else 0.0
     print(f"{what}: {stats.packets} packets, {stats.bytes} bytes in {seconds:.2f} s ({rate:,.0f} packets/s); "
           f"{stats.flows_opened} connections ({stats.flows_open} still open, {stats.tls_flows} TLS, "
@@ -312,24 +315,35 @@ def _api_access(args: argparse.Namespace) -> dict:
 
 
 class _LevelPrefix(logging.Formatter):
-    """`warning: message`, as the command's own `error:` and `warning:` lines."""
+    """`warning: message`, as the command's own `error:` and `warning:` lines. The message may
+    quote the wire or a request path, so it goes through `visible()`: a newline in it would
+    start a forged line. A traceback keeps its lines, each escaped and indented, so that none
+    can pass for a record of its own."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return f"{record.levelname.lower()}: {super().format(record)}"
+        lines = [f"{record.levelname.lower()}: {visible(record.getMessage())}"]
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        for extra in (record.exc_text, record.stack_info and self.formatStack(record.stack_info)):
+            if extra:
+                lines.extend("  " + visible(line) for line in extra.split("\n"))
+        return "\n".join(lines)
 
 
 def configure_logging(level: str) -> None:
-    """The "kafka-census" logger (every module's) to stderr at `level` (--log-level). uvicorn's
-    own loggers stay at warning whatever the level: its debug and trace output would include
-    request headers, and so the Authorization header."""
-    logger = logging.getLogger("kafka-census")
-    for handler in [h for h in logger.handlers if h.get_name() == "kafka-census-stderr"]:
-        logger.removeHandler(handler)  # configured again (main() called twice in one process)
+    """The "kafka-census" logger (every module's) to stderr at `level` (--log-level), and
+    uvicorn's through the same escaping formatter (Service.run leaves its loggers to us).
+    uvicorn's own loggers stay at warning whatever the level: its debug and trace output would
+    include request headers, and so the Authorization header."""
     handler = logging.StreamHandler(sys.stderr)
     handler.set_name("kafka-census-stderr")
-    handler.setFormatter(_LevelPrefix("%(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(level.upper())
+    handler.setFormatter(_LevelPrefix())
+    for name, at in (("kafka-census", level.upper()), ("uvicorn", "WARNING")):
+        logger = logging.getLogger(name)
+        for old in [h for h in logger.handlers if h.get_name() == "kafka-census-stderr"]:
+            logger.removeHandler(old)  # configured again (main() called twice in one process)
+        logger.addHandler(handler)
+        logger.setLevel(at)
 
 
 def _announce(http: str, what: str) -> None:

@@ -191,7 +191,9 @@ class Service:
     def run(self, sock: socket.socket, capture_loop=None) -> int:
         """Serve on `sock` until SIGINT/SIGTERM; `capture_loop(stop)` runs on a worker thread;
         SIGHUP runs the reloaders. Returns the exit code: 0, or 1 if the capture failed."""
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
+        # log_config=None: uvicorn's own handlers would print its records (which may quote a
+        # request) unescaped; the CLI's configure_logging gives them the escaping formatter.
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off", log_config=None)
         server = _Server(config)
         self._log_access(sock)
         previous_sighup = self.reloaders.install()
