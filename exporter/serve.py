@@ -186,7 +186,7 @@ class Service:
             self._last_stats_logged = time.monotonic()
             self.event_log.write(stats)
         if self.state is not None:
-            self.state.tick()  # saves every --state-interval
+            self.state.tick()  # every --state-interval wakes the state writer thread; never waits
 
     def run(self, sock: socket.socket, capture_loop=None) -> int:
         """Serve on `sock` until SIGINT/SIGTERM; `capture_loop(stop)` runs on a worker thread;
@@ -226,7 +226,7 @@ class Service:
                 if worker.is_alive():
                     log.error("the capture thread did not stop within 10 s")
             if self.state is not None:
-                self.state.save()  # the capture has stopped: the identities of what is still open
+                self.state.close()  # the capture has stopped: the identities of what is still open
             if self.event_log is not None:
                 self.event_log.close()
             sock.close()

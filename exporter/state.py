@@ -10,10 +10,14 @@ mid-stream whose 4-tuple matches a saved one gets the saved identity back (ident
 Owns the file format (`FORMAT`, `VERSION`, `encode_state`, `decode_state`), the atomic write
 (`write_atomic`: a temporary file in the same directory, fsync, rename, fsync of the
 directory, so a crash leaves the old file or the new one, never half of one) and `StateKeeper`,
-which the service calls: `restore()` at start, `tick()` every second (saves every `interval`
-seconds) and `save()` at shutdown, after the capture thread has stopped. Imports the registry's
-`SavedIdentity`, the event log's `fsync_dir` and the standard library; nothing of capture, HTTP
-or Prometheus.
+which the service calls: `restore()` at start, `tick()` every second from the capture thread
+(every `interval` seconds it wakes the keeper's writer thread, never waiting for it) and
+`close()` at shutdown, after the capture thread has stopped (stops the writer, saves once more).
+The writer thread takes the snapshot through `registry.saved_identities()` (the registry holds
+its lock only to copy) and encodes, writes and fsyncs outside any lock: at 100k connections
+that is about 0.8 s of copying plus 0.8 s of encoding, and the capture thread must not wait for
+it. Imports the registry's `SavedIdentity`, the event log's `fsync_dir` and the standard
+library; nothing of capture, HTTP or Prometheus.
 
 Format (UTF-8 JSON, one object; times in seconds since the epoch):
 
@@ -50,8 +54,9 @@ import math
 import os
 import stat
 import tempfile
+import threading
 import time
-from dataclasses import asdict, fields
+from dataclasses import fields
 
 from exporter.eventlog import fsync_dir
 from exporter.registry import SavedIdentity
@@ -99,11 +104,13 @@ _FIELD_CHECKS = {
     "sasl_mechanism": _optional_string, "first_seen": _time, "last_seen": _time,
 }
 assert set(_FIELD_CHECKS) == {f.name for f in fields(SavedIdentity)}, "state format and SavedIdentity differ"
+_FIELDS = tuple(f.name for f in fields(SavedIdentity))
 
 
 def encode_state(saved: list[SavedIdentity], written_at: float) -> bytes:
+    # getattr, not dataclasses.asdict: asdict deep-copies every value (100k entries: 3.6 s vs 0.8 s).
     doc = {"format": FORMAT, "version": VERSION, "written_at": written_at,
-           "connections": [asdict(s) for s in saved]}
+           "connections": [{name: getattr(s, name) for name in _FIELDS} for s in saved]}
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
@@ -205,7 +212,13 @@ def check_writable(path: str) -> None:
 
 class StateKeeper:
     """The state file of one serving exporter. Counters for the health series:
-    `writes`, `write_errors`, and the registry's `restored_connections`."""
+    `writes`, `write_errors`, and the registry's `restored_connections`.
+
+    Threads: `tick` runs on the capture thread and only sets an event; the periodic save runs
+    on the keeper's own writer thread (started at the first due save). A save requested while
+    one is running is coalesced into one more save after it. `save` itself writes on the
+    calling thread, serialised with the writer's saves, so that the file is never replaced by
+    an older snapshot."""
 
     def __init__(self, path: str, registry, *, interval: float = DEFAULT_INTERVAL, idle_timeout: float,
                  max_entries: int, clock=time.time, monotonic=time.monotonic) -> None:
@@ -223,6 +236,10 @@ class StateKeeper:
         self.write_errors = 0
         self._last_save = monotonic()
         self._failing = False
+        self._save_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
 
     def restore(self) -> int:
         """Load the file and hand its fresh entries to the registry. Returns how many wait for
@@ -241,27 +258,56 @@ class StateKeeper:
         return waiting
 
     def tick(self) -> None:
-        """Called about once a second: saves when `interval` has passed since the last save."""
-        if self.monotonic() - self._last_save >= self.interval:
+        """Called about once a second from the capture thread: when `interval` has passed since
+        the last save, asks the writer thread for one. Never waits for the disk."""
+        if self._stopping or self.monotonic() - self._last_save < self.interval:
+            return
+        self._last_save = self.monotonic()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="state-writer", daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopping:
+                return
             self.save()
 
+    def close(self, timeout: float | None = 60.0) -> bool:
+        """At shutdown, after the capture has stopped: stop the writer thread (letting a save in
+        progress finish) and save once more on this thread. Returns what `save` returns."""
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():  # a stalled disk: do not hang the shutdown on it too
+                log.error("state file %s: a save is still waiting for the disk after %g s; not saving again",
+                          self.path, timeout)
+                return False
+        return self.save()
+
     def save(self) -> bool:
-        """Write the open connections' identities now. A failure is a warning (once until a
-        write succeeds again), a count, and the old file kept; never an exception."""
-        self._last_save = self.monotonic()
-        try:
-            data = encode_state(self.registry.saved_identities(), self.clock())
-            write_atomic(self.path, data)
-        except (OSError, ValueError) as exc:  # ValueError: a NaN time would not be JSON
-            self.write_errors += 1
-            if not self._failing:
-                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                log.warning("cannot write state file %s: %s (keeping the previous one)", self.path, reason)
-            self._failing = True
-            return False
-        self.writes += 1
-        self._failing = False
-        return True
+        """Write the open connections' identities now, on the calling thread. A failure is a
+        warning (once until a write succeeds again), a count, and the old file kept; never an
+        exception."""
+        with self._save_lock:
+            self._last_save = self.monotonic()
+            try:
+                data = encode_state(self.registry.saved_identities(), self.clock())
+                write_atomic(self.path, data)
+            except (OSError, ValueError) as exc:  # ValueError: a NaN time would not be JSON
+                self.write_errors += 1
+                if not self._failing:
+                    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                    log.warning("cannot write state file %s: %s (keeping the previous one)", self.path, reason)
+                self._failing = True
+                return False
+            self.writes += 1
+            self._failing = False
+            return True
 
     def health(self) -> dict:
         return {"state_restored_connections": self.registry.restored_connections,

@@ -12,6 +12,8 @@ import os
 import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -413,6 +415,14 @@ def test_a_failed_fsync_leaves_the_old_file(tmp_path, monkeypatch):
 
 # --- when it is written ---------------------------------------------------------------------
 
+def wait_for(condition, what: str) -> None:
+    """Poll for something another thread does (the deadline only turns a hang into a failure)."""
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
 def test_tick_saves_every_interval(tmp_path):
     mono = Clock(1000.0)
     clock = Clock()
@@ -420,13 +430,56 @@ def test_tick_saves_every_interval(tmp_path):
     k = keeper(path, first_run(clock), clock, interval=60.0, monotonic=mono)
     mono.t += 59.0
     k.tick()
-    assert not path.exists()
+    assert not path.exists() and k._thread is None  # not due: no save asked for, no thread yet
     mono.t += 1.0
     k.tick()
-    assert path.exists() and k.writes == 1
+    wait_for(lambda: k.writes == 1, "the writer thread's save")
+    assert path.exists()
     mono.t += 30.0
     k.tick()
-    assert k.writes == 1
+    assert not k._wake.is_set()  # within the interval: no second save asked for
+    assert k.close() and k.writes == 2  # the shutdown save
+    assert not k._thread.is_alive()
+
+
+def test_the_save_runs_off_the_capture_thread_which_never_waits_for_the_disk(tmp_path, monkeypatch):
+    """A disk that blocks (an Event standing for a stalled volume): tick() on the capture thread
+    returns at once, every time; the snapshot and the write happen on the state writer thread;
+    requests made while a save is stuck are coalesced into one more save."""
+    mono = Clock(1000.0)
+    clock = Clock()
+    path = tmp_path / "state.json"
+    reg = first_run(clock)
+    k = keeper(path, reg, clock, interval=60.0, monotonic=mono)
+    release = threading.Event()
+    threads = {"write": [], "snapshot": []}
+    real_write, real_saved = state_mod.write_atomic, reg.saved_identities
+
+    def stalled_write(p, data):
+        threads["write"].append(threading.current_thread().name)
+        if not release.is_set():  # only the writer thread may wait here: the test's thread is the capture's
+            assert threading.current_thread() is not threading.main_thread(), "tick() waited for the disk"
+        release.wait()
+        real_write(p, data)
+
+    def saved_identities():
+        threads["snapshot"].append(threading.current_thread().name)
+        return real_saved()
+
+    monkeypatch.setattr(state_mod, "write_atomic", stalled_write)
+    monkeypatch.setattr(reg, "saved_identities", saved_identities)
+    mono.t += 60.0
+    k.tick()
+    wait_for(lambda: threads["write"], "the first save to reach the disk")
+    for _ in range(5):  # five more intervals while the disk is stuck: every tick returns
+        mono.t += 60.0
+        k.tick()
+    assert threads == {"write": ["state-writer"], "snapshot": ["state-writer"]} and k.writes == 0
+    release.set()
+    wait_for(lambda: k.writes == 2, "the stuck save and the coalesced one")
+    assert k.close() and k.writes == 3
+    assert threads["write"] == ["state-writer", "state-writer", threading.current_thread().name]
+    assert json.loads(path.read_text())["format"] == FORMAT
 
 
 def test_the_service_saves_from_its_stats_tick_and_exports_the_counters(tmp_path):
@@ -445,6 +498,7 @@ def test_the_service_saves_from_its_stats_tick_and_exports_the_counters(tmp_path
     assert not path.exists()
     mono.t += 5.0
     service.publish_stats(stats)
+    wait_for(lambda: k.writes == 1, "the save asked for by the stats tick")
     assert json.loads(path.read_text())["connections"] == []
 
     prom = CollectorRegistry(auto_describe=False)
