@@ -423,12 +423,14 @@ def cmd_capture(args: argparse.Namespace) -> int:
         raise StartError(str(exc)) from None
     writer = None
     if args.write_pcap:
-        from capture.pcapwriter import PcapWriter
+        from capture.pcapwriter import PcapWriter, PcapWriterError
         try:
             writer = PcapWriter(args.write_pcap, source.linktype, max_bytes=args.write_pcap_max_mb << 20)
-        except OSError as exc:
+        except PcapWriterError as exc:
             source.close()
-            raise StartError(f"cannot write {args.write_pcap}: {exc.strerror}") from None
+            if event_log is not None:
+                event_log.close()
+            raise StartError(str(exc)) from None
 
     if args.http:
         from exporter.serve import Service
@@ -472,6 +474,9 @@ def cmd_capture(args: argparse.Namespace) -> int:
             writer.close()
             if writer.full:
                 print(f"warning: {args.write_pcap} reached --write-pcap-max-mb after {writer.packets} packets; "
+                      "later packets were decoded but not written", file=sys.stderr)
+            if writer.failed:
+                print(f"warning: writing {args.write_pcap} failed after {writer.packets} packets ({writer.error}); "
                       "later packets were decoded but not written", file=sys.stderr)
     print_connections(registry.connections(), args.format)
     print_summary("capture", tracker.stats(kernel), time.perf_counter() - started, registry)
@@ -647,7 +652,10 @@ def build_parser() -> argparse.ArgumentParser:
     cap.add_argument("--interface", "-i", help="interface: lo, eth0, any...")
     cap.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long (default: Ctrl-C)")
     cap.add_argument("--buffer-mb", type=int, help="kernel capture buffer (default 64 MiB)")
-    cap.add_argument("--write-pcap", metavar="FILE", help="also write every captured packet to this pcap file")
+    cap.add_argument("--write-pcap", metavar="FILE",
+                     help="also write every captured packet to this new pcap file (mode 0600; an existing file or "
+                     "a symlink is refused). It holds every byte on the wire, SASL passwords and tokens included: "
+                     "treat it as a secret")
     cap.add_argument("--write-pcap-max-mb", type=int, default=1024, metavar="MB",
                      help="stop writing the pcap at this size (default 1024)")
     _add_event_log_options(cap)
