@@ -180,6 +180,8 @@ SETTINGS = {
     "event_log": (_str, None),
     "event_log_max_mb": (_int, 64),
     "event_log_max_age": (_float, 3600.0),
+    "event_log_max_total_mb": (_int, 1024),
+    "event_log_queue_mb": (_int, 16),
     "compat_metrics": (_csv, []),
     "idle_timeout": (_float, 660.0),
     "max_flows": (_int, 100_000),
@@ -363,15 +365,22 @@ class StartError(Exception):
 def _open_event_log(args: argparse.Namespace):
     if not args.event_log:
         return None
-    from exporter.eventlog import EventLog, EventLogError
+    from exporter.eventlog import EventLog, EventLogError, QueuedEventLog
 
     if args.event_log_max_mb < 1 or args.event_log_max_age <= 0:
         raise UsageError("--event-log-max-mb must be at least 1 and --event-log-max-age positive")
+    if args.event_log_max_total_mb < args.event_log_max_mb:
+        raise UsageError(f"--event-log-max-total-mb ({args.event_log_max_total_mb}) must be at least "
+                         f"--event-log-max-mb ({args.event_log_max_mb}): the total holds at least the file being written")
+    if args.event_log_queue_mb < 1:
+        raise UsageError("--event-log-queue-mb must be at least 1")
     try:
-        return EventLog(args.event_log, max_bytes=args.event_log_max_mb << 20,
-                        max_age_seconds=args.event_log_max_age)
+        log = EventLog(args.event_log, max_bytes=args.event_log_max_mb << 20, max_age_seconds=args.event_log_max_age,
+                       max_total_bytes=args.event_log_max_total_mb << 20)
     except EventLogError as exc:
         raise StartError(str(exc)) from None
+    # The capture thread only queues; a writer thread does every write, fsync and deletion.
+    return QueuedEventLog(log, max_queue_bytes=args.event_log_queue_mb << 20)
 
 
 def _open_state(args: argparse.Namespace, registry: ConnectionRegistry):
@@ -621,6 +630,12 @@ def _add_event_log_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--event-log-max-mb", type=int, metavar="MB", help="rotate event log files at this size (default 64)")
     p.add_argument("--event-log-max-age", type=float, metavar="SECONDS",
                    help="rotate event log files at this age (default 3600)")
+    p.add_argument("--event-log-max-total-mb", type=int, metavar="MB",
+                   help="delete this log's oldest finished files so that its files, counting the one being "
+                   "written at --event-log-max-mb, stay within this total (default 1024; at least --event-log-max-mb)")
+    p.add_argument("--event-log-queue-mb", type=int, metavar="MB",
+                   help="events waiting for the event log's writer thread; past this they are dropped and counted "
+                   "(kafka_census_event_log_dropped_total{reason=\"queue_full\"}), the capture never waits (default 16)")
     p.add_argument("--max-connections", type=int, help="bound of the live connection table (default 100000)")
 
 

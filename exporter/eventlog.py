@@ -1,6 +1,7 @@
 """The event log: every capture event as one line of JSON, the input of the PySpark pipeline.
 
-Owns `EventLog` (the writer behind `--event-log DIR`), the record format (`SCHEMA_VERSION`,
+Owns `EventLog` (the writer behind `--event-log DIR`), `QueuedEventLog` (its writer thread and
+bounded queue, for the serving commands), the record format (`SCHEMA_VERSION`,
 `to_record`, `encode`) and the reader side (`parse_line`, `read_events`, `list_logs`,
 `to_event`). Imports only `capture.events` (the event contract) and the standard library.
 
@@ -31,24 +32,41 @@ does): it does the due flush and the age rotation. The `.active` file a crashed 
 behind under the same host name is finished when the next `EventLog` starts (its partial last
 line cut off): one writer per (directory, host).
 
-Errors never reach the capture thread: a failed write (disk full, ...) drops the events it
-held (`dropped`), counts `write_errors`, keeps `last_error`, and cuts the file back to its last
-whole line so that no partial record is ever followed by another. Only a directory that cannot
-be created raises (`EventLogError`), at startup.
+Retention (`max_total_bytes`, `--event-log-max-total-mb`): after each rotation (and at start)
+the oldest finished files of this log are deleted until they, plus `max_bytes` of room for the
+file being written, fit in `max_total_bytes` (`deleted_files`, `deleted_bytes`). Only regular
+files named `events-*-<this host>-<seq>.ndjson` are candidates: never the active file, another
+host's files, a symlink, or anything else in the directory. A file can exceed `max_bytes` by
+at most one record (a record is never split), so the cap holds to within one record.
 
-Threads: `write` may run on the capture thread while `close` runs on the main thread; one lock
-serialises them. Do not call `close` from inside a signal handler that can interrupt `write` on
-the same thread (the lock is not re-entrant): set a flag there and close afterwards, as the CLI
-does with its stop event.
+Files are created 0600 (they name hosts, client ids and principals), never through a
+symlink; recovery opens `.active` files with O_NOFOLLOW and skips (counts, warns about) a
+symlink or anything that is not a regular file, leaving it and its target untouched.
+
+Errors never reach the capture thread: a failed write (disk full, ...) drops the events it
+held (`dropped`, by reason in `drops`), counts `write_errors`, keeps `last_error`, and cuts the
+file back to its last whole line so that no partial record is ever followed by another. Only
+a directory that cannot be created raises (`EventLogError`), at startup.
+
+Threads: `EventLog` does its disk work on the calling thread; one lock serialises `write` and
+`close`. The serving commands wrap it in `QueuedEventLog`: the capture thread only encodes and
+queues (bounded; full means dropped and counted, never waiting), and a writer thread owns
+every write, fsync, rename and deletion. Do not call `close` from inside a signal handler that
+can interrupt `write` on the same thread (the lock is not re-entrant): set a flag there and
+close afterwards, as the CLI does with its stop event.
 """
 
 from __future__ import annotations
 
+import collections
 import enum
+import errno
 import json
+import logging
 import os
 import re
 import socket
+import stat
 import threading
 import time
 import typing
@@ -64,10 +82,15 @@ ENVELOPE = ("schema", "type", "ts", "conn_id")  # the keys every record starts w
 MiB = 1 << 20
 DEFAULT_MAX_BYTES = 64 * MiB
 DEFAULT_MAX_AGE_SECONDS = 3600.0
+DEFAULT_MAX_TOTAL_BYTES = 1024 * MiB
+DEFAULT_QUEUE_BYTES = 16 * MiB
 FLUSH_BYTES = 256 * 1024  # pending bytes that force a write before the flush interval ends
 SUFFIX = ".ndjson"
 ACTIVE_SUFFIX = SUFFIX + ".active"
 _NAME = re.compile(r"events-(\d{8}T\d{6}Z)-(.+)-(\d+)\.ndjson(\.active)?\Z")
+DROP_REASONS = ("queue_full", "write_error", "encode_error", "closed")
+
+log = logging.getLogger("kafka-census")
 
 
 class EventLogError(Exception):
@@ -219,41 +242,43 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def _cut_partial_tail(path: str) -> None:
-    """Truncate `path` after its last newline (a crash can leave half a record)."""
-    with open(path, "r+b") as f:
-        end = f.seek(0, os.SEEK_END)
-        pos = end
-        while pos > 0:
-            step = min(65536, pos)
-            f.seek(pos - step)
-            chunk = f.read(step)
-            nl = chunk.rfind(b"\n")
-            if nl >= 0:
-                keep = pos - step + nl + 1
-                break
-            pos -= step
-        else:
-            keep = 0
-        if keep != end:
-            f.truncate(keep)
-        f.flush()
-        os.fsync(f.fileno())
+def _cut_partial_tail(fd: int) -> int:
+    """Truncate the open file after its last newline (a crash can leave half a record); its
+    new size."""
+    end = pos = os.fstat(fd).st_size
+    keep = 0
+    while pos > 0:
+        step = min(65536, pos)
+        chunk = os.pread(fd, step, pos - step)
+        nl = chunk.rfind(b"\n")
+        if nl >= 0:
+            keep = pos - step + nl + 1
+            break
+        pos -= step
+    if keep != end:
+        os.ftruncate(fd, keep)
+    os.fsync(fd)
+    return keep
 
 
 class EventLog:
     """Appends events to rotated NDJSON files in `directory`; see the module docstring.
 
     Counters for the exporter's health metrics: `written` (events handed to the OS),
-    `dropped` (events lost: write errors, encode errors, writes after close), `write_errors`
-    (failed OS calls), `encode_errors`, `files_finished`, `recovered_files`; `last_error` is
-    the last problem as one line (None if none)."""
+    `dropped` (events lost; by reason in `drops`: write errors, encode errors, writes after
+    close), `write_errors` (failed OS calls), `encode_errors`, `files_finished`,
+    `recovered_files`, `recovery_skipped` (`.active` files that are symlinks or not regular
+    files), `deleted_files` and `deleted_bytes` (retention); `last_error` is the last problem
+    as one line (None if none)."""
 
     def __init__(self, directory: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES,
                  max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS, clock=time.time,
-                 flush_interval: float = 1.0, host: str | None = None) -> None:
+                 flush_interval: float = 1.0, host: str | None = None,
+                 max_total_bytes: int | None = DEFAULT_MAX_TOTAL_BYTES) -> None:
         if max_bytes <= 0 or max_age_seconds <= 0 or flush_interval <= 0:
             raise ValueError("max_bytes, max_age_seconds and flush_interval must be positive")
+        if max_total_bytes is not None and max_total_bytes < max_bytes:
+            raise ValueError("max_total_bytes must be at least max_bytes")
         self.directory = os.fspath(directory)
         try:
             os.makedirs(self.directory, exist_ok=True)
@@ -263,6 +288,7 @@ class EventLog:
         if not os.path.isdir(self.directory):
             raise EventLogError(f"cannot use event log directory {self.directory}: not a directory")
         self.max_bytes = max_bytes
+        self.max_total_bytes = max_total_bytes
         self.max_age_seconds = max_age_seconds
         self.flush_interval = flush_interval
         self._clock = clock
@@ -278,34 +304,58 @@ class EventLog:
         self._last_flush = clock()
         self._closed = False
         self.written = 0
-        self.dropped = 0
+        self.drops = dict.fromkeys(DROP_REASONS, 0)
         self.write_errors = 0
         self.encode_errors = 0
         self.files_finished = 0
         self.recovered_files = 0
+        self.recovery_skipped = 0
+        self.deleted_files = 0
+        self.deleted_bytes = 0
         self.last_error: str | None = None
         self._recover()
+        with self._lock:
+            self._enforce_total()
 
     @property
     def active_path(self) -> str | None:
         """The file being written, if any."""
         return self._path
 
+    @property
+    def dropped(self) -> int:
+        return sum(self.drops.values())
+
+    def health(self) -> dict:
+        """The exporter-health counters (`kafka_census_<key>_total`); `event_log_dropped` by reason."""
+        return {"event_log_written": self.written, "event_log_write_errors": self.write_errors,
+                "event_log_dropped": dict(self.drops), "event_log_deleted_files": self.deleted_files,
+                "event_log_deleted_bytes": self.deleted_bytes, "event_log_recovery_skipped": self.recovery_skipped}
+
     # -- public -----------------------------------------------------------------------------
 
     def write(self, event: Event) -> None:
         """Log one event. Never raises for I/O or encoding problems (they are counted)."""
+        line = self.encode(event)
+        if line is not None:
+            self.write_line(line)
+
+    def encode(self, event: Event) -> bytes | None:
+        """`encode(event)`, or None with the problem counted (`encode_errors`, a drop)."""
         try:
-            line = encode(event)
+            return encode(event)
         except (TypeError, ValueError) as e:
             with self._lock:
                 self.encode_errors += 1
-                self.dropped += 1
+                self.drops["encode_error"] += 1
                 self.last_error = f"cannot encode {type(event).__name__}: {e}"
-            return
+            return None
+
+    def write_line(self, line: bytes) -> None:
+        """Log one encoded record (a line from `encode`)."""
         with self._lock:
             if self._closed:
-                self.dropped += 1
+                self.drops["closed"] += 1
                 return
             now = self._clock()
             if self._fd is not None:
@@ -315,7 +365,7 @@ class EventLog:
                 elif now - self._opened_at >= self.max_age_seconds:
                     self._finish()
             if self._fd is None and not self._open(now):
-                self.dropped += 1
+                self.drops["write_error"] += 1
                 return
             self._buf.append(line)
             self._buf_bytes += len(line)
@@ -370,12 +420,13 @@ class EventLog:
         while True:
             base = os.path.join(self.directory, f"events-{stamp}-{self._host}-{self._seq:04d}")
             self._seq += 1
-            if os.path.exists(base + SUFFIX):
+            if os.path.lexists(base + SUFFIX):  # lexists: a dangling symlink is taken too
                 continue
             try:
                 # O_APPEND: after a failed write is cut back, the next one lands at the new end.
-                fd = os.open(base + ACTIVE_SUFFIX,
-                             os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                # 0600 as the state file: the records name hosts, client ids and principals.
+                fd = os.open(base + ACTIVE_SUFFIX, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL
+                             | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             except FileExistsError:
                 continue
             except OSError as e:
@@ -402,7 +453,7 @@ class EventLog:
                 view = view[os.write(self._fd, view):]
         except OSError as e:
             self._error(f"cannot write {self._path}", e)
-            self.dropped += count
+            self.drops["write_error"] += count
             try:  # never leave half a record for the next one to be glued to
                 os.ftruncate(self._fd, self._size)
             except OSError as e2:
@@ -412,8 +463,9 @@ class EventLog:
         self.written += count
 
     def _finish(self) -> None:
-        """Flush, fsync, close, rename to .ndjson, fsync the directory. On failure the file
-        stays `.active` (finished by the next run's recovery) and a new one is started."""
+        """Flush, fsync, close, rename to .ndjson, fsync the directory, apply the total cap. On
+        failure the file stays `.active` (finished by the next run's recovery) and a new one is
+        started."""
         self._flush()
         fd, path = self._fd, self._path
         self._fd = self._path = None
@@ -438,6 +490,51 @@ class EventLog:
             self._error(f"cannot finish {path}", e)
             return
         self.files_finished += 1
+        self._enforce_total()
+
+    def _own_finished_files(self) -> list[tuple[tuple[str, int], str, int]]:
+        """(start order key, path, size) of this log's finished regular files."""
+        out = []
+        with os.scandir(self.directory) as entries:
+            for entry in entries:
+                m = _NAME.match(entry.name)
+                if not m or m.group(4) or m.group(2) != self._host:
+                    continue
+                try:
+                    if not entry.is_file(follow_symlinks=False):  # never a symlink, dir, FIFO...
+                        continue
+                    size = entry.stat(follow_symlinks=False).st_size
+                except OSError:
+                    continue
+                out.append(((m.group(1), int(m.group(3))), entry.path, size))
+        out.sort()
+        return out
+
+    def _enforce_total(self) -> None:
+        """Delete this log's oldest finished files until they and a full active file fit in
+        `max_total_bytes`."""
+        if self.max_total_bytes is None:
+            return
+        try:
+            files = self._own_finished_files()
+        except OSError as e:
+            self._error(f"cannot list {self.directory}", e)
+            return
+        total = sum(size for _, _, size in files) + self.max_bytes
+        for _, path, size in files:
+            if total <= self.max_total_bytes:
+                break
+            try:
+                os.unlink(path)
+            except FileNotFoundError:  # someone else (a collector) took it: no longer ours to count
+                total -= size
+                continue
+            except OSError as e:
+                self._error(f"cannot delete {path}", e)
+                continue
+            total -= size
+            self.deleted_files += 1
+            self.deleted_bytes += size
 
     def _recover(self) -> None:
         """Finish `.active` files a crashed run of this host left behind."""
@@ -452,8 +549,18 @@ class EventLog:
                 continue
             path = os.path.join(self.directory, name)
             try:
-                _cut_partial_tail(path)
-                if os.path.getsize(path) == 0:
+                # O_NOFOLLOW: a symlink planted under our name must not make us truncate its
+                # target; O_NONBLOCK: a FIFO must not hang the start.
+                fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError as e:
+                self._skip(path, "a symlink" if e.errno == errno.ELOOP else (e.strerror or str(e)))
+                continue
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    self._skip(path, "not a regular file")
+                    continue
+                size = _cut_partial_tail(fd)
+                if size == 0:
                     os.unlink(path)
                     continue
                 os.rename(path, path[: -len(".active")])
@@ -461,4 +568,128 @@ class EventLog:
             except OSError as e:
                 self._error(f"cannot recover {path}", e)
                 continue
+            finally:
+                os.close(fd)
             self.recovered_files += 1
+
+    def _skip(self, path: str, why: str) -> None:
+        self.recovery_skipped += 1
+        self.last_error = f"not recovering {path}: {why}"
+        log.warning("event log: not recovering %s: %s; left as it is", path, why)
+
+
+class QueuedEventLog:
+    """An `EventLog` behind a bounded queue and a writer thread, for the serving commands: the
+    capture thread never waits on the disk (a write, a rotation's fsyncs, a deletion).
+
+    `write` (the capture thread) encodes the event and queues the line; when `max_queue_bytes`
+    are already queued or being written (the disk is slower than the wire, or stalled), the
+    line is dropped and counted (`drops["queue_full"]`), never waited for. The writer thread
+    hands lines to the log and does the timed flush and age rotation itself (`tick` has
+    nothing to do). `flush` waits until what was queued before it is handed to the OS;
+    `close` writes everything queued, finishes the file and stops the thread (waiting at most
+    `timeout` seconds for a stalled disk). Memory: at most `max_queue_bytes` queued plus the
+    log's 256 KiB write buffer."""
+
+    def __init__(self, log: EventLog, *, max_queue_bytes: int = DEFAULT_QUEUE_BYTES) -> None:
+        if max_queue_bytes <= 0:
+            raise ValueError("max_queue_bytes must be positive")
+        self.log = log
+        self.max_queue_bytes = max_queue_bytes
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: collections.deque = collections.deque()
+        self._queued_bytes = 0  # queued plus taken by the writer and not yet handed to the log
+        self._closing = False
+        self.queue_dropped = 0
+        self.closed_dropped = 0
+        self._thread = threading.Thread(target=self._run, name="event-log-writer", daemon=True)
+        self._thread.start()
+
+    # The log's counters, with the queue's drops added.
+    written = property(lambda self: self.log.written)
+    write_errors = property(lambda self: self.log.write_errors)
+    last_error = property(lambda self: self.log.last_error)
+    active_path = property(lambda self: self.log.active_path)
+
+    @property
+    def drops(self) -> dict[str, int]:
+        drops = dict(self.log.drops)
+        drops["queue_full"] += self.queue_dropped
+        drops["closed"] += self.closed_dropped
+        return drops
+
+    @property
+    def dropped(self) -> int:
+        return sum(self.drops.values())
+
+    def health(self) -> dict:
+        return {**self.log.health(), "event_log_dropped": self.drops}
+
+    def write(self, event: Event) -> None:
+        """Queue one event; never blocks on the disk, never raises for it."""
+        line = self.log.encode(event)
+        if line is None:
+            return
+        with self._cond:
+            if self._closing:
+                self.closed_dropped += 1
+                return
+            if self._queued_bytes + len(line) > self.max_queue_bytes:
+                self.queue_dropped += 1
+                return
+            self._queue.append(line)
+            self._queued_bytes += len(line)
+            self._cond.notify()
+
+    def tick(self) -> None:
+        """Nothing to do: the writer thread flushes and rotates by age on its own."""
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything queued before this call is handed to the OS (not for the
+        capture thread). False if `timeout` passed first or the log is closed."""
+        done = threading.Event()
+        with self._cond:
+            if self._closing:
+                return False
+            self._queue.append(done)
+            self._cond.notify()
+        return done.wait(timeout)
+
+    def close(self, timeout: float | None = 20.0) -> None:
+        """Write what is queued, finish the file, stop the writer. Idempotent; later writes are
+        dropped and counted (`drops["closed"]`)."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.error("event log: the disk did not take the last %d queued bytes within %g s; they are lost",
+                      self._queued_bytes, timeout)
+
+    def __enter__(self) -> QueuedEventLog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _run(self) -> None:
+        wait = min(self.log.flush_interval, 1.0)  # the timed flush and age rotation need a wake-up
+        while True:
+            with self._cond:
+                if not self._queue and not self._closing:
+                    self._cond.wait(wait)
+                batch, self._queue = self._queue, collections.deque()
+                taken = self._queued_bytes
+                closing = self._closing
+            for item in batch:
+                if type(item) is bytes:
+                    self.log.write_line(item)
+                else:  # a flush() marker
+                    self.log.flush()
+                    item.set()
+            with self._cond:
+                self._queued_bytes -= taken
+            if closing:  # no write is queued after _closing: this batch was the last
+                self.log.close()
+                return
+            self.log.tick()

@@ -127,7 +127,9 @@ class CensusCollector:
                        [], {(): s.forgotten_connections})
         if self.health is not None:
             for name, value in sorted(self.health().items()):
-                yield _counter(name, f"Exporter health: {name.replace('_', ' ')}.", [], {(): value})
+                # A dict is counts by reason, e.g. event_log_dropped {"queue_full": n, ...}.
+                labels, samples = (["reason"], value) if isinstance(value, dict) else ([], {(): value})
+                yield _counter(name, f"Exporter health: {name.replace('_', ' ')}.", labels, samples)
         yield from self._compat(s)
         info = GaugeMetricFamily(P + "build_info", "kafka-census build information.",
                                  labels=["version", "python_version"])

@@ -167,8 +167,7 @@ class Service:
         health = self.state.health() if self.state is not None else {}
         if self.event_log is None:
             return health
-        return {**health, "event_log_written": self.event_log.written,
-                "event_log_write_errors": self.event_log.write_errors, "event_log_dropped": self.event_log.dropped}
+        return {**health, **self.event_log.health()}
 
     def emit(self, event) -> None:
         """Every event: to the registry, then to the event log."""
@@ -181,7 +180,7 @@ class Service:
         self.registry.apply(stats)
         self.registry.expire()
         if self.event_log is not None:
-            self.event_log.tick()  # timed flush and age rotation even when the wire is quiet
+            self.event_log.tick()  # timed flush and age rotation (a QueuedEventLog's writer does its own)
         if self.event_log is not None and time.monotonic() - self._last_stats_logged >= STATS_TO_EVENT_LOG_EVERY:
             self._last_stats_logged = time.monotonic()
             self.event_log.write(stats)
