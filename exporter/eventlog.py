@@ -588,8 +588,8 @@ class QueuedEventLog:
     hands lines to the log and does the timed flush and age rotation itself (`tick` has
     nothing to do). `flush` waits until what was queued before it is handed to the OS;
     `close` writes everything queued, finishes the file and stops the thread (waiting at most
-    `timeout` seconds for a stalled disk). Memory: at most `max_queue_bytes` queued plus the
-    log's 256 KiB write buffer."""
+    `timeout` seconds for a stalled disk). Memory: at most `max_queue_bytes` of lines queued
+    (plus Python's ~40 bytes per line) and the log's 256 KiB write buffer."""
 
     def __init__(self, log: EventLog, *, max_queue_bytes: int = DEFAULT_QUEUE_BYTES) -> None:
         if max_queue_bytes <= 0:

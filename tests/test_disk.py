@@ -147,6 +147,9 @@ def test_cli_refuses_a_total_below_the_file_size(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--event-log-max-total-mb (32) must be at least --event-log-max-mb (64)" in err
     assert "Traceback" not in err and os.listdir(tmp_path) == []
+    with pytest.raises(SystemExit) as info:
+        cli.main(["capture", "-i", "lo", "--event-log", str(tmp_path), "--event-log-queue-mb", "0"])
+    assert info.value.code == 2 and "--event-log-queue-mb must be at least 1" in capsys.readouterr().err
 
 
 def test_cli_settings_of_the_new_bounds_come_from_the_table(monkeypatch):
