@@ -2,7 +2,8 @@
 
 Owns `Census`: start a command (`capture`, `proxy`, `replay --serve`) with `--http`, wait until
 /readyz says ok, read JSON and /metrics, stop it with SIGTERM and return its exit code and
-stderr. Every wait is bounded. Imports nothing from the project.
+stderr. Also `wait_for`, the suite's poll for a condition: tests wait for what they need, never
+for a fixed time. Every wait is bounded. Imports nothing from the project.
 """
 
 from __future__ import annotations
@@ -18,6 +19,19 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 CENSUS = Path(sys.executable).parent / "kafka-census"
+
+
+def wait_for(what: str, check, timeout: float = 30.0, interval: float = 0.05):
+    """Poll `check()` until it returns something true, and return that. The timeout is generous
+    (a loaded machine is slow, not wrong) and only turns a condition that never comes into a
+    failure that says `what` was awaited; it is never the assertion itself."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        time.sleep(interval)
 
 
 class Census:
@@ -60,11 +74,10 @@ class Census:
                     out[tuple(sorted(s.labels.items()))] = s.value
         return out
 
-    def wait_closed(self, timeout: float = 10.0) -> None:
+    def wait_closed(self, timeout: float = 30.0) -> None:
         """Until no connection is open (the closing segments or FINs have been seen)."""
-        deadline = time.monotonic() + timeout
-        while self.get("/api/v1/connections?state=open")["total"] and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for("every connection to close", lambda: not self.get("/api/v1/connections?state=open")["total"],
+                 timeout, interval=0.1)
 
     def stop(self) -> tuple[int, str]:
         if self.proc.poll() is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import yaml
 
 from exporter.eventlog import list_logs, read_events
 from tests import peers, prom
-from tests.census import Census
+from tests.census import Census, wait_for
 from tests.kafka_frames import produce_v0_2, raw_request
 from tests.test_golden import EXPECTED_IDENTITY
 
@@ -71,9 +70,7 @@ def run(tmp_path_factory):
             for name in peers.CLIENTS:
                 peers.run_client(name, broker.bootstrap, timeout=90)
             old_and_odd_clients(broker.port)
-            deadline = time.monotonic() + 10  # the closing segments reach the capture
-            while exporter.get("/api/v1/connections?state=open")["total"] and time.monotonic() < deadline:
-                time.sleep(0.1)
+            exporter.wait_closed()  # the closing segments reach the capture
             yield broker, exporter
         finally:
             exporter.stop()
@@ -147,33 +144,36 @@ def test_upgrade_readiness_names_the_legacy_producer(run):
     assert acks.get("2") == 1
 
 
-def test_a_disconnect_drops_the_gauge_within_a_second(run):
+def test_a_disconnect_drops_the_gauge_when_the_connection_closes(run):
+    """The gauge follows the connection's own FIN or RST, as the broker's does: not a timeout.
+    What is asserted is what the exporter counted (the close and its reason), never how fast a
+    loaded machine delivered it."""
     broker, exporter = run
     from kafka import KafkaConsumer
 
+    def held(state: str) -> list[dict]:
+        return exporter.get(f"/api/v1/connections?state={state}&client_id=census-held")["connections"]
+
+    closed_before = exporter.samples("kafka_census_connections_closed_total")
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, client_id="census-held",
                              request_timeout_ms=10000)
     try:
         consumer.topics()  # connects: ApiVersions v4 + Metadata
-        deadline = time.monotonic() + 5
-        while (gauge(exporter, "PLAINTEXT", "kafka-python", "3.0.12") or 0) < 1:
-            assert time.monotonic() < deadline, "the open connection never reached the gauge"
-            time.sleep(0.05)
-        open_rows = exporter.get("/api/v1/connections?state=open&client_id=census-held")["connections"]
-        assert open_rows and open_rows[0]["idle_seconds"] >= 0
-        # A quiet open connection still reports its traffic (within the 1 s update interval).
-        while not all(r["bytes_from_client"] > 0 and r["bytes_from_broker"] > 0 for r in open_rows):
-            assert time.monotonic() < deadline + 3, f"no traffic reported for an open connection: {open_rows}"
-            time.sleep(0.1)
-            open_rows = exporter.get("/api/v1/connections?state=open&client_id=census-held")["connections"]
+        wait_for("the open connection to reach the gauge",
+                 lambda: (gauge(exporter, "PLAINTEXT", "kafka-python", "3.0.12") or 0) >= 1)
+        # A quiet open connection still reports its traffic (every 1 s update interval).
+        open_rows = wait_for("an open connection's traffic", lambda: [
+            r for r in held("open") if r["bytes_from_client"] > 0 and r["bytes_from_broker"] > 0])
+        assert open_rows[0]["idle_seconds"] >= 0
     finally:
         consumer.close()
-    closed_at = time.monotonic()
-    while gauge(exporter, "PLAINTEXT", "kafka-python", "3.0.12") != 0:
-        assert time.monotonic() - closed_at < 1.0, "the gauge did not drop within a second"
-        time.sleep(0.02)
-    rows = exporter.get("/api/v1/connections?state=closed&client_id=census-held")["connections"]
-    assert rows and all(r["close_reason"] in ("fin", "rst") for r in rows)
+    wait_for("the gauge to drop", lambda: gauge(exporter, "PLAINTEXT", "kafka-python", "3.0.12") == 0)
+    rows = held("closed")
+    assert rows and not held("open") and all(r["close_reason"] in ("fin", "rst") for r in rows)
+    # Closed by what the wire said, and counted once each under that reason.
+    closed = exporter.samples("kafka_census_connections_closed_total")
+    grew = {dict(k)["reason"]: v - closed_before.get(k, 0) for k, v in closed.items() if v != closed_before.get(k, 0)}
+    assert set(grew) <= {"fin", "rst"} and sum(grew.values()) == len(rows), grew
 
 
 def test_compat_series_mirror_the_gauge(run):
@@ -263,12 +263,24 @@ def _substitute(expr: str) -> str:
     return expr
 
 
+def wait_for_two_points_per_series(prometheus) -> None:
+    """Until every series of the exporter has two samples in the last minute (the dashboards'
+    $__rate_interval), so that rate() and increase() have two points. One query: per metric
+    name (count_over_time drops the name, so each is labelled back), the fewest samples."""
+    names = sorted(labels["__name__"] for labels, _ in
+                   prometheus.query('count by (__name__) ({job="kafka-census", __name__=~"kafka_census_.+"})'))
+    assert names
+    expr = " or ".join(f'label_replace(min(count_over_time({n}{{job="kafka-census"}}[1m])), "name", "{n}", "", "")'
+                       for n in names)
+    prometheus.wait_for(expr, lambda r: len(r) == len(names) and min(v for _, v in r) >= 2, timeout=60)
+
+
 def test_every_dashboard_and_alert_expression_runs_on_real_data(run, prometheus):
     """Every PromQL expression of every dashboard panel and alert, evaluated by the real
     Prometheus scraping this run: panels return data (a few cannot here, listed with why);
     alerts evaluate, and only the one this run provokes fires (the legacy Produce v2)."""
     prometheus.wait_for("kafka_census_deprecated_requests_total", lambda r: bool(r), timeout=30)
-    time.sleep(2.5)  # a few more scrapes, so rate() and increase() have two points
+    wait_for_two_points_per_series(prometheus)
     exprs = list(_expressions())
     assert len([e for e in exprs if e[1] == "panel"]) >= 40 and len([e for e in exprs if e[1] == "alert"]) >= 6
     empty, firing = [], set()

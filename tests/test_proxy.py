@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import select
 import socket
 import struct
 import threading
@@ -30,7 +31,7 @@ from capture.proxy import Proxy, Route, subject_name
 from exporter.eventlog import list_logs, read_events
 from exporter.registry import ConnectionRegistry
 from tests import peers
-from tests.census import Census
+from tests.census import Census, wait_for
 from tests.kafka_frames import request_frame
 from tests.oracles import tcpdump_capture, tshark_streams
 from tests.test_golden import EXPECTED_IDENTITY
@@ -288,16 +289,34 @@ def test_a_slow_reader_does_not_make_the_proxy_buffer_without_bound():
     total = 64 << 20
     block = os.urandom(1 << 20)
     sent = []
+    stuck = threading.Event()  # the upstream's socket buffer is full: nobody reads what it sends
 
     def flood(conn):
+        conn.setblocking(False)
         for _ in range(total // len(block)):
-            conn.sendall(block)
-            sent.append(len(block))
+            view = memoryview(block)
+            while view:
+                try:
+                    n = conn.send(view)
+                except BlockingIOError:
+                    stuck.set()
+                    select.select([], [conn], [], 60)  # until the proxy reads again
+                    continue
+                stuck.clear()
+                sent.append(n)
+                view = view[n:]
+
+    def upstream_paused(proxy) -> bool:
+        conns = list(proxy.conns)
+        return bool(conns) and all(c.upstream is not None and not c.upstream.transport.is_reading() for c in conns)
 
     with tcp_server(flood) as port, running(port, high_water=256 << 10) as r:
         with r.connect() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
-            time.sleep(2.0)  # the client reads nothing
+            # The client reads nothing: the proxy must stop reading the upstream, whose sends
+            # then stall. Both together hold until the client reads.
+            wait_for("the upstream to stall against a proxy that stopped reading it",
+                     lambda: stuck.is_set() and upstream_paused(r.proxy))
             buffered = r.proxy.buffered()
             stalled_at = sum(sent)
             assert buffered <= (256 << 10) + (1 << 20), buffered
