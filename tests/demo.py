@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests import peers  # noqa: E402
+from tests.census import wait_for  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CENSUS = Path(sys.executable).parent / "kafka-census"
@@ -50,6 +51,19 @@ def wait_ready(base: str, proc: subprocess.Popen, timeout: float = 20.0) -> None
         except OSError:
             time.sleep(0.1)
     raise SystemExit("kafka-census did not become ready within 20 s")
+
+
+def wait_closed(base: str, client_id_prefix: str) -> None:
+    """Until the capture has seen the client's connections close (their closing segments). At
+    the timeout the demo goes on: the listing then shows what the capture knows."""
+    def none_open() -> bool:
+        conns = get_json(base, "/api/v1/connections?state=open&limit=10000")["connections"]
+        return not any((c["client_id"] or "").startswith(client_id_prefix) for c in conns)
+
+    try:
+        wait_for(f"the connections of {client_id_prefix} to close", none_open, interval=0.1)
+    except AssertionError as exc:
+        print(f"    ({exc})")
 
 
 def describe(base: str, client_id_prefix: str) -> list[str]:
@@ -115,7 +129,7 @@ def main() -> int:
                     print(f"[round {n}] {name} ({peers.client_package_version(name)}): produce 5, consume 5 "
                           "with a group, metadata", flush=True)
                     peers.run_client(name, broker.bootstrap, timeout=120)
-                    time.sleep(0.5)  # the closing segments reach the capture
+                    wait_closed(base, f"census-{name}")
                     for line in describe(base, f"census-{name}"):
                         print(line)
                 print("  " + "\n  ".join(gauge_lines(base)), flush=True)
