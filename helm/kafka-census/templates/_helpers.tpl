@@ -87,13 +87,133 @@ requirements. Rendered (to nothing) by every mode's main template.
 {{- with .Values.api.auth }}
 {{- if .enabled }}
 {{- if and .existingSecret .token }}{{ fail "api.auth: set existingSecret or token, not both" }}{{ end }}
-{{- if not (or .existingSecret .token) }}
-{{- fail "api.auth.enabled needs api.auth.existingSecret (a Secret holding the token under api.auth.secretKey) or api.auth.token (the chart then creates the Secret)" }}
-{{- end }}
-{{- else if .metrics }}
-{{- fail "api.auth.metrics needs api.auth.enabled: /metrics can only require the API token if there is one" }}
+{{- else if not (include "kafka-census.loopback" $.Values.http.address) }}
+{{- if not .allowUnauthenticated }}
+{{- fail (printf "api.auth.enabled: false with http.address %s serves client ids, addresses and principals without a token to anyone who reaches the port: keep api.auth.enabled, bind http.address to 127.0.0.1, or set api.auth.allowUnauthenticated: true" $.Values.http.address) }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- /* computed here so that a bad size fails the release whatever the mode renders */}}
+{{- if ne .Values.mode "proxy" }}
+{{- $_ := include "kafka-census.maxBufferMB" . }}
+{{- if .Values.eventLog.enabled }}{{ $_ := include "kafka-census.eventLogMaxTotalMB" . }}{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when the HTTP server binds to a loopback address only. */}}
+{{- define "kafka-census.loopback" -}}
+{{- if regexMatch "^(127([.][0-9]{1,3}){3}|::1|localhost)$" . }}true{{ end }}
+{{- end }}
+
+{{/* /metrics needs the token: the ServiceMonitor must send it. */}}
+{{- define "kafka-census.metricsAuth" -}}
+{{- if and .Values.api.auth.enabled .Values.api.auth.metrics }}true{{ end }}
+{{- end }}
+
+{{/*
+A Kubernetes quantity (512Mi, 2Gi, 1G, 536870912) in whole MiB, rounded down:
+`include "kafka-census.mebibytes" (list "the.values.key" $quantity)`. A form it cannot read
+(exponents, milli) fails the release naming the key. YAML numbers arrive as float64.
+*/}}
+{{- define "kafka-census.mebibytes" -}}
+{{- $key := index . 0 }}
+{{- $value := index . 1 }}
+{{- $q := toString $value }}
+{{- if or (kindIs "float64" $value) (kindIs "int64" $value) (kindIs "int" $value) }}
+{{- $q = printf "%d" (int64 $value) }}
+{{- end }}
+{{- $number := regexFind "^[0-9]+([.][0-9]+)?" $q }}
+{{- $suffix := trimPrefix $number $q }}
+{{- $factors := dict "" 1.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 }}
+{{- if or (not $number) (not (hasKey $factors $suffix)) }}
+{{- fail (printf "%s: cannot read the quantity %q (write e.g. 512Mi, 2Gi or 1G)" $key $q) }}
+{{- end }}
+{{- floor (divf (mulf (float64 $number) (index $factors $suffix)) 1048576.0) | int64 }}
+{{- end }}
+
+{{/*
+--max-buffer-mb: capture.maxBufferMB, or a quarter of resources.limits.memory; empty (the CLI
+default) when neither is set. Either must fit under the limit beside the baseline: 128 MiB
+(interpreter and libraries, about 70 MiB at rest in the soak benchmark, and the connection
+tables) plus the kernel capture buffer (capture.bufferMB, CLI default 64).
+*/}}
+{{- define "kafka-census.maxBufferMB" -}}
+{{- $explicit := .Values.capture.maxBufferMB }}
+{{- $limit := dig "limits" "memory" "" (.Values.resources | default dict) }}
+{{- if $limit }}
+{{- $limitMiB := include "kafka-census.mebibytes" (list "resources.limits.memory" $limit) | int }}
+{{- $kernel := int (default 64 .Values.capture.bufferMB) }}
+{{- $baseline := add 128 $kernel | int }}
+{{- $room := sub $limitMiB $baseline | int }}
+{{- if not (kindIs "invalid" $explicit) }}
+{{- if gt (int $explicit) $room }}
+{{- fail (printf "capture.maxBufferMB %d exceeds resources.limits.memory (%d MiB) minus the baseline (%d MiB: 128 for the interpreter and tables, %d for the kernel capture buffer capture.bufferMB): at most %d" (int $explicit) $limitMiB $baseline $kernel $room) }}
+{{- end }}
+{{- int $explicit }}
+{{- else }}
+{{- $derived := div $limitMiB 4 | int }}
+{{- if lt $room 1 }}
+{{- fail (printf "resources.limits.memory (%d MiB) leaves no room for the decoder and reassembly budget beside the baseline (%d MiB: 128 for the interpreter and tables, %d for the kernel capture buffer capture.bufferMB): raise the limit" $limitMiB $baseline $kernel) }}
+{{- end }}
+{{- if or (lt $derived 1) (gt $derived $room) }}
+{{- fail (printf "resources.limits.memory (%d MiB): a quarter of it (%d MiB, the decoder and reassembly budget) does not fit beside the baseline (%d MiB: 128 for the interpreter and tables, %d for the kernel capture buffer capture.bufferMB); raise the limit or set capture.maxBufferMB to at most %d" $limitMiB $derived $baseline $kernel $room) }}
+{{- end }}
+{{- $derived }}
+{{- end }}
+{{- else if not (kindIs "invalid" $explicit) }}
+{{- int $explicit }}
+{{- end }}
+{{- end }}
+
+{{/* The event log's volume source: eventLog.volume, or an emptyDir of 2Gi. */}}
+{{- define "kafka-census.eventLogVolumeSource" -}}
+{{- toYaml (.Values.eventLog.volume | default (dict "emptyDir" (dict "sizeLimit" "2Gi"))) }}
+{{- end }}
+
+{{/*
+--event-log-max-total-mb: eventLog.maxTotalMB, or three quarters of the volume's size where the
+chart can read it (emptyDir.sizeLimit, an ephemeral claim's storage request); empty (the CLI
+default) otherwise. With a known size, the total plus the active file (eventLog.maxMB, CLI
+default 64) must fit: a full emptyDir gets the pod evicted.
+*/}}
+{{- define "kafka-census.eventLogMaxTotalMB" -}}
+{{- $explicit := .Values.eventLog.maxTotalMB }}
+{{- $volume := include "kafka-census.eventLogVolumeSource" . | fromYaml }}
+{{- $size := "" }}
+{{- $where := "" }}
+{{- if $volume.emptyDir }}
+{{- $size = dig "sizeLimit" "" $volume.emptyDir }}
+{{- $where = "emptyDir.sizeLimit" }}
+{{- else if $volume.ephemeral }}
+{{- $size = dig "volumeClaimTemplate" "spec" "resources" "requests" "storage" "" $volume.ephemeral }}
+{{- $where = "the ephemeral claim's storage request" }}
+{{- end }}
+{{- if $size }}
+{{- $sizeMiB := include "kafka-census.mebibytes" (list (printf "eventLog.volume (%s)" $where) $size) | int }}
+{{- $active := int (default 64 .Values.eventLog.maxMB) }}
+{{- $room := sub $sizeMiB $active | int }}
+{{- if not (kindIs "invalid" $explicit) }}
+{{- if gt (int $explicit) $room }}
+{{- fail (printf "eventLog.maxTotalMB %d does not fit the event log's volume: %s is %d MiB, and the active file (eventLog.maxMB) takes up to %d more: at most %d" (int $explicit) $where $sizeMiB $active $room) }}
+{{- end }}
+{{- int $explicit }}
+{{- else }}
+{{- $derived := div (mul $sizeMiB 3) 4 | int }}
+{{- if or (lt $derived 1) (gt $derived $room) }}
+{{- fail (printf "the event log's volume is too small: %s is %d MiB, three quarters of it (%d) and the active file (eventLog.maxMB, %d) do not fit; give it more room or set eventLog.maxTotalMB" $where $sizeMiB $derived $active) }}
+{{- end }}
+{{- $derived }}
+{{- end }}
+{{- else if not (kindIs "invalid" $explicit) }}
+{{- int $explicit }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when the NetworkPolicy renders: networkPolicy.enabled, or (null) proxy mode. */}}
+{{- define "kafka-census.networkPolicyEnabled" -}}
+{{- $enabled := .Values.networkPolicy.enabled }}
+{{- if kindIs "invalid" $enabled }}{{ $enabled = eq .Values.mode "proxy" }}{{ end }}
+{{- if $enabled }}true{{ end }}
 {{- end }}
 
 {{/* --listener NAME=PORT[:PROTOCOL], one per configured listener. */}}
@@ -164,6 +284,12 @@ and the volume is mounted in the kafka-census container only.
 {{- with .Values.capture.maxConnections }}
 - {{ printf "--max-connections=%v" (int .) | quote }}
 {{- end }}
+{{- with include "kafka-census.maxBufferMB" . }}
+- {{ printf "--max-buffer-mb=%s" . | quote }}
+{{- end }}
+{{- with .Values.capture.maxSeries }}
+- {{ printf "--max-series=%v" (int .) | quote }}
+{{- end }}
 {{- if .Values.eventLog.enabled }}
 - {{ printf "--event-log=%s" .Values.eventLog.path | quote }}
 {{- with .Values.eventLog.maxMB }}
@@ -172,6 +298,9 @@ and the volume is mounted in the kafka-census container only.
 {{- with .Values.eventLog.maxAgeSeconds }}
 - {{ printf "--event-log-max-age=%v" . | quote }}
 {{- end }}
+{{- with include "kafka-census.eventLogMaxTotalMB" . }}
+- {{ printf "--event-log-max-total-mb=%s" . | quote }}
+{{- end }}
 {{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
@@ -179,22 +308,21 @@ and the volume is mounted in the kafka-census container only.
 {{- end }}
 
 {{/*
-The container securityContext. Capture modes: the image's /opt/kafka-census/bin/python-netraw
-carries the file capability cap_net_raw=ep (see the Dockerfile). A non-root process gets a
-capability on exec only from the file (Kubernetes has no ambient capabilities), and only if
-  - NET_RAW is in the bounding set (`add: [NET_RAW]`; without it the kernel refuses the exec), and
-  - no_new_privs is off (`allowPrivilegeEscalation: true`; with it the capability is ignored).
-The escalation is bounded by the bounding set: NET_RAW only. The proxy needs no capability.
+The container securityContext: no privilege escalation (no_new_privs) anywhere. The capture
+container alone adds NET_RAW, for the image's launcher /opt/kafka-census/bin/kafka-census-capture
+(file capability cap_net_raw=p; see the Dockerfile): a non-root process keeps no capability
+across exec (Kubernetes sets no ambient capabilities), but the runtime (containerd, CRI-O)
+starts it with the added capability in its permitted set, so under no_new_privs the kernel
+still grants a file capability within that set. The launcher passes NET_RAW on to the
+interpreter as an ambient capability. The proxy needs no capability.
 */}}
 {{- define "kafka-census.securityContext" -}}
 {{- $root := index . 0 }}
 {{- $capture := index . 1 }}
-{{- $ctx := dict "runAsNonRoot" true "runAsUser" (int $root.Values.runAsUser) "runAsGroup" (int $root.Values.runAsGroup) "readOnlyRootFilesystem" true "seccompProfile" (dict "type" "RuntimeDefault") }}
+{{- $ctx := dict "runAsNonRoot" true "runAsUser" (int $root.Values.runAsUser) "runAsGroup" (int $root.Values.runAsGroup) "readOnlyRootFilesystem" true "allowPrivilegeEscalation" false "seccompProfile" (dict "type" "RuntimeDefault") }}
 {{- if $capture }}
-{{- $_ := set $ctx "allowPrivilegeEscalation" true }}
 {{- $_ := set $ctx "capabilities" (dict "drop" (list "ALL") "add" (list "NET_RAW")) }}
 {{- else }}
-{{- $_ := set $ctx "allowPrivilegeEscalation" false }}
 {{- $_ := set $ctx "capabilities" (dict "drop" (list "ALL")) }}
 {{- end }}
 {{- /* key by key (not mergeOverwrite, which skips false and 0): runAsNonRoot: false works */}}
@@ -264,9 +392,10 @@ sees the broker's eth0 and lo.
 - name: {{ ternary .Values.sidecar.containerName "kafka-census" $sidecar }}
   image: {{ include "kafka-census.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
-  # The image's CLI on the interpreter that carries cap_net_raw=ep (see the Dockerfile).
+  # The image's capture launcher: the one file with a capability (see the Dockerfile); it runs
+  # `kafka-census capture` only.
   command:
-    - /opt/kafka-census/bin/kafka-census-netraw
+    - /opt/kafka-census/bin/kafka-census-capture
   args:
     {{- include "kafka-census.captureArgs" . | nindent 4 }}
   {{- with .Values.extraEnv }}
@@ -303,12 +432,7 @@ unless eventLog.enabled or api.auth.enabled). Same context as kafka-census.sidec
 {{- define "kafka-census.sidecar.volumes" -}}
 {{- if .Values.eventLog.enabled }}
 - name: kafka-census-events
-  {{- with .Values.eventLog.volume }}
-  {{- toYaml . | nindent 2 }}
-  {{- else }}
-  emptyDir:
-    sizeLimit: 2Gi
-  {{- end }}
+  {{- include "kafka-census.eventLogVolumeSource" . | nindent 2 }}
 {{- end }}
 {{- if .Values.api.auth.enabled }}
 {{ include "kafka-census.apiTokenVolume" . }}
