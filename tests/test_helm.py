@@ -816,6 +816,11 @@ def test_event_log_total_explicit_value_and_its_bound():
             render({"eventLog": {"enabled": True, **event_log}})
     with pytest.raises(helm_python.HelmRenderError, match="the event log's volume is too small"):
         render({"eventLog": {"enabled": True, "volume": {"emptyDir": {"sizeLimit": "64Mi"}}}})
+    with pytest.raises(helm_python.HelmRenderError, match="the event log's volume is too small"):
+        render({"eventLog": {"enabled": True, "maxMB": 300, "volume": {"emptyDir": {"sizeLimit": "384Mi"}}}})
+    # the CLI refuses a cap below the rotation size: so does the chart, before anything starts
+    with pytest.raises(helm_python.HelmRenderError, match=re.escape("eventLog.maxTotalMB 32 is below eventLog.maxMB 64")):
+        render({"eventLog": {"enabled": True, "maxTotalMB": 32, "volume": {"hostPath": {"path": "/x"}}}})
     # a volume of unknown size: the CLI's default, or the value as given
     for volume in ({"persistentVolumeClaim": {"claimName": "ev"}}, {"emptyDir": {}},
                    {"hostPath": {"path": "/var/lib/kafka-census", "type": "DirectoryOrCreate"}}):
@@ -832,7 +837,7 @@ def test_event_log_total_explicit_value_and_its_bound():
 
 def test_max_series_is_left_to_the_binary_unless_set():
     assert flag_value(capture_args({}), "--max-series") is None
-    for mode in ("daemonset", "sidecar"):
+    for mode in ("daemonset", "sidecar", "proxy"):  # every registry: the proxy has one too
         assert flag_value(capture_args(mode_values(mode, capture={"maxSeries": 50000})), "--max-series") == 50000
     with pytest.raises(helm_python.HelmValuesError, match="at '/capture/maxSeries'"):
         render({"capture": {"maxSeries": 0}})

@@ -178,6 +178,9 @@ default 64) must fit: a full emptyDir gets the pod evicted.
 */}}
 {{- define "kafka-census.eventLogMaxTotalMB" -}}
 {{- $explicit := .Values.eventLog.maxTotalMB }}
+{{- if and (not (kindIs "invalid" $explicit)) (lt (int $explicit) (int (default 64 .Values.eventLog.maxMB))) }}
+{{- fail (printf "eventLog.maxTotalMB %d is below eventLog.maxMB %d: the cap must hold at least the file being written" (int $explicit) (int (default 64 .Values.eventLog.maxMB))) }}
+{{- end }}
 {{- $volume := include "kafka-census.eventLogVolumeSource" . | fromYaml }}
 {{- $size := "" }}
 {{- $where := "" }}
@@ -199,7 +202,7 @@ default 64) must fit: a full emptyDir gets the pod evicted.
 {{- int $explicit }}
 {{- else }}
 {{- $derived := div (mul $sizeMiB 3) 4 | int }}
-{{- if or (lt $derived 1) (gt $derived $room) }}
+{{- if or (lt $derived $active) (gt $derived $room) }}
 {{- fail (printf "the event log's volume is too small: %s is %d MiB, three quarters of it (%d) and the active file (eventLog.maxMB, %d) do not fit; give it more room or set eventLog.maxTotalMB" $where $sizeMiB $derived $active) }}
 {{- end }}
 {{- $derived }}
