@@ -294,7 +294,7 @@ def container_start(*, net_raw_added: bool, no_new_privs: bool):
     """A preexec_fn replaying runc's steps before the container's first exec: the bounding set
     (`capabilities: {drop: [ALL], add: [...]}`), UID/GID 10001 keeping capabilities, the
     permitted and effective sets of the spec (containerd and CRI-O give a non-root process the
-    added capabilities there; Docker since moby 25 too), then no_new_privs."""
+    added capabilities there; so does Docker since moby/moby#45491 was fixed), then no_new_privs."""
     keep = {CAP_NET_RAW} if net_raw_added else set()
 
     def preexec() -> None:
