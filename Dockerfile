@@ -118,7 +118,7 @@ int main(int argc, char **argv)
                 strerror(errno));
 
     size_t count = 0;
-    for (char **e = environ; *e; e++)
+    for (char **e = environ; e && *e; e++)
         count++;
     char **env = calloc(count + 3, sizeof *env);
     char **args = calloc((size_t)argc + 6, sizeof *args);
@@ -129,7 +129,7 @@ int main(int argc, char **argv)
     size_t n = 0;
     env[n++] = "PATH=/opt/kafka-census/bin:/usr/local/bin:/usr/bin:/bin";
     env[n++] = "LANG=C.UTF-8";
-    for (char **e = environ; *e; e++)
+    for (char **e = environ; e && *e; e++)
         if (strncmp(*e, KC_SETTINGS, strlen(KC_SETTINGS)) == 0)
             env[n++] = *e;
     env[n] = NULL;
