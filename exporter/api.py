@@ -137,9 +137,10 @@ class Status(_Model):
 
 
 class RequestCount(_Model):
-    api: str = Field(description="API name, or api_KEY for a key newer than the API table", examples=["Produce"])
-    api_key: Count
-    api_version: Count
+    api: str = Field(description="API name; \"unknown\" (one row) for every api key and version outside the "
+                     "API table", examples=["Produce"])
+    api_key: Count | None = Field(description="null in the \"unknown\" row")
+    api_version: Count | None = Field(description="null in the \"unknown\" row")
     count: Count
 
 
@@ -222,7 +223,7 @@ class Feature(_Model):
 class ApiRange(_Model):
     """One api the broker announced (KIP-35)."""
 
-    api_key: int
+    api_key: int = Field(description="Only keys the API table knows")
     api: str
     min_version: int
     max_version: int
@@ -231,7 +232,7 @@ class ApiRange(_Model):
 class Broker(_Model):
     """A broker's last successful ApiVersionsResponse (KIP-35 ranges, KIP-584 features)."""
 
-    broker: str = Field(examples=["10.0.0.5:9092"])
+    broker: str = Field(examples=["PLAINTEXT:9092"], description="LISTENER:PORT (never an address the wire names)")
     listener: str
     seen_at: Timestamp
     api_ranges: list[ApiRange]

@@ -111,6 +111,16 @@ def _progress(packets: int, fraction: float) -> None:
     print(f"replay: {packets:,} packets ({fraction:.0%})", end=end, file=sys.stderr, flush=True)
 
 
+def _registry_bounds(args: argparse.Namespace) -> dict:
+    """The registry's label and table bounds (ConnectionRegistry keyword arguments)."""
+    bounds = {"max_series": args.max_series, "max_brokers": args.max_brokers,
+              "max_software_labels": args.max_software_labels}
+    for name, value in bounds.items():
+        if value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    return bounds
+
+
 def _tracker_options(args: argparse.Namespace) -> dict:
     if args.idle_timeout <= 0:
         raise UsageError("--idle-timeout must be positive")
@@ -183,6 +193,9 @@ SETTINGS = {
     "event_log_max_total_mb": (_int, 1024),
     "event_log_queue_mb": (_int, 16),
     "compat_metrics": (_csv, []),
+    "max_series": (_int, 50_000),
+    "max_brokers": (_int, 256),
+    "max_software_labels": (_int, 1000),
     "idle_timeout": (_float, 660.0),
     "max_flows": (_int, 100_000),
     "max_connections": (_int, 100_000),
@@ -263,7 +276,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UsageError("--http serves only with --serve (replay lists the connections otherwise)")
     access = _api_access(args)
     listeners = _listeners(args)
-    registry = ConnectionRegistry(max_closed=10**9, closed_ttl=float("inf"))  # a file is finite: keep all
+    registry = ConnectionRegistry(max_closed=10**9, closed_ttl=float("inf"),  # a file is finite: keep all
+                                  **_registry_bounds(args))
     sock = _bind(args) if args.serve else None
     try:
         result = replay(args.file, listeners, registry.apply, progress=_progress, **_tracker_options(args))
@@ -421,7 +435,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
     tracker_options = _tracker_options(args)
     access = _api_access(args)
     sock = _bind(args) if args.http else None
-    registry = ConnectionRegistry(clock=time.time, max_open=args.max_connections)
+    registry = ConnectionRegistry(clock=time.time, max_open=args.max_connections, **_registry_bounds(args))
     state = _open_state(args, registry)
     event_log = _open_event_log(args)
     try:
@@ -565,7 +579,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     max_connections = _fd_bound(args.max_connections)
     access = _api_access(args)
     sock = _bind(args) if args.http else None
-    registry = ConnectionRegistry(clock=time.time, max_open=args.max_connections)
+    registry = ConnectionRegistry(clock=time.time, max_open=args.max_connections, **_registry_bounds(args))
     event_log = _open_event_log(args)
     service = None
     if args.http:
@@ -623,6 +637,13 @@ def _add_service_options(p: argparse.ArgumentParser) -> None:
                    help="what the log on stderr shows (default info)")
     p.add_argument("--compat-metrics", type=_csv, metavar="strimzi,confluent",
                    help="also emit the broker's KIP-511 gauge under these projects' jmx_exporter names")
+    p.add_argument("--max-series", type=_int, metavar="N",
+                   help="label sets the metrics may hold (a histogram's count 18); past it new ones fold into "
+                   "'other', counted in kafka_census_series_folded_total (default 50000)")
+    p.add_argument("--max-brokers", type=_int, metavar="N",
+                   help="brokers (listener:port) whose ApiVersions answers are kept (default 256)")
+    p.add_argument("--max-software-labels", type=_int, metavar="N",
+                   help="distinct client software name/version label pairs; later ones are 'other' (default 1000)")
 
 
 def _add_event_log_options(p: argparse.ArgumentParser) -> None:

@@ -7,9 +7,12 @@ collector (not instruments updated per event) keeps the capture hot path free of
 calls and makes every scrape a consistent view: the snapshot is taken under the registry's
 lock, the families are built after it is released.
 
-Label cardinality is bounded by construction: software name/version pairs by the registry
-("other" past its limit), listeners and close reasons by configuration and code, API names by
-the generated table. Per-connection identity (client id, address, principal) is never a label.
+Label cardinality is bounded by the registry (see its docstring and the README's worst-case
+formula): software name/version pairs ("other" past --max-software-labels), API names and
+versions by the generated table ("unknown" outside it), listeners and brokers by configuration,
+close reasons by code, and every label set by the --max-series budget ("other" past it,
+counted in kafka_census_series_folded_total). Per-connection identity (client id, address,
+principal) is never a label.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from exporter.registry import LATENCY_BUCKETS
+from exporter.registry import API_VERSIONS_ERRORS, LATENCY_BUCKETS
 
 P = "kafka_census_"
 # --compat-metrics: the broker gauge's name and labels in each project's jmx_exporter config.
@@ -32,9 +35,6 @@ _COMPAT = {
                   "Confluent's jmx-monitoring-stacks"),
 }
 COMPAT_MODES = tuple(_COMPAT)
-# Kafka error codes an operator meets in ApiVersions answers (KIP-511: 35 makes the client
-# retry with v0; 42 is a software name/version the broker's regex rejects).
-_API_VERSIONS_ERRORS = {0: "NONE", 35: "UNSUPPORTED_VERSION", 42: "INVALID_REQUEST"}
 
 
 def _family(cls, name: str, doc: str, labels: list[str], samples: dict):
@@ -100,10 +100,10 @@ class CensusCollector:
         yield _counter("api_versions_responses", "ApiVersions answers by request version and error "
                        "(UNSUPPORTED_VERSION makes clients retry with v0; INVALID_REQUEST: the broker "
                        "rejected the software name/version).", ["listener", "request_version", "error"],
-                       {(lst, v, _API_VERSIONS_ERRORS.get(code, str(code))): n
+                       {(lst, v, API_VERSIONS_ERRORS.get(code, str(code))): n
                         for (lst, v, code), n in s.api_versions.items()})
         yield _counter("produce_requests", "Produce requests by acks (acks other than 0, 1, -1 is error 21 "
-                       "since KIP-1).", ["listener", "acks", *sw], s.produce_acks)
+                       "since KIP-1, labelled 'other').", ["listener", "acks", *sw], s.produce_acks)
         yield _counter("sasl_authentications", "SASL authentications by mechanism and outcome.",
                        ["listener", "mechanism", "outcome"], s.sasl)
         yield _gauge("broker_api_min_version", "Lowest version of each api the broker announced.",
@@ -120,9 +120,20 @@ class CensusCollector:
                        {k[1]: v for k, v in s.problems.items() if k[0] == "desync"})
         yield from self._capture_health(s)
         yield _counter("software_label_overflow", "Client identifications whose software name/version went to "
-                       "the 'other' label because the distinct-pair limit was reached.", [], {(): s.software_overflow})
+                       "the 'other' label: the distinct-pair limit (--max-software-labels) was reached, a field was "
+                       "over 128 characters, or an answer accepted what a broker's regex refuses.", [],
+                       {(): s.software_overflow})
         yield _counter("untracked_connections", "Connections not tracked because the live table was full.",
                        [], {(): s.untracked_connections})
+        yield _counter("series_folded", "Increments that went to a label set of 'other' values (the listener "
+                       "kept) because --max-series label sets existed, by metric family.", ["metric"],
+                       s.series_folded)
+        yield _gauge("series", "Label sets charged to the --max-series budget (a histogram's count 18).", [],
+                     {(): s.series})
+        yield _gauge("series_limit", "The --max-series budget.", [], {(): s.max_series})
+        yield _counter("broker_answers_dropped", "What of the brokers' ApiVersions answers was not kept: 'broker' "
+                       "answers past --max-brokers entries, 'api' ranges of keys outside the API table, 'feature' "
+                       "features with an invalid name or past 32 per broker.", ["what"], s.broker_drops)
         yield _counter("forgotten_closed_connections", "Recently closed connections dropped at the count bound.",
                        [], {(): s.forgotten_connections})
         if self.health is not None:

@@ -15,6 +15,11 @@ Model:
   id, principal and listener), so batch clients that came and went an hour ago still count.
 - Software labels are bounded: the first `max_software_labels` distinct (name, version) pairs
   get their own label values; later pairs share ("other", "other") and are counted.
+- Nothing else the wire says grows a table: an (api_key, api_version) outside the generated
+  table is "unknown" (labels and request maps alike), acks outside {-1, 0, 1} and unknown
+  ApiVersions error codes "other", SASL mechanisms outside RFC 4422's form "other"; brokers are
+  keyed by listener and port (at most `max_brokers`); and once `max_series` label sets exist, a
+  new one folds into "other" (`_slot`, counted per family).
 - Restarts (`--state-file`, exporter/state.py): `saved_identities()` gives what to keep,
   `restore_identities()` takes it back. A saved identity goes to the next connection of its
   4-tuple only if the capture joins it mid-stream (one seen from its SYN is a new connection on
@@ -28,6 +33,7 @@ Model:
 
 from __future__ import annotations
 
+import re
 import threading
 from bisect import bisect_left
 from collections import Counter, OrderedDict
@@ -58,6 +64,15 @@ DEFAULT_MAX_CLOSED = 10_000
 DEFAULT_CLOSED_TTL = 900.0
 DEFAULT_MAX_SOFTWARE_LABELS = 1000
 DEFAULT_MAX_CENSUS_ROWS = 10_000
+DEFAULT_MAX_BROKERS = 256
+# Label sets (histogram ones count 18: 16 buckets, _sum, _count) across the series that multiply
+# wire-driven dimensions. A large cluster: 4 listeners x 500 software pairs x ~15 (api, version)
+# pairs a client uses is 30k requests series, plus acks, latency and the gauge: ~35k. See the
+# README's formula for the worst case.
+DEFAULT_MAX_SERIES = 50_000
+# A software name or version longer than this is no real client's ("apache-kafka-java", "2.3.0-rdkafka-2.3.0").
+MAX_SOFTWARE_LABEL_LEN = 128
+MAX_BROKER_FEATURES = 32  # KIP-584 features per broker (Kafka 4.1 announces 7)
 API_VERSIONS = 18
 UNKNOWN = "unknown"  # the broker's own label value when a client sent no software fields
 OTHER = "other"
@@ -75,8 +90,62 @@ def iso_time(ts: float | None) -> str | None:
 
 
 def api_name(api_key: int) -> str:
+    """The generated table's name, or "unknown": a wire integer never becomes a label of its own."""
     spec = API_TABLE.get(api_key)
-    return spec.name if spec is not None else f"api_{api_key}"
+    return spec.name if spec is not None else UNKNOWN
+
+
+# Key of the one bucket for requests whose (api_key, api_version) the generated table does not
+# know; beyond any int16 key, so it sorts after every real pair.
+UNKNOWN_REQUEST = (1 << 16, 0)
+HISTOGRAM_SERIES = len(LATENCY_BUCKETS) + 3  # buckets, +Inf, _sum, _count
+ACKS = frozenset((-1, 0, 1))  # KIP-1: anything else is INVALID_REQUIRED_ACKS (21)
+# ApiVersions answers an operator meets (KIP-511: 35 makes the client retry with v0; 42 is a
+# software name/version the broker's regex rejects); any other code is labelled "other".
+API_VERSIONS_ERRORS = {0: "NONE", 35: "UNSUPPORTED_VERSION", 42: "INVALID_REQUEST"}
+# RFC 4422 section 3.1: a SASL mechanism name is 1-20 upper-case letters, digits, '-' or '_'.
+_MECHANISM = re.compile(r"[A-Z0-9_-]{1,20}")
+_FEATURE = re.compile(r"[A-Za-z0-9._-]{1,64}")  # KIP-584 names, e.g. "metadata.version"
+# What series_folded counts, by family: every name is exported, 0 until something folds.
+BUDGETED = ("connections", "requests", "deprecated_requests", "request_duration_seconds", "api_versions_responses",
+            "produce_requests", "sasl_authentications")
+BROKER_DROPS = ("broker", "api", "feature")
+
+
+# Every (api_key, api_version) of the generated table -> its (api, api_version) label values.
+_PAIR_LABELS = {(s.key, v): (s.name, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1)}
+_UNKNOWN_LABELS = (UNKNOWN, UNKNOWN)
+
+
+def request_key(api_key: int, api_version: int) -> tuple[int, int]:
+    """The request maps' key: the pair itself if the generated table knows it, else UNKNOWN_REQUEST
+    (so a map holds at most the table's pairs plus one)."""
+    key = (api_key, api_version)
+    return key if key in _PAIR_LABELS else UNKNOWN_REQUEST
+
+
+def request_labels(key: tuple[int, int]) -> tuple[str, int | str]:
+    """(api, api_version) label values of a `request_key`: ("unknown", "unknown") outside the table."""
+    return _PAIR_LABELS.get(key, _UNKNOWN_LABELS)
+
+
+def request_counts(requests) -> list[dict]:
+    """A request map as REST rows, ordered by key and version; the unknown bucket last, with
+    null api_key and api_version."""
+    out = []
+    for key, n in sorted(requests.items()):
+        if key == UNKNOWN_REQUEST:
+            out.append({"api": UNKNOWN, "api_key": None, "api_version": None, "count": n})
+        else:
+            out.append({"api": API_TABLE[key[0]].name, "api_key": key[0], "api_version": key[1], "count": n})
+    return out
+
+
+def sasl_mechanism(mechanism: str | None) -> str | None:
+    """A mechanism name as the wire gave it if RFC 4422 allows it, else "other"."""
+    if mechanism is None:
+        return None
+    return mechanism if _MECHANISM.fullmatch(mechanism) else OTHER
 
 
 def identity_source(rec: "ConnectionRecord") -> str:
@@ -128,7 +197,7 @@ class ConnectionRecord:
         self.closed_at: float | None = None
         self.bytes_from_client = 0
         self.bytes_from_broker = 0
-        self.requests: Counter[tuple[int, int]] = Counter()
+        self.requests: Counter[tuple[int, int]] = Counter()  # request_key() -> count: bounded by the table
         self.decode_errors = 0
         self.desyncs = 0
         # Identity taken from the state file (--state-file) for a connection joined mid-stream;
@@ -167,10 +236,7 @@ class ConnectionRecord:
             "bytes_from_broker": self.bytes_from_broker,
             "decode_errors": self.decode_errors,
             "desyncs": self.desyncs,
-            "requests": [
-                {"api": api_name(key), "api_key": key, "api_version": version, "count": count}
-                for (key, version), count in sorted(self.requests.items())
-            ],
+            "requests": request_counts(self.requests),
         }
 
 
@@ -205,6 +271,10 @@ class MetricsSnapshot:
     untracked_connections: int
     forgotten_connections: int
     census_overflow: int
+    series: int = 0  # label sets charged to the --max-series budget
+    max_series: int = DEFAULT_MAX_SERIES
+    series_folded: dict = field(default_factory=dict)  # family (BUDGETED) -> increments folded into "other"
+    broker_drops: dict = field(default_factory=dict)  # BROKER_DROPS -> answers or entries not kept
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -236,7 +306,8 @@ class ConnectionRegistry:
 
     def __init__(self, *, max_open: int = DEFAULT_MAX_OPEN, max_closed: int = DEFAULT_MAX_CLOSED,
                  closed_ttl: float = DEFAULT_CLOSED_TTL, max_software_labels: int = DEFAULT_MAX_SOFTWARE_LABELS,
-                 max_census_rows: int = DEFAULT_MAX_CENSUS_ROWS, clock=None) -> None:
+                 max_census_rows: int = DEFAULT_MAX_CENSUS_ROWS, max_series: int = DEFAULT_MAX_SERIES,
+                 max_brokers: int = DEFAULT_MAX_BROKERS, clock=None) -> None:
         self.lock = threading.RLock()
         self.open: dict[str, ConnectionRecord] = {}
         self.closed: OrderedDict[str, ConnectionRecord] = OrderedDict()
@@ -266,6 +337,15 @@ class ConnectionRegistry:
         self._api_versions: Counter = Counter()
         self._produce_acks: Counter = Counter()
         self._sasl: Counter = Counter()
+        # Series budget (`_slot`): label sets charged so far, and the increments that went to
+        # "other" once it was spent, by family.
+        self.max_series = max_series
+        self._series = 0
+        self.series_folded: Counter[str] = Counter(dict.fromkeys(BUDGETED, 0))
+        # Keyed "LISTENER:PORT", never by an address the wire names: at most the configured
+        # listener ports (capture) or routes (proxy), and never more than `max_brokers`.
+        self.max_brokers = max_brokers
+        self.broker_drops: Counter[str] = Counter(dict.fromkeys(BROKER_DROPS, 0))
         self._brokers: dict[str, dict] = {}
         self._broker_keys: dict[str, tuple] = {}  # broker -> the answer its entry was built from
         self._broker_seen: dict[str, float] = {}
@@ -392,8 +472,7 @@ class ConnectionRegistry:
                 "principal": principal, "listener": listener, "open_connections": row.open,
                 "total_connections": row.total, "first_seen": iso_time(row.first_seen),
                 "last_seen": iso_time(row.last_seen), "client_addresses": sorted(row.addresses),
-                "requests": [{"api": api_name(k), "api_key": k, "api_version": v, "count": n}
-                             for (k, v), n in sorted(row.requests.items())],
+                "requests": request_counts(row.requests),
             })
         out.sort(key=lambda r: (r["client_software_name"] or "", r["client_software_version"] or "",
                                 r["client_id"] or "", r["listener"]))
@@ -446,16 +525,34 @@ class ConnectionRegistry:
                                  for b, info in self._brokers.items() for f in info["features"]},
                 capture=dict(self._capture), software_overflow=self.software_overflow,
                 untracked_connections=self.untracked, forgotten_connections=self.forgotten,
-                census_overflow=self.census_overflow)
+                census_overflow=self.census_overflow, series=self._series, max_series=self.max_series,
+                series_folded=dict(self.series_folded), broker_drops=dict(self.broker_drops))
 
     # --- handlers (called under the lock) -----------------------------------------------
+
+    def _slot(self, metric: str, table: dict, key: tuple, cost: int = 1) -> tuple:
+        """`key` if `table` has it or the series budget has room for it; else `key` with every
+        label but the first (the listener, bounded by configuration) "other", counted. Folded
+        keys take no room: each family gets at most one per listener beyond the budget."""
+        if key in table:
+            return key
+        if self._series + cost <= self.max_series:
+            self._series += cost
+            return key
+        self.series_folded[metric] += 1
+        return (key[0],) + (OTHER,) * (len(key) - 1)
+
+    def _labels(self, listener: str, name: str | None, version: str | None) -> tuple[str, str]:
+        """A connection's software label values: `_label`, then the series budget's say."""
+        return self._slot("connections", self._gauge, (listener, *self._label(name, version)))[1:]
 
     def _label(self, name: str | None, version: str | None) -> tuple[str, str]:
         pair = (name or UNKNOWN, version or UNKNOWN)
         labels = self._software_labels
-        if pair in labels or pair == (UNKNOWN, UNKNOWN):  # "unknown" never takes a slot
+        if pair in labels or pair == (UNKNOWN, UNKNOWN) or pair == (OTHER, OTHER):  # these never take a slot
             return pair
-        if len(labels) < self.max_software_labels:
+        if len(labels) < self.max_software_labels and len(pair[0]) <= MAX_SOFTWARE_LABEL_LEN \
+                and len(pair[1]) <= MAX_SOFTWARE_LABEL_LEN:
             labels.add(pair)
             return pair
         self.software_overflow += 1
@@ -485,36 +582,40 @@ class ConnectionRegistry:
             rec.sasl_mechanism = saved.sasl_mechanism
             rec.first_seen = min(rec.first_seen, saved.first_seen)
             self.restored_connections += 1
-        rec.labels = self._label(rec.software_name, rec.software_version)
+        rec.labels = self._labels(rec.listener, rec.software_name, rec.software_version)
         self._gauge[(rec.listener, *rec.labels)] += 1
 
     def _request(self, ev: RequestSeen) -> None:
         rec = self.open.get(ev.conn_id)
         if rec is None:
             return
-        key = (ev.api_key, ev.api_version)
+        key = request_key(ev.api_key, ev.api_version)
         rec.requests[key] += 1
-        if ev.client_id is not None:
+        if ev.client_id is not None and key != UNKNOWN_REQUEST:  # a frame outside the table may be a SASL token
             rec.client_id = ev.client_id
         rec.last_seen = ev.ts
         if ev.api_key != API_VERSIONS:  # counted when answered, under the identity it gives
-            self._count_request(rec, ev.api_key, ev.api_version)
+            self._count_request(rec, key)
 
-    def _count_request(self, rec: ConnectionRecord, api_key: int, api_version: int) -> None:
-        labels = (rec.listener, api_name(api_key), api_version, *rec.labels)
+    def _count_request(self, rec: ConnectionRecord, key: tuple[int, int]) -> None:
+        """`key`: a `request_key`."""
+        labels = self._slot("requests", self._requests, (rec.listener, *request_labels(key), *rec.labels))
         self._requests[labels] += 1
-        if api_version in REMOVED_IN_KAFKA4.get(api_key, ()):
-            self._deprecated[labels] += 1
+        if key[1] in REMOVED_IN_KAFKA4.get(key[0], ()):
+            self._deprecated[self._slot("deprecated_requests", self._deprecated, labels)] += 1
 
     def _response(self, ev: ResponseSeen) -> None:
         rec = self.open.get(ev.conn_id)
         if rec is None:
             return
         rec.last_seen = ev.ts
-        key = (rec.listener, ev.api_name or f"api_{ev.api_key}")
+        key = (rec.listener, request_labels(request_key(ev.api_key, ev.api_version))[0])
         hist = self._latency.get(key)
         if hist is None:
-            hist = self._latency[key] = [[0] * (len(LATENCY_BUCKETS) + 1), 0.0, 0]
+            key = self._slot("request_duration_seconds", self._latency, key, HISTOGRAM_SERIES)
+            hist = self._latency.get(key)
+            if hist is None:
+                hist = self._latency[key] = [[0] * (len(LATENCY_BUCKETS) + 1), 0.0, 0]
         hist[0][bisect_left(LATENCY_BUCKETS, ev.latency)] += 1  # le semantics: value <= bound
         hist[1] += ev.latency
         hist[2] += 1
@@ -523,64 +624,92 @@ class ConnectionRegistry:
         rec = self.open.get(ev.conn_id)
         if rec is None:
             return
-        self._api_versions[(rec.listener, ev.request_version, ev.error_code)] += 1
+        request = request_key(API_VERSIONS, ev.request_version)
+        error = ev.error_code if ev.error_code in API_VERSIONS_ERRORS else OTHER
+        key = (rec.listener, request_labels(request)[1], error)
+        self._api_versions[self._slot("api_versions_responses", self._api_versions, key)] += 1
         if ev.accepted:
             rec.restored = False  # a real exchange overrides an identity from the state file
             rec.identity_version = ev.request_version
             rec.software_name = ev.name
             rec.software_version = ev.version
             self._gauge[(rec.listener, *rec.labels)] -= 1
-            rec.labels = self._label(ev.name, ev.version)
+            if ev.valid is False:  # a broker refuses what its regex rejects: this "acceptance" is forged
+                self.software_overflow += 1
+                rec.labels = self._labels(rec.listener, OTHER, OTHER)
+            else:
+                rec.labels = self._labels(rec.listener, ev.name, ev.version)
             self._gauge[(rec.listener, *rec.labels)] += 1
-        self._count_request(rec, API_VERSIONS, ev.request_version)
+        self._count_request(rec, request)
 
     def _answer(self, ev: ApiVersionsAnswer) -> None:
         rec = self.open.get(ev.conn_id)
         if rec is None or ev.error_code != 0:
             return
-        broker = f"{rec.broker_address}:{rec.broker_port}"
+        # The listener's port, not the address: a capture sees packets to any address on a
+        # listener port (spoofed ones too), while the ports are configuration.
+        broker = f"{rec.listener}:{rec.broker_port}"
+        known = self._brokers.get(broker)
+        if known is None and len(self._brokers) >= self.max_brokers:
+            self.broker_drops["broker"] += 1
+            return
         # Every connection brings the same answer: rebuilding ~75 dicts for it costs more than all
         # the connection's other events together. Unchanged: only refresh seen_at (once a second).
         key = (rec.listener, ev.api_ranges, ev.supported_features, ev.finalized_features, ev.finalized_features_epoch)
-        known = self._brokers.get(broker)
         if known is not None and self._broker_keys.get(broker) == key:
             if ev.ts - self._broker_seen.get(broker, 0.0) >= 1.0:
                 self._broker_seen[broker] = ev.ts
                 self._brokers[broker] = {**known, "seen_at": iso_time(ev.ts)}  # readers may hold the old one
             return
-        self._broker_keys[broker] = key
+        # A real answer lists each table key once and a few features; a huge one is not kept as a key.
+        sane = len(ev.api_ranges) <= 2 * len(API_TABLE) and len(ev.supported_features) <= MAX_BROKER_FEATURES \
+            and len(ev.finalized_features) <= MAX_BROKER_FEATURES
+        self._broker_keys[broker] = key if sane else None
         self._broker_seen[broker] = ev.ts
-        finalized = {name: (lo, hi) for name, lo, hi in ev.finalized_features}
+        ranges: dict[int, tuple[int, int]] = {}
+        for k, lo, hi in ev.api_ranges:
+            if k in API_TABLE:
+                ranges[k] = (lo, hi)
+            else:  # a key the table does not know has no name to export
+                self.broker_drops["api"] += 1
+        finalized = {name: (lo, hi) for name, lo, hi in ev.finalized_features[:MAX_BROKER_FEATURES]}
+        features: dict[str, tuple[int, int]] = {}
+        for name, lo, hi in ev.supported_features:
+            if len(features) < MAX_BROKER_FEATURES and _FEATURE.fullmatch(name) and name not in features:
+                features[name] = (lo, hi)
+            else:
+                self.broker_drops["feature"] += 1
         self._brokers[broker] = {
             "broker": broker, "listener": rec.listener, "seen_at": iso_time(ev.ts),
-            "api_ranges": [{"api_key": k, "api": api_name(k), "min_version": lo, "max_version": hi}
-                           for k, lo, hi in ev.api_ranges],
+            "api_ranges": [{"api_key": k, "api": API_TABLE[k].name, "min_version": lo, "max_version": hi}
+                           for k, (lo, hi) in sorted(ranges.items())],
             "features": [{"name": name, "min_version": lo, "max_version": hi,
                           "finalized_min_level": finalized.get(name, (None, None))[0],
                           "finalized_max_level": finalized.get(name, (None, None))[1]}
-                         for name, lo, hi in ev.supported_features],
+                         for name, (lo, hi) in features.items()],
             "finalized_features_epoch": ev.finalized_features_epoch,
         }
 
     def _sasl_handshake(self, ev: SaslHandshake) -> None:
         rec = self.open.get(ev.conn_id)
-        if rec is not None:
-            rec.sasl_mechanism = ev.mechanism
+        if rec is not None and ev.error_code == 0:  # a refused mechanism is the client's word only
+            rec.sasl_mechanism = sasl_mechanism(ev.mechanism)
 
     def _sasl_identity(self, ev: SaslIdentity) -> None:
         rec = self.open.get(ev.conn_id)
         if rec is None:
             return
-        rec.sasl_mechanism = ev.mechanism
+        mechanism = rec.sasl_mechanism = sasl_mechanism(ev.mechanism)
         rec.sasl_outcome = ev.outcome
         if ev.outcome == "success":
             rec.principal = ev.principal
-        self._sasl[(rec.listener, ev.mechanism, ev.outcome)] += 1
+        self._sasl[self._slot("sasl_authentications", self._sasl, (rec.listener, mechanism, ev.outcome))] += 1
 
     def _acks(self, ev: ProduceAcks) -> None:
         rec = self.open.get(ev.conn_id)
         if rec is not None:
-            self._produce_acks[(rec.listener, ev.acks, *rec.labels)] += 1
+            key = (rec.listener, ev.acks if ev.acks in ACKS else OTHER, *rec.labels)
+            self._produce_acks[self._slot("produce_requests", self._produce_acks, key)] += 1
 
     def _tls(self, ev: TlsDetected) -> None:
         rec = self.open.get(ev.conn_id)

@@ -321,7 +321,7 @@ ALLOWED_LABELS = {
     "listener", "client_software_name", "client_software_version", "reason", "api", "api_version", "le",
     "request_version", "error", "acks", "mechanism", "outcome", "broker", "feature", "kind", "source",
     "version", "python_version", "clientSoftwareName", "clientSoftwareVersion", "networkProcessor",
-    "network_processor",
+    "network_processor", "metric", "what",
 }
 
 
