@@ -579,7 +579,7 @@ class ConnectionRegistry:
             rec.software_name = saved.client_software_name
             rec.software_version = saved.client_software_version
             rec.principal = saved.principal
-            rec.sasl_mechanism = saved.sasl_mechanism
+            rec.sasl_mechanism = sasl_mechanism(saved.sasl_mechanism)  # a state file of an older version
             rec.first_seen = min(rec.first_seen, saved.first_seen)
             self.restored_connections += 1
         rec.labels = self._labels(rec.listener, rec.software_name, rec.software_version)

@@ -53,6 +53,7 @@ from exporter.registry import (
     HISTOGRAM_SERIES,
     MAX_BROKER_FEATURES,
     ConnectionRegistry,
+    SavedIdentity,
 )
 
 P = "kafka_census_"
@@ -462,3 +463,17 @@ def test_bounds_are_settings_with_safe_defaults():
     resolve_settings(args, environ={})
     with pytest.raises(UsageError, match="--max-software-labels must be at least 1"):
         _registry_bounds(args)
+
+
+def test_a_mechanism_from_an_old_state_file_is_checked_too():
+    saved = SavedIdentity(client_address="10.0.0.7", client_port=50000, broker_address="10.0.0.5", broker_port=9092,
+                          listener="PLAINTEXT", client_id="app", client_software_name=None,
+                          client_software_version=None, identity_version=None, principal="alice",
+                          sasl_mechanism="\x00alice\x00hunter2", first_seen=0.5, last_seen=0.9)
+    reg = ConnectionRegistry()
+    assert reg.restore_identities([saved], ttl=600.0) == 1
+    feed(reg, ConnectionOpened(conn_id="c", ts=1.0, client_address="10.0.0.7", client_port=50000,
+                               broker_address="10.0.0.5", broker_port=9092, listener="PLAINTEXT",
+                               security_protocol="SASL_PLAINTEXT", mid_stream=True, source="capture"))
+    assert reg.get("c")["identity_source"] == "restored"
+    assert reg.get("c")["sasl_mechanism"] == "other"
