@@ -2,36 +2,40 @@
 
 Owns `create_app`, the FastAPI application served next to `/metrics`, and the pydantic models
 that make its OpenAPI schema (at /openapi.json, browsable at /docs) describe every response
-exactly. Reads `exporter.registry` only through its public reading methods and, for the
-connection listing, through `records()` under `registry.lock`; it never writes to the registry
-and imports nothing from `capture`.
+exactly. Reads `exporter.registry` only through its public reading methods (`query` for the
+connection listing); it never takes the registry's lock, never writes to the registry and imports
+nothing from `capture`.
 
-Listing connections at 100k: the records are filtered and ordered as `ConnectionRecord`
-objects under the registry lock, and only the page that survives the filters and the limit is
-turned into dicts (`ConnectionRecord.to_dict`), still under the lock so the page is one
-consistent snapshot. JSON serialization happens after the lock is released.
+A REST request must not stall the capture (issue 13): the registry holds its lock only to copy,
+in chunks, and filters, orders and builds dicts on the copy. `order_by` has at most one term per
+field (a repeated field is dropped: it cannot change the order; more terms than fields is 422
+before any work). The listings are returned as pre-serialized JSON (`_json`): the routes keep
+their `response_model` for the OpenAPI document, but FastAPI does not validate every row on every
+request (3-8x the cost of json.dumps at 10k rows); tests/test_api.py holds the registry's
+objects to the models, field for field, and schemathesis holds the responses to the schema.
 
 Errors: a request that violates the schema's types or ranges (a bad `state`, `limit` out of
-1..10000) gets FastAPI's 422 with the offending parameter and the allowed values; a request
-the schema describes but the server cannot honour in meaning (an unknown `order_by` field, an
-unknown upgrade target) gets 400 `{"detail": "..."}` naming the allowed values; an unknown
-connection id gets 404 `{"detail": "no connection ..."}`. With an API token (exporter.auth), a
+1..10000, more `order_by` terms than fields) gets FastAPI's 422 with the offending parameter and
+the allowed values; a request the schema describes but the server cannot honour in meaning (an
+unknown `order_by` field, an unknown upgrade target) gets 400 `{"detail": "..."}` naming the
+allowed values; an unknown connection id gets 404 `{"detail": "no connection ..."}`. With an API token (exporter.auth), a
 request without it gets 401 `{"detail": "..."}` before any of this.
 """
 
 from __future__ import annotations
 
-from operator import attrgetter
+import json
 from typing import Annotated, Callable, Literal
 
 from fastapi import FastAPI, HTTPException, Path, Query
-from fastapi.responses import JSONResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.datastructures import MutableHeaders
 from starlette.routing import Route
 
 from exporter.auth import ApiToken, BearerAuth
-from exporter.registry import UPGRADE_TARGETS, ConnectionRecord, ConnectionRegistry
+from exporter.registry import ORDER_FIELDS, UPGRADE_TARGETS, ConnectionRegistry
 
 API_PREFIX = "/api/v1"
 DEFAULT_LIMIT = 1000
@@ -49,42 +53,32 @@ def _package_version() -> str:
 
 # --- ordering -------------------------------------------------------------------------------
 
-def _idle_key(now: float) -> Callable[[ConnectionRecord], float]:
-    # Same quantity as ConnectionRecord.to_dict's idle_seconds, without its rounding.
-    def idle(r: ConnectionRecord) -> float:
-        return max(0.0, (r.closed_at if r.closed_at is not None else now) - r.last_seen)
-    return idle
-
-
-# order_by field (the connection object's name) -> record attribute. Strings order by code
-# point (so "10.0.0.10" < "10.0.0.9" and "2.10" < "2.9"); numbers and times numerically.
-ORDER_FIELDS: dict[str, str | None] = {
-    "first_seen": "first_seen",
-    "last_seen": "last_seen",
-    "idle_seconds": None,  # computed from "now"
-    "client_address": "client_address",
-    "client_port": "client_port",
-    "client_id": "client_id",
-    "client_software_name": "software_name",
-    "client_software_version": "software_version",
-    "listener": "listener",
-    "bytes_from_client": "bytes_from_client",
-    "bytes_from_broker": "bytes_from_broker",
-    "state": "state",
-}
+# ORDER_FIELDS (exporter.registry): order_by field -> what it orders by. At most one term per
+# field: a later term on a field already ordered by cannot change the order.
+MAX_ORDER_TERMS = len(ORDER_FIELDS)
 _FIELD_ALTERNATION = "|".join(ORDER_FIELDS)
 # AIP-132 style: "FIELD", "FIELD asc", "FIELD desc", comma-separated for several keys.
 _ORDER_TERM = rf"(?:{_FIELD_ALTERNATION})(?: +(?:asc|desc))?"
-ORDER_BY_PATTERN = rf"^ *{_ORDER_TERM} *(?:, *{_ORDER_TERM} *)*$"
-_ORDER_BY_HELP = (f"order_by is a comma-separated list of FIELD or 'FIELD asc' or 'FIELD desc'; "
-                  f"FIELD is one of: {', '.join(ORDER_FIELDS)}")
+ORDER_BY_PATTERN = rf"^ *{_ORDER_TERM} *(?:, *{_ORDER_TERM} *){{0,{MAX_ORDER_TERMS - 1}}}$"
+_ORDER_BY_HELP = (f"order_by is a comma-separated list of FIELD or 'FIELD asc' or 'FIELD desc', at most "
+                  f"{MAX_ORDER_TERMS} terms; FIELD is one of: {', '.join(ORDER_FIELDS)}")
+
+
+class TooManyOrderTerms(ValueError):
+    """More terms than there are fields: refused before the value is split (a 16 KiB URL holds
+    ~2,700 terms)."""
 
 
 def parse_order_by(value: str) -> list[tuple[str, bool]]:
     """`"last_seen desc, client_id"` -> [("last_seen", True), ("client_id", False)].
 
-    Raises ValueError with a message that lists the allowed fields and directions."""
-    terms: list[tuple[str, bool]] = []
+    A field named again is dropped (the first term on it decides). Raises TooManyOrderTerms for
+    more than MAX_ORDER_TERMS terms, ValueError with the allowed fields and directions otherwise."""
+    count = value.count(",") + 1
+    if count > MAX_ORDER_TERMS:
+        raise TooManyOrderTerms(f"order_by has {count} terms; at most {MAX_ORDER_TERMS}, one per field: "
+                                f"{', '.join(ORDER_FIELDS)}")
+    terms: dict[str, bool] = {}
     for part in value.split(","):
         words = part.split(" ")
         words = [w for w in words if w]
@@ -96,23 +90,29 @@ def parse_order_by(value: str) -> list[tuple[str, bool]]:
         if len(words) > 2 or (len(words) == 2 and words[1] not in ("asc", "desc")):
             raise ValueError(f"bad order_by term {part.strip()!r}: the direction is asc or desc; "
                              f"{_ORDER_BY_HELP}")
-        terms.append((name, len(words) == 2 and words[1] == "desc"))
-    return terms
+        terms.setdefault(name, len(words) == 2 and words[1] == "desc")
+    return list(terms.items())
 
 
-def order_records(recs: list[ConnectionRecord], terms: list[tuple[str, bool]], now: float) -> None:
-    """Sort in place by the terms; None sorts last in either direction; ties by (first_seen, id).
+# --- serialization --------------------------------------------------------------------------
 
-    Stable sorts applied from the last key to the first (Python's documented multi-key idiom)."""
-    recs.sort(key=attrgetter("first_seen", "id"))
-    for name, desc in reversed(terms):
-        attr = ORDER_FIELDS[name]
-        get = _idle_key(now) if attr is None else attrgetter(attr)
-        if desc:
-            # reverse=True keeps equal elements in their order; (False, None) sorts after all values
-            recs.sort(key=lambda r: ((v := get(r)) is not None, v), reverse=True)
+_encode = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
+_ROWS_PER_ENCODE = 256  # json's C encoder keeps the GIL (and so the capture thread) for a whole call
+
+
+def _json(body: dict) -> Response:
+    """`body` as the response, serialized by json (no per-row pydantic validation), its long
+    lists a chunk of rows per encoder call. ASCII-only output: the same JSON values whatever the
+    strings hold."""
+    parts = []
+    for key, value in body.items():
+        if isinstance(value, list) and len(value) > _ROWS_PER_ENCODE:
+            rows = ",".join(_encode(value[i:i + _ROWS_PER_ENCODE])[1:-1]
+                            for i in range(0, len(value), _ROWS_PER_ENCODE))
+            parts.append(f"{_encode(key)}:[{rows}]")
         else:
-            recs.sort(key=lambda r: ((v := get(r)) is None, v))
+            parts.append(f"{_encode(key)}:{_encode(value)}")
+    return Response("{" + ",".join(parts) + "}", media_type="application/json")
 
 
 # --- response models ------------------------------------------------------------------------
@@ -396,28 +396,23 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
             examples=["last_seen desc", "client_software_name, client_software_version desc"],
             json_schema_extra={"pattern": ORDER_BY_PATTERN})] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="At most this many connections")] = DEFAULT_LIMIT,
-    ) -> dict:
+    ) -> Response:
         try:
             terms = parse_order_by(order_by) if order_by is not None else []
+        except TooManyOrderTerms as e:  # a range the schema states (the pattern's repetition bound)
+            raise RequestValidationError([{"type": "too_long", "loc": ("query", "order_by"), "msg": str(e)}]) \
+                from None
         except ValueError as e:
             raise HTTPException(400, str(e)) from None
-        checks = [(attr, value) for attr, value in (
-            ("listener", listener), ("software_name", client_software_name),
-            ("software_version", client_software_version), ("client_id", client_id), ("principal", principal),
-        ) if value is not None]
-        with registry.lock:
-            registry.expire()
-            now = registry.now()
-            recs = registry.records(state)
-            for attr, value in checks:  # one pass per filter: each narrows the next
-                get = attrgetter(attr)
-                recs = [r for r in recs if get(r) == value]
-            if address is not None:
-                recs = [r for r in recs if r.client_address == address or r.broker_address == address]
-            order_records(recs, terms, now)
-            page = [r.to_dict(now) for r in recs[:limit]]
-            total = len(recs)
-        return {"connections": page, "total": total, "limit": limit}
+        filters = {name: value for name, value in (
+            ("listener", listener), ("client_software_name", client_software_name),
+            ("client_software_version", client_software_version), ("client_id", client_id),
+            ("principal", principal), ("address", address),
+        ) if value is not None}
+        chunks, total = registry.query(state=state, filters=filters, order_by=terms, limit=limit)
+        # Encoded a chunk at a time: the page's dicts never exist all at once.
+        rows = ",".join(_encode(chunk)[1:-1] for chunk in chunks if chunk)
+        return Response(f'{{"connections":[{rows}],"total":{total},"limit":{limit}}}', media_type="application/json")
 
     @app.get(API_PREFIX + "/connections/{conn_id:path}", response_model=Connection, tags=["connections"],
              summary="One connection", responses={404: {"model": Error, "description": "No such connection"}})
@@ -435,18 +430,17 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         client_software_version: Annotated[str, Query()] = None,
         client_id: Annotated[str, Query()] = None,
         principal: Annotated[str, Query()] = None,
-    ) -> dict:
+    ) -> Response:
         wanted = {k: v for k, v in (
             ("listener", listener), ("client_software_name", client_software_name),
             ("client_software_version", client_software_version), ("client_id", client_id),
             ("principal", principal),
         ) if v is not None}
-        with registry.lock:  # one snapshot: the rows and the overflow count together
-            rows = registry.clients()
-            overflow = registry.census_overflow
+        rows = registry.clients()
+        overflow = registry.census_overflow  # an int: read whole, no lock needed
         if wanted:
             rows = [r for r in rows if all(r[k] == v for k, v in wanted.items())]
-        return {"clients": rows, "total": len(rows), "census_overflow": overflow}
+        return _json({"clients": rows, "total": len(rows), "census_overflow": overflow})
 
     @app.get(API_PREFIX + "/brokers", response_model=BrokerList, tags=["brokers"],
              summary="Brokers' API version ranges and features, from their ApiVersions responses")
@@ -458,9 +452,9 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
     def upgrade_readiness(
         target: Annotated[str, Query(description=f"Broker version; known: {', '.join(UPGRADE_TARGETS)}",
                                      json_schema_extra={"enum": list(UPGRADE_TARGETS)})] = "4.0",
-    ) -> dict:
+    ) -> Response:
         if target not in UPGRADE_TARGETS:
             raise HTTPException(400, f"unknown upgrade target {target!r}; known: {', '.join(UPGRADE_TARGETS)}")
-        return registry.upgrade_readiness(target)
+        return _json(registry.upgrade_readiness(target))
 
     return app

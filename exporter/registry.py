@@ -26,17 +26,25 @@ Model:
   a reused port, and the saved one is dropped); it shows as identity_source "restored" until an
   accepted ApiVersions, and is forgotten after the idle timeout if its connection never shows.
 - Every method takes the registry's lock: `apply` comes from the capture thread, reads from
-  HTTP handlers; each read returns plain data built under the lock (a consistent snapshot).
+  HTTP handlers. A REST read holds it only to copy, a bounded chunk of records per hold
+  (`_copied`), and filters, orders and formats the copy with the lock free, so the capture
+  waits for one chunk at most (issue 13); each copied record is consistent, a listing spans
+  its chunks. An apply() that finds the lock taken measures its wait (`apply_lock_wait_max`).
 - "Now" is `clock()` when one is given (live capture: wall time), else the newest event's
   timestamp (replay: the file's own time).
 """
 
 from __future__ import annotations
 
+import heapq
 import re
 import threading
 from bisect import bisect_left
 from collections import Counter, OrderedDict
+from itertools import islice
+from operator import attrgetter
+from time import perf_counter, sleep
+from typing import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -301,6 +309,141 @@ class SavedIdentity:
         return (self.client_address, self.client_port, self.broker_address, self.broker_port)
 
 
+# --- reading in chunks (issue 13: a REST request must not stall the capture) -------------------
+#
+# Readers hold the lock only to copy, a bounded chunk of records per hold; filtering, ordering and
+# building dicts happen on the copies. The chunk sizes keep one hold near a millisecond at 100k
+# connections (bench/exporter.py measures the longest), and no step of the work done outside the
+# lock is one long C call: CPython's GIL would stall the capture thread just the same.
+
+_ROWS_PER_HOLD = 512  # records whose slots are copied per hold (one C attrgetter call each)
+_REQUESTS_PER_HOLD = 512  # request maps (or census parts of open records) copied per hold
+_CENSUS_PER_HOLD = 64  # census rows (a set and a Counter each) copied per hold
+_SORT_CHUNK = 2048  # keys sorted per C call; the chunks are merged lazily, up to the limit
+_YIELD_SECONDS = 0.005  # at most this long a reader waits for a blocked apply() to take the lock
+_YIELD_SLEEP = 0.00005  # seconds a reader sleeps (GIL released) while a blocked apply() takes the lock
+
+_SLOTS = ConnectionRecord.__slots__
+_get_slots = attrgetter(*_SLOTS)
+_SLOT_INDEX = {name: i for i, name in enumerate(_SLOTS)}
+_ID, _FIRST_SEEN = _SLOT_INDEX["id"], _SLOT_INDEX["first_seen"]
+
+# order_by field (the connection object's name) -> record slot. Strings order by code point (so
+# "10.0.0.10" < "10.0.0.9" and "2.10" < "2.9"); numbers and times numerically.
+ORDER_FIELDS: dict[str, str | None] = {
+    "first_seen": "first_seen",
+    "last_seen": "last_seen",
+    "idle_seconds": None,  # computed from "now": closed_at (or now) - last_seen
+    "client_address": "client_address",
+    "client_port": "client_port",
+    "client_id": "client_id",
+    "client_software_name": "software_name",
+    "client_software_version": "software_version",
+    "listener": "listener",
+    "bytes_from_client": "bytes_from_client",
+    "bytes_from_broker": "bytes_from_broker",
+    "state": "state",
+}
+_STRING_ORDER = frozenset(("client_address", "client_id", "client_software_name", "client_software_version",
+                           "listener", "state"))
+# filter (the REST query parameter) -> record slot; "address" is the client's or the broker's.
+QUERY_FILTERS: dict[str, str | None] = {
+    "listener": "listener",
+    "client_software_name": "software_name",
+    "client_software_version": "software_version",
+    "client_id": "client_id",
+    "principal": "principal",
+    "address": None,
+}
+
+
+# The fields a listing filters and orders by, copied as one list per field per chunk: no
+# container per record, so a copy of 100k records gives the cyclic collector little to scan.
+_COLUMNS = ("first_seen", "id", "state", "closed_at", "last_seen", "client_address", "client_port", "broker_address",
+            "listener", "client_id", "software_name", "software_version", "principal", "bytes_from_client",
+            "bytes_from_broker")
+_COLUMN_GETTERS = tuple(attrgetter(name) for name in _COLUMNS)
+
+
+def _column_chunk(recs: list[ConnectionRecord]) -> list[list]:
+    return [list(map(get, recs)) for get in _COLUMN_GETTERS]
+
+
+def _record_copy(rec: ConnectionRecord) -> tuple:
+    return _get_slots(rec), dict(rec.requests)
+
+
+def _census_copy(item: tuple) -> tuple:
+    key, row = item
+    return key, _CensusRow(0, row.total, row.first_seen, row.last_seen, set(row.addresses), Counter(row.requests))
+
+
+def _census_part(rec: ConnectionRecord) -> tuple:
+    return (rec.census_key(), rec.state == "open", rec.first_seen, rec.last_seen, rec.client_address,
+            dict(rec.requests))
+
+
+def _detached(row: tuple, requests: dict) -> ConnectionRecord:
+    """A record rebuilt from copied slot values, so `to_dict` formats it with the lock free."""
+    rec = object.__new__(ConnectionRecord)
+    for name, value in zip(_SLOTS, row):
+        setattr(rec, name, value)
+    rec.requests = requests
+    return rec
+
+
+def _in_order(items: list, limit: int | None = None) -> list:
+    """`sorted(items)[:limit]`, one C sort per `_SORT_CHUNK` items and a lazy merge (Python code,
+    so the GIL changes hands) that stops at `limit`."""
+    chunks = [sorted(items[i:i + _SORT_CHUNK]) for i in range(0, len(items), _SORT_CHUNK)]
+    if len(chunks) <= 1:
+        return chunks[0][:limit] if chunks else []
+    return list(islice(heapq.merge(*chunks), limit))
+
+
+def _sort_columns(name: str, values: list, desc: bool) -> list[list]:
+    """One order_by term as two flat key columns, (is None, value): None last in either
+    direction. Flat, so that a row's key is one tuple, not one per term (the collector scans
+    every container a request keeps alive)."""
+    nulls = [v is None for v in values]
+    if name in _STRING_ORDER:
+        if desc:
+            rank = {v: i for i, v in enumerate(_in_order(list({v for v in values if v is not None})))}
+            values = [0 if v is None else -rank[v] for v in values]
+        else:
+            values = ["" if v is None else v for v in values]
+    else:
+        values = [0 if v is None else (-v if desc else v) for v in values]
+    return [nulls, values] if any(nulls) else [values]  # no None: the flags would order nothing
+
+
+def _first_in_order(columns: dict[str, list], index, terms, now: float, limit: int) -> list[int]:
+    """The first `limit` of `index` (positions in the columns) by the terms, ties by
+    (first_seen, id): one composite key per row, so a request with every field costs one sort,
+    not one per term."""
+    if not index or limit <= 0:
+        return []
+    keys = []
+    for name, desc in terms:
+        slot = ORDER_FIELDS[name]
+        if slot is None:
+            closed_at, last_seen = columns["closed_at"], columns["last_seen"]
+            values = [max(0.0, (closed_at[i] if closed_at[i] is not None else now) - last_seen[i]) for i in index]
+        else:
+            column = columns[slot]
+            values = [column[i] for i in index]
+        keys.extend(_sort_columns(name, values, desc))
+    first_seen, ids = columns["first_seen"], columns["id"]
+    keys.append([first_seen[i] for i in index])
+    keys.append([ids[i] for i in index])
+    keys.append(index)  # the position: ids are unique, so never compared
+    rows: list = []
+    for start in range(0, len(index), _SORT_CHUNK):
+        rows.extend(zip(*(k[start:start + _SORT_CHUNK] for k in keys)))
+    del keys
+    return [row[-1] for row in _in_order(rows, limit)]
+
+
 class ConnectionRegistry:
     """Applies events in arrival order. Events of a connection never opened are ignored."""
 
@@ -308,7 +451,13 @@ class ConnectionRegistry:
                  closed_ttl: float = DEFAULT_CLOSED_TTL, max_software_labels: int = DEFAULT_MAX_SOFTWARE_LABELS,
                  max_census_rows: int = DEFAULT_MAX_CENSUS_ROWS, max_series: int = DEFAULT_MAX_SERIES,
                  max_brokers: int = DEFAULT_MAX_BROKERS, clock=None) -> None:
-        self.lock = threading.RLock()
+        # Held by apply() for one event, and by readers only to copy (`_copied`: a bounded chunk
+        # of records per hold), never while they filter, sort or serialize (issue 13).
+        self._lock = threading.RLock()
+        self._apply_waiting = False  # apply() is blocked on the lock: a reader lets it in before its next chunk
+        self.apply_lock_waits = 0  # applies that found the lock held by a reader
+        self.apply_lock_wait_max = 0.0  # seconds: the longest of those waits
+        self._closes = 0  # records moved to `closed` so far (a reader's two holds compare it)
         self.open: dict[str, ConnectionRecord] = {}
         self.closed: OrderedDict[str, ConnectionRecord] = OrderedDict()
         self.max_open = max_open
@@ -370,10 +519,29 @@ class ConnectionRegistry:
     def apply(self, event) -> None:
         handler = self._handlers.get(event.__class__)
         if handler is not None:
-            with self.lock:
+            lock = self._lock
+            if not lock.acquire(False):  # a reader is copying one chunk: wait for it, and measure the wait
+                self._apply_waiting = True
+                t0 = perf_counter()
+                lock.acquire()
+                waited = perf_counter() - t0
+                self._apply_waiting = False
+                self.apply_lock_waits += 1
+                if waited > self.apply_lock_wait_max:
+                    self.apply_lock_wait_max = waited
+            try:
                 if event.ts > self.last_ts:
                     self.last_ts = event.ts
                 handler(event)
+            finally:
+                lock.release()
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The registry's lock, for its own methods (and tests and benchmarks that time it). A
+        reader outside this module must not hold it: every reading method copies what it needs
+        in bounded chunks and works on the copy."""
+        return self._lock
 
     def now(self) -> float:
         return self.clock() if self.clock is not None else self.last_ts
@@ -429,13 +597,13 @@ class ConnectionRegistry:
     # --- reading ------------------------------------------------------------------------
 
     def get(self, conn_id: str) -> dict | None:
-        with self.lock:
+        with self._lock:
             self.expire()
             rec = self.open.get(conn_id) or self.closed.get(conn_id)
             return rec.to_dict(self.now()) if rec is not None else None
 
     def records(self, state: str = "all") -> list[ConnectionRecord]:
-        """The records themselves, for callers holding `lock` (REST filters them in place)."""
+        """The records themselves, for callers holding the lock (this module only)."""
         if state not in ("open", "closed", "all"):
             raise ValueError(f"state must be open, closed or all, not {state!r}")
         recs: list[ConnectionRecord] = []
@@ -445,26 +613,125 @@ class ConnectionRegistry:
             recs.extend(self.closed.values())
         return recs
 
-    def connections(self, state: str = "all") -> list[dict]:
-        with self.lock:
+    def _copied(self, items: list, copy, per_hold: int, whole: bool = False) -> list:
+        """`[copy(item) for item in items]` (`whole`: `[copy(chunk) for chunk in chunks]`),
+        taking the lock for `per_hold` items at a time: the
+        capture waits for one chunk at most, never for a whole listing. Between chunks an apply()
+        that found the lock held goes first (a bare release/acquire would win the race against
+        the woken thread nearly every time). Each copy is consistent; a listing spans the chunks,
+        so a connection that closes meanwhile may show as open or be missing once."""
+        out: list = []
+        lock = self._lock
+        for start in range(0, len(items), per_hold):
+            with lock:
+                if whole:
+                    out.append(copy(items[start:start + per_hold]))
+                else:
+                    out.extend(map(copy, items[start:start + per_hold]))
+            if self._apply_waiting:
+                deadline = perf_counter() + _YIELD_SECONDS
+                while self._apply_waiting and perf_counter() < deadline:
+                    sleep(_YIELD_SLEEP)
+        return out
+
+    def _snapshot_refs(self, state: str) -> tuple[list[ConnectionRecord], float]:
+        """The records of `state` and "now": references to the open ones in one hold, to the
+        closed ones in a second (100k references alone take milliseconds); a connection that
+        closed in between is listed once."""
+        if state not in ("open", "closed", "all"):
+            raise ValueError(f"state must be open, closed or all, not {state!r}")
+        opened: list[ConnectionRecord] = []
+        with self._lock:
             self.expire()
             now = self.now()
-            recs = sorted(self.records(state), key=lambda r: (r.first_seen, r.id))
-            return [r.to_dict(now) for r in recs]
+            closes = self._closes
+            if state != "closed":
+                opened = list(self.open.values())
+        if state == "open":
+            return opened, now
+        with self._lock:
+            # The plain dict's view: its order is the OrderedDict's (no move_to_end here), and
+            # it iterates without a lookup per item. Order does not matter to the callers.
+            closed = list(dict.values(self.closed))
+            moved = self._closes - closes
+        if moved and opened:
+            ids = {id(rec) for rec in closed[-moved:]}  # appended at close: the newest ones
+            opened = [rec for rec in opened if id(rec) not in ids]
+        return opened + closed, now
+
+    def query(self, *, state: str = "all", filters: dict | None = None, order_by: list[tuple[str, bool]] | tuple = (),
+              limit: int | None = None) -> tuple[Iterator[list[dict]], int]:
+        """Connections as the REST listing serves them: (the first `limit` connection objects, as
+        lists of at most a chunk each; the number that matched). `filters` maps QUERY_FILTERS
+        names to an exact value ("address" matches the client or the broker address); `order_by`
+        is [(ORDER_FIELDS name, descending)], at most one term per field. Ties, and the order
+        without terms, by (first_seen, id); None sorts last in either direction.
+
+        Under the lock only copies, a chunk of records per hold: first the fields it filters and
+        orders by (one list per field, `_COLUMNS`), then, as the page is iterated, the page's
+        records (slots and request map). Filtering, ordering and building the dicts happen on
+        the copies with the lock free, and the page's dicts exist a chunk at a time (the cyclic
+        collector's pause grows with what a request keeps alive). A page row is the record as
+        copied for the page, at most milliseconds after the copy it was ordered by."""
+        filters = filters or {}
+        for name in filters:
+            if name not in QUERY_FILTERS:
+                raise ValueError(f"unknown filter {name!r}; known: {', '.join(QUERY_FILTERS)}")
+        if len({name for name, _ in order_by}) != len(order_by) or any(n not in ORDER_FIELDS for n, _ in order_by):
+            raise ValueError(f"order_by needs distinct fields of: {', '.join(ORDER_FIELDS)}")
+        refs, now = self._snapshot_refs(state)
+        if not refs:
+            return iter(()), 0
+        columns = dict(zip(_COLUMNS, zip(*self._copied(refs, _column_chunk, _ROWS_PER_HOLD, whole=True))))
+        columns = {name: [v for chunk in chunks for v in chunk] for name, chunks in columns.items()}
+        index = range(len(refs))
+        if state != "all":  # closed since the references were taken
+            column = columns["state"]
+            index = [i for i in index if column[i] == state]
+        for name, value in filters.items():
+            if name == "address":
+                client, broker = columns["client_address"], columns["broker_address"]
+                index = [i for i in index if client[i] == value or broker[i] == value]
+            else:
+                column = columns[QUERY_FILTERS[name]]
+                index = [i for i in index if column[i] == value]
+        total = len(index)
+        page = [refs[i] for i in _first_in_order(columns, index, order_by, now, total if limit is None else limit)]
+        del columns
+        return self._page(page, now), total
+
+    def _page(self, recs: list[ConnectionRecord], now: float) -> Iterator[list[dict]]:
+        for start in range(0, len(recs), _REQUESTS_PER_HOLD):
+            copies = self._copied(recs[start:start + _REQUESTS_PER_HOLD], _record_copy, _REQUESTS_PER_HOLD)
+            yield [_detached(slots, requests).to_dict(now) for slots, requests in copies]
+
+    def connections(self, state: str = "all") -> list[dict]:
+        return [c for chunk in self.query(state=state)[0] for c in chunk]
 
     def clients(self) -> list[dict]:
-        """The census: closed connections folded in, open ones added live."""
-        with self.lock:
-            rows: dict[tuple, _CensusRow] = {}
-            for key, row in self._census.items():
-                rows[key] = _CensusRow(0, row.total, row.first_seen, row.last_seen, set(row.addresses),
-                                       Counter(row.requests))
-            for rec in self.open.values():
-                row = rows.get(rec.census_key())
-                if row is None:
-                    row = rows[rec.census_key()] = _CensusRow()
-                self._fold(row, rec)
-                row.open += 1
+        """The census: closed connections folded in, open ones added live. Copied in chunks, as
+        `query`; folded with the lock free."""
+        with self._lock:
+            census = list(self._census.items())
+        with self._lock:  # after the census: a connection closing meanwhile is folded in once at most
+            opened = list(self.open.values())
+        rows: dict[tuple, _CensusRow] = {}
+        for key, row in self._copied(census, _census_copy, _CENSUS_PER_HOLD):
+            rows[key] = row
+        for key, open_, first_seen, last_seen, address, requests in self._copied(opened, _census_part,
+                                                                                 _REQUESTS_PER_HOLD):
+            if not open_:  # closed since: folded into its census row, maybe after that row was copied
+                continue
+            row = rows.get(key)
+            if row is None:
+                row = rows[key] = _CensusRow()
+            row.total += 1
+            row.first_seen = min(row.first_seen, first_seen)
+            row.last_seen = max(row.last_seen, last_seen)
+            if len(row.addresses) < 100:
+                row.addresses.add(address)
+            row.requests.update(requests)
+            row.open += 1
         out = []
         for (name, version, client_id, principal, listener), row in rows.items():
             out.append({
@@ -485,7 +752,7 @@ class ConnectionRegistry:
 
     def upgrade_readiness(self, target: str = "4.0") -> dict:
         """Connections and census rows that used API versions the target broker removes.
-        One pass under the lock; only the offenders become dicts."""
+        Under the lock, in chunks, each record is checked and only the offenders copied."""
         removed = UPGRADE_TARGETS.get(target)
         if removed is None:
             raise ValueError(f"unknown upgrade target {target!r}; known: {', '.join(UPGRADE_TARGETS)}")
@@ -498,14 +765,18 @@ class ConnectionRegistry:
                     out.append({**r, "minimum_version": None if spec is None else spec.kafka4_min_version})
             return out
 
-        with self.lock:
-            self.expire()
-            now = self.now()
-            uses = [rec for rec in self.records("all")
-                    if any(v in removed.get(k, ()) for k, v in rec.requests)]
-            uses.sort(key=lambda r: (r.first_seen, r.id))
-            conns = [dict(d, removed_requests=offending(d["requests"])) for d in (r.to_dict(now) for r in uses)]
-            clients = [dict(c, removed_requests=off) for c in self.clients() if (off := offending(c["requests"]))]
+        def copy(rec: ConnectionRecord):  # under the lock: only the offenders are copied
+            for k, v in rec.requests:
+                if v in removed.get(k, ()):
+                    return _get_slots(rec), dict(rec.requests)
+            return None
+
+        refs, now = self._snapshot_refs("all")
+        uses = [u for u in self._copied(refs, copy, _ROWS_PER_HOLD) if u is not None]
+        uses.sort(key=lambda u: (u[0][_FIRST_SEEN], u[0][_ID]))
+        conns = [dict(d, removed_requests=offending(d["requests"]))
+                 for d in (_detached(row, requests).to_dict(now) for row, requests in uses)]
+        clients = [dict(c, removed_requests=off) for c in self.clients() if (off := offending(c["requests"]))]
         return {"target": target, "ready": not conns and not clients, "connections": conns, "clients": clients}
 
     def snapshot(self) -> MetricsSnapshot:
@@ -772,6 +1043,7 @@ class ConnectionRegistry:
         if row is not None:
             self._fold(row, rec)
         self.closed[rec.id] = rec
+        self._closes += 1
         if len(self.closed) > self.max_closed:
             self.closed.popitem(last=False)
             self.forgotten += 1
