@@ -46,6 +46,19 @@ come from re-observing bucket bounds). Targets (from the issue): /metrics under 
 connections; under 2 KiB per tracked connection.
 
     python -m bench.exporter [--sizes 10000,100000] [--repeat 10]
+    python -m bench.exporter --rest-only [--sizes 100000]   # only the REST lock-hold table
+
+REST requests and the capture (issue 13): at each size, in this process, the worst REST requests
+(every filter, every order_by field, limit 10000; the census; upgrade readiness; the default
+listing) go through the real FastAPI app (TestClient) while a thread applies capture events
+(traffic, requests and responses of the connections) as fast as it can. The registry's lock is
+wrapped to record every hold (wall and thread CPU time); the table gives the longest hold per
+request kind, the longest wait of an apply() (the registry's own `apply_lock_wait_max`), and the
+cyclic collector's longest pause in the same run (it stops every thread, whoever holds the lock,
+so holds it interrupted are shown apart). Target: the longest hold per REST request <= 5 ms at
+100k connections. Serialization: the listing's JSON as the endpoint builds it (`exporter.api`,
+a chunk of rows per json call) against json.dumps of the same dicts (the floor) and pydantic's
+validate + dump_json (what FastAPI's response_model did on every request before).
 
 Prints Markdown tables and writes bench/results/exporter.json. Every server is stopped (and
 killed if it does not stop) before the next size.
@@ -301,13 +314,15 @@ def rss_bytes() -> int:
 
 
 class TimedLock:
-    """Wraps the registry's RLock; records how long each outermost hold lasted."""
+    """Wraps the registry's RLock; records how long each outermost hold lasted (and, with
+    `detail`, when it started and ended, its thread's CPU time, and which thread held it)."""
 
-    def __init__(self, lock) -> None:
+    def __init__(self, lock, detail: bool = False) -> None:
         self._lock = lock
         self._local = threading.local()
-        self._holds: list[float] = []
+        self._holds: list = []
         self._guard = threading.Lock()
+        self._detail = detail
 
     def acquire(self, *a, **kw):
         got = self._lock.acquire(*a, **kw)
@@ -315,13 +330,18 @@ class TimedLock:
             depth = getattr(self._local, "depth", 0)
             if depth == 0:
                 self._local.t0 = time.perf_counter()
+                self._local.cpu0 = time.thread_time()
             self._local.depth = depth + 1
         return got
 
     def release(self) -> None:
         self._local.depth -= 1
         if self._local.depth == 0:
-            held = time.perf_counter() - self._local.t0
+            end = time.perf_counter()
+            held = end - self._local.t0
+            if self._detail:
+                held = (held, time.thread_time() - self._local.cpu0, self._local.t0, end,
+                        threading.current_thread().name, sys._getframe(2).f_code.co_name)
             with self._guard:
                 self._holds.append(held)
         self._lock.release()
@@ -403,7 +423,7 @@ def serve_child(n: int, seed: int) -> int:
     peer = peer_registry(service.collector)
     peer_build_seconds = time.perf_counter() - t0
     lock = TimedLock(registry.lock)
-    registry.lock = lock
+    registry._lock = lock  # the registry's own lock object (`lock` is a read-only view of it)
     census_sock = bind("127.0.0.1", 0)  # the socket the CLI serves on
     nodelay_sock = tcp_socket()  # the same app on a socket asyncio sets TCP_NODELAY on
     peer_sock = bind("127.0.0.1", 0)
@@ -550,19 +570,10 @@ def structure_sizes(registry: ConnectionRegistry) -> dict:
 
 
 def api_page(registry: ConnectionRegistry, limit: int, client_id: str | None) -> dict:
-    """What the list endpoint builds under the lock (default order, state=all)."""
-    from exporter.api import order_records
-
-    with registry.lock:
-        registry.expire()
-        now = registry.now()
-        recs = registry.records("all")
-        if client_id is not None:
-            recs = [r for r in recs if r.client_id == client_id]
-        order_records(recs, [], now)
-        page = [r.to_dict(now) for r in recs[:limit]]
-        total = len(recs)
-    return {"connections": page, "total": total, "limit": limit}
+    """What the list endpoint gets from the registry (default order, state=all): `query`, which
+    holds the lock only to copy."""
+    chunks, total = registry.query(filters={} if client_id is None else {"client_id": client_id}, limit=limit)
+    return {"connections": [c for chunk in chunks for c in chunk], "total": total, "limit": limit}
 
 
 API_CASES = (("default (limit 1000)", {}, 1000, None),
@@ -597,6 +608,186 @@ def in_process(registry: ConnectionRegistry, repeat: int) -> dict:
                      "expected": json.loads(text)}
     out["api"] = api
     return out
+
+
+TARGET_REST_HOLD_MS_AT_100K = 5.0
+
+
+def rest_cases(registry: ConnectionRegistry) -> list[tuple[str, str, dict]]:
+    """The worst REST requests at this registry: every filter (with values that keep every
+    connection of the most common software on the PLAINTEXT listener), every order_by field,
+    the largest limit; the census; upgrade readiness; the default listing."""
+    from exporter.api import MAX_LIMIT
+    from exporter.registry import ORDER_FIELDS
+
+    rec = max(registry.open.values(), key=lambda r: r.software_name == "librdkafka")
+    every = ", ".join(f"{name} {'desc' if i % 2 else 'asc'}" for i, name in enumerate(ORDER_FIELDS))
+    return [
+        ("connections: every order_by field, limit 10000", "/api/v1/connections",
+         {"order_by": every, "limit": MAX_LIMIT}),
+        ("connections: every filter and order_by field, limit 10000", "/api/v1/connections",
+         {"listener": rec.listener, "client_software_name": rec.software_name,
+          "client_software_version": rec.software_version, "client_id": rec.client_id, "principal": rec.principal,
+          "address": rec.broker_address, "order_by": every, "limit": MAX_LIMIT, "state": "all"}),
+        ("connections: default (limit 1000)", "/api/v1/connections", {}),
+        ("clients (the census)", "/api/v1/clients", {}),
+        ("upgrade-readiness 4.0", "/api/v1/upgrade-readiness", {"target": "4.0"}),
+    ]
+
+
+def rest_under_capture(registry: ConnectionRegistry, seed: int, repeat: int, freeze: bool = False) -> dict:
+    """The worst REST requests, each `repeat` times, through the real app while a thread applies
+    capture events to the same registry: the longest lock hold per request kind (wall, and the
+    holds' thread CPU time), apply() waits, collector pauses; then the listing's serialization
+    against its peers. `freeze`: gc.freeze() the built registry first, as a long-running process
+    can, so that full collections scan only what is new."""
+    import gc
+
+    from fastapi.testclient import TestClient
+    from pydantic import TypeAdapter
+
+    from exporter.api import ConnectionList, _json, create_app
+
+    updates = [ev for ev in workload(min(len(registry.open), 20_000), seed)
+               if isinstance(ev, (RequestSeen, ResponseSeen, TrafficUpdate))]
+    lock = TimedLock(registry._lock, detail=True)
+    registry._lock = lock
+    pauses: list[tuple[float, float]] = []
+    started: list[float] = []
+
+    def on_gc(phase, info) -> None:
+        if phase == "start":
+            started.append(time.perf_counter())
+        elif started:
+            pauses.append((started.pop(), time.perf_counter()))
+
+    stop = threading.Event()
+    applied = [0]
+
+    def capture() -> None:
+        apply = registry.apply
+        while not stop.is_set():
+            for ev in updates[:2000]:
+                apply(ev)
+            applied[0] += 2000
+            updates.append(updates.pop(0))  # a different slice next time, cheaply
+
+    out: dict = {"collector": "registry frozen (gc.freeze)" if freeze else "as is", "requests": {}}
+    if freeze:
+        gc.collect()
+        gc.freeze()
+    gc.callbacks.append(on_gc)
+    registry.apply_lock_waits, registry.apply_lock_wait_max = 0, 0.0
+    thread = threading.Thread(target=capture, name="capture", daemon=True)
+    try:
+        with TestClient(create_app(registry)) as client:
+            thread.start()
+            t_run = time.perf_counter()
+            for name, path, params in rest_cases(registry):
+                lock.take()
+                walls = []
+                for _ in range(repeat):
+                    t0 = time.perf_counter()
+                    r = client.get(path, params=params)
+                    walls.append(time.perf_counter() - t0)
+                    if r.status_code != 200:
+                        raise RuntimeError(f"GET {path}: {r.status_code} {r.text[:300]}")
+                rest = [h for h in lock.take() if h[4] != "capture"]
+                clean = [h for h in rest if not any(a < h[3] and b > h[2] for a, b in pauses if b - a >= 0.001)]
+                worst = max(clean, key=lambda h: h[1], default=(0.0, 0.0, 0, 0, "", ""))
+                out["requests"][name] = {
+                    "http": stats(walls), "holds_per_request": len(rest) / repeat,
+                    "longest_hold": max(h[0] for h in rest),
+                    "longest_hold_without_gc": max((h[0] for h in clean), default=0.0),
+                    "most_cpu_without_gc": worst[1], "most_cpu_where": worst[5],
+                    "holds_with_gc": len(rest) - len(clean), "bytes": len(r.content)}
+            seconds = time.perf_counter() - t_run
+    finally:
+        stop.set()
+        thread.join(30)
+        gc.callbacks.remove(on_gc)
+        registry._lock = lock._lock
+        if freeze:
+            gc.unfreeze()
+    out["apply"] = {"events": applied[0], "events_per_second": applied[0] / seconds,
+                    "waits": registry.apply_lock_waits, "longest_wait": registry.apply_lock_wait_max}
+    out["gc"] = {"pauses": len(pauses), "longest_pause": max((b - a for a, b in pauses), default=0.0)}
+    # Serialization of the same 10k-row page: the endpoint's, json.dumps's, pydantic's.
+    chunks, total = registry.query(limit=10_000)
+    body = {"connections": [c for chunk in chunks for c in chunk], "total": total, "limit": 10_000}
+    adapter = TypeAdapter(ConnectionList)
+    out["serialize"] = {
+        "rows": len(body["connections"]),
+        "endpoint_json": timed(lambda: _json(body), repeat)[0],
+        "json_dumps": timed(lambda: json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), repeat)[0],
+        "pydantic_validate_dump_json": timed(lambda: adapter.dump_json(adapter.validate_python(body)), repeat)[0],
+        "same_json": json.loads(_json(body).body) == body}
+    return out
+
+
+def rest_runs(registry: ConnectionRegistry, seed: int, repeat: int) -> list[dict]:
+    return [rest_under_capture(registry, seed, repeat), rest_under_capture(registry, seed, repeat, freeze=True)]
+
+
+def report_rest(results: dict, machine: str) -> None:
+    print(f"\nREST requests while a thread applies capture events (machine: {machine}; load average at "
+          f"start {results.get('loadavg', 0):.1f}); ms\n")
+    print("| N open (+closed) | collector | request | GET best / median | lock holds per request | "
+          "longest hold (wall) | without a collector pause (>= 1 ms) in it: longest wall | most CPU (where) |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for n, r in results["sizes"].items():
+        for rest in r["runs"]:
+            for name, q in rest["requests"].items():
+                print(f"| {int(n):,} (+{r['closed']:,}) | {rest['collector']} | {name} | "
+                      f"{ms(q['http']['best'])} / {ms(q['http']['median'])} | {q['holds_per_request']:,.0f} | "
+                      f"{ms(q['longest_hold'])} | {ms(q['longest_hold_without_gc'])} ({q['holds_with_gc']} holds "
+                      f"had one) | {ms(q['most_cpu_without_gc'])} ({q['most_cpu_where']}) |")
+    print("\n| N open | collector | events applied meanwhile (/s) | applies that waited | longest apply wait | "
+          "collector pauses (longest) | serialize 10k rows: endpoint | json.dumps | pydantic validate + dump_json |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for n, r in results["sizes"].items():
+        for rest in r["runs"]:
+            a, g, z = rest["apply"], rest["gc"], rest["serialize"]
+            print(f"| {int(n):,} | {rest['collector']} | {a['events']:,} ({a['events_per_second']:,.0f}) | "
+                  f"{a['waits']:,} | {ms(a['longest_wait'])} | {g['pauses']} ({ms(g['longest_pause'])}) | "
+                  f"{ms(z['endpoint_json']['best'])} | {ms(z['json_dumps']['best'])} | "
+                  f"{ms(z['pydantic_validate_dump_json']['best'])} |")
+
+
+def rest_targets(results: dict) -> dict:
+    r = results["sizes"].get("100000")
+    if r is None:
+        return {}
+    targets = {}
+    for rest in r["runs"]:
+        longest = max(q["longest_hold"] for q in rest["requests"].values())
+        clean = max(q["longest_hold_without_gc"] for q in rest["requests"].values())
+        cpu = max(q["most_cpu_without_gc"] for q in rest["requests"].values())
+        targets[f"longest lock hold per REST request <= {TARGET_REST_HOLD_MS_AT_100K:.0f} ms at 100k connections, "
+                f"collector {rest['collector']}"] = {
+            "value": f"{ms(longest)} ms; without a collector pause in it {ms(clean)} ms wall, {ms(cpu)} ms CPU",
+            "met": clean * 1e3 <= TARGET_REST_HOLD_MS_AT_100K}
+    return targets
+
+
+def run_rest_only(sizes: list[int], seed: int, repeat: int, out_path: Path) -> int:
+    machine = describe()
+    results = {"benchmark": "exporter --rest-only", "machine": machine, "loadavg": os.getloadavg()[0],
+               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "repeat": repeat, "sizes": {}}
+    for n in sizes:
+        print(f"N={n:,}: building", file=sys.stderr)
+        registry, _events = build_registry(n, seed)
+        results["sizes"][str(n)] = {"closed": len(registry.closed), "runs": rest_runs(registry, seed, repeat)}
+        del registry
+        gc.collect()
+    results["targets"] = rest_targets(results)
+    report_rest(results, machine)
+    for k, v in results["targets"].items():
+        print(f"target {k}: {v['value']} -> {'met' if v['met'] else 'NOT met'}")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(strip_private(results), indent=2) + "\n")
+    print(f"\nwrote {out_path}", file=sys.stderr)
+    return 0 if all(run["serialize"]["same_json"] for r in results["sizes"].values() for run in r["runs"]) else 1
 
 
 def http_get(client, url: str, headers: dict) -> tuple[float, bytes, str]:
@@ -751,7 +942,8 @@ def report(results: dict, machine: str) -> None:
             print(f"| {int(n):,} | {label} | {cells} |")
     print("\nWhere the time goes (in process, best of the repeats; ms):\n")
     print("| N open | snapshot() | collect + render text | render OpenMetrics | gzip | "
-          "/api limit 10000: under lock | pydantic validate + dump_json | json.dumps | HTTP total |")
+          "/api limit 10000: registry.query (lock held only to copy) | pydantic validate + dump_json | "
+          "json.dumps | HTTP total |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n, r in results["sizes"].items():
         p = r["in_process"]
@@ -787,6 +979,7 @@ def run_size(n: int, seed: int, repeat: int) -> dict:
         print(f"  {memory['bytes_per_tracked']:,.0f} B per tracked connection (tracemalloc; "
               f"{memory['build_seconds_traced']:.0f} s); timing in process", file=sys.stderr)
         inproc = in_process(registry, repeat)
+        inproc["rest"] = rest_runs(registry, seed, max(3, repeat // 3))
         ready = child.read_json(CHILD_READY_TIMEOUT)
         tracked = ready["open"] + ready["closed"]
         assert (ready["open"], ready["closed"]) == (memory["open"], memory["closed"]), (ready, memory["open"])
@@ -811,6 +1004,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=10, help="timed GETs / calls per measurement (default 10)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT})")
+    ap.add_argument("--rest-only", action="store_true",
+                    help="only the REST-requests-under-capture table (lock holds, apply waits, serialization)")
     ap.add_argument("--serve-child", type=int, metavar="N", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve_child is not None:
@@ -821,6 +1016,9 @@ def main(argv=None) -> int:
         ap.error("--sizes is a comma-separated list of integers")
     if not sizes or min(sizes) < 10 or args.repeat < 1:
         ap.error("sizes must be at least 10 and --repeat positive")
+    if args.rest_only:
+        out = args.out if args.out != DEFAULT_OUT else DEFAULT_OUT.with_name("exporter-rest.json")
+        return run_rest_only(sizes, args.seed, args.repeat, out)
     machine = describe()
     print(f"machine: {machine}", file=sys.stderr)
     started = time.perf_counter()
@@ -841,9 +1039,14 @@ def main(argv=None) -> int:
         targets[f"under {TARGET_BYTES_PER_CONNECTION} B per tracked connection at N={int(n):,}"] = {
             "value": f"{per:,.0f} B (tracemalloc), {r['server']['rss_bytes_per_tracked']:,.0f} B (RSS delta)",
             "met": per < TARGET_BYTES_PER_CONNECTION}
+    targets.update(rest_targets({"sizes": {n: {"runs": r["in_process"]["rest"]}
+                                           for n, r in results["sizes"].items()}}))
     results["targets"] = targets
     results["seconds"] = time.perf_counter() - started
     report(results, machine)
+    report_rest({"loadavg": os.getloadavg()[0],
+                 "sizes": {n: {"closed": r["memory"]["closed"], "runs": r["in_process"]["rest"]}
+                           for n, r in results["sizes"].items()}}, machine)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(strip_private(results), indent=2) + "\n")
     print(f"\nwrote {args.out} ({results['seconds']:.0f} s)", file=sys.stderr)
