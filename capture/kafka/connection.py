@@ -21,6 +21,14 @@ States of each direction, and what moves between them:
                next header must be plausible              implausible -> SCANNING
     SASL_RAW   raw SASL tokens after SaslHandshake v0     token count / a Kafka frame -> SYNCED
     IGNORED    TLS or closed: bytes are dropped unread    -
+
+Between a SaslHandshake v0 request and its answer the client's next frames may be raw SASL
+tokens (a PLAIN token read as a header put the password in the client_id). They are never
+read as headers: held while the answer can still come in order (up to one token's size), and
+once it cannot (the broker direction lost bytes or desynced, or the answer was unreadable)
+dropped and counted (SASL_UNCERTAIN) until the answer arrives after all, or a response to a
+request sent after the handshake proves Kafka frames resumed. A frame whose (api_key,
+api_version) is not in the table contributes no string (client_id None, body unread).
 """
 
 from __future__ import annotations
@@ -91,6 +99,10 @@ SYNCED, SCANNING, VERIFYING, SASL_RAW, IGNORED = "synced", "scanning", "verifyin
 _OP_DATA, _OP_GAP, _OP_CLOSE = 0, 1, 2
 # Frames decoded per step: amortises the pump without letting one chunk queue unbounded events.
 _BATCH = 64
+
+# In-flight detail of a frame sent while a SaslHandshake v0 answer was unknown: a response to it
+# proves that Kafka frames resumed.
+_UNCONFIRMED = object()
 
 _make_request_seen = positional_maker(RequestSeen)
 _make_produce_acks = positional_maker(ProduceAcks)
@@ -262,10 +274,15 @@ class KafkaConnection:
         self._ts = 0.0
         self._in_flight: dict[int, _InFlight] = {}
         self._requests = 0
+        self.responses = 0  # responses matched to a request: the connection is a real exchange
         self._sasl: _Sasl | None = None
         self._scan = _request_scan_pattern(max_frame_size)
         self._response_cover: tuple | None = None  # (lo, hi, pattern) of the ids a scan looks for
         self._first_client_bytes = not mid_stream
+        self._hs0: _InFlight | None = None  # a SaslHandshake v0 request whose answer is not known
+        self._hs0_lost = False  # ... and may never be seen (see the module docstring)
+        self._uncertain_frames = 0  # client frames dropped unread since that request
+        self._wake_client = False  # held client bytes may be decodable now
         self.closed = False
         # What the connection has told so far, for readers that want state rather than events.
         self.mid_stream = mid_stream
@@ -286,7 +303,13 @@ class KafkaConnection:
         """The caller lost `nbytes` of this direction (a TCP gap): never zero-filled, the
         direction desyncs and resyncs at the next plausible frame."""
         if not self.closed:
-            self._input.append((_OP_GAP, direction, nbytes, ts))
+            self._input.append((_OP_GAP, direction, (Kind.GAP, f"{nbytes} bytes lost"), ts))
+
+    def drop_buffered(self, direction: Direction, ts: float) -> None:
+        """The caller needs the memory back (a global buffer budget): what this direction holds
+        is dropped unread, as after a gap (Desync of kind BUFFER_BUDGET)."""
+        if not self.closed:
+            self._input.append((_OP_GAP, direction, (Kind.BUFFER_BUDGET, "buffer dropped: over the budget"), ts))
 
     def close(self, reason: str, ts: float) -> None:
         """The connection ended (FIN, RST, idle timeout...). Further receive() is an error."""
@@ -322,7 +345,12 @@ class KafkaConnection:
 
     @property
     def buffered_bytes(self) -> int:
+        """Unparsed bytes both directions hold. Once drained that is all they hold: parsed bytes
+        are released when a chunk ends."""
         return len(self._client.buf) - self._client.pos + len(self._broker.buf) - self._broker.pos
+
+    def direction_buffered(self, direction: Direction) -> int:
+        return len((self._client if direction == Direction.FROM_CLIENT else self._broker).buf)
 
     # --- the pump -----------------------------------------------------------------------
 
@@ -333,6 +361,13 @@ class KafkaConnection:
             if self._step(half):
                 return True
             self._active = None
+            if half.pos:  # give back what was parsed now, not at the next chunk: idle flows hold nothing
+                del half.buf[: half.pos]
+                half.pos = 0
+        if self._wake_client:  # a SaslHandshake v0 answer (or its loss) decides the held client bytes
+            self._wake_client = False
+            self._active = self._client
+            return True
         if not self._input:
             return False
         op, direction, payload, ts = self._input.popleft()
@@ -344,9 +379,9 @@ class KafkaConnection:
         elif op == _OP_GAP:
             half = self._client if direction == Direction.FROM_CLIENT else self._broker
             if half.state != IGNORED:
-                half.buf.clear()
+                half.buf = bytearray()  # clear() would keep the allocation
                 half.pos = half.skip = 0
-                self._desync(half, Kind.GAP, f"{payload} bytes lost")
+                self._desync(half, *payload)
         else:
             self._finish(payload)
         return True
@@ -372,6 +407,8 @@ class KafkaConnection:
     def _desync(self, half: _Half, kind: str, detail: str) -> None:
         half.state = SCANNING
         half.scan_skipped = 0
+        if half is self._broker and self._hs0 is not None:
+            self._lose_hs0()
         self._emit(Desync(conn_id=self.conn_id, ts=self._ts, direction=half.direction, kind=kind, detail=detail))
 
     def _decode_error(self, half: _Half, kind: str, api_key, api_version, detail: str) -> None:
@@ -382,6 +419,8 @@ class KafkaConnection:
 
     def _client_frames(self, half: _Half) -> bool:
         """Decode up to _BATCH request frames; False when none could progress."""
+        if self._hs0 is not None:
+            return self._uncertain_frame(half)
         buf = half.buf
         if self._first_client_bytes:
             if len(buf) - half.pos < 3:
@@ -421,6 +460,7 @@ class KafkaConnection:
                 _, api_key, api_version, corr = _REQ.unpack_from(buf, pos)
                 cid_len = None
             spec = API_TABLE.get(api_key)
+            known = spec is not None and spec.min_version <= api_version <= spec.max_version
 
             # client_id is read in place (and decoded once per distinct value).
             body = pos + 14
@@ -431,6 +471,10 @@ class KafkaConnection:
             elif cid_len is None or cid_len < -1 or 10 + cid_len > size:
                 self._desync(half, Kind.BAD_HEADER, "client_id length outside the frame")
                 return True
+            elif not known:
+                # Not a request this table describes, maybe not a request at all (a raw SASL
+                # token read as one put the password in the client_id): no string from it.
+                client_id = body = None
             elif cid_len == -1:
                 client_id = None
             else:
@@ -480,11 +524,13 @@ class KafkaConnection:
                             client_id = None
                             half.cid_raw, half.cid_str = b"", ""
 
-            if spec is None:
-                self._decode_error(half, Kind.UNKNOWN_API_KEY, api_key, api_version, "api key not in the table")
-            elif not spec.min_version <= api_version <= spec.max_version:
-                self._decode_error(half, Kind.UNKNOWN_API_VERSION, api_key, api_version, "version not in the table")
-            if self._sasl is not None and self._sasl.answered and api_key != SASL_HANDSHAKE and api_key != SASL_AUTHENTICATE:
+            if not known:
+                if spec is None:
+                    self._decode_error(half, Kind.UNKNOWN_API_KEY, api_key, api_version, "api key not in the table")
+                else:
+                    self._decode_error(half, Kind.UNKNOWN_API_VERSION, api_key, api_version, "version not in the table")
+            elif (self._sasl is not None and self._sasl.answered and api_key != SASL_HANDSHAKE
+                    and api_key != SASL_AUTHENTICATE):
                 self._sasl_done("success", None)  # the broker serves other requests only once authenticated
 
             emit(_make_request_seen(conn_id=conn_id, ts=ts, api_key=api_key,
@@ -503,15 +549,68 @@ class KafkaConnection:
                 self._track(half, corr, entry)
             else:
                 in_flight[corr] = entry
+            if api_key == SASL_HANDSHAKE and api_version == 0 and known:
+                # Raw tokens may follow: decide each next frame in _uncertain_frame.
+                self._hs0 = entry
+                self._hs0_lost = self._broker.state != SYNCED  # a scan may skip the answer unread
+                self._uncertain_frames = 0
+                return True
         return True
+
+    def _uncertain_frame(self, half: _Half) -> bool:
+        """A client frame after a SaslHandshake v0 whose answer is not known (module docstring).
+        Only its size and header integers are looked at, never its strings."""
+        buf = half.buf
+        pos = half.pos
+        avail = len(buf) - pos
+        if not self._hs0_lost:
+            if avail <= self.max_decoded_frame + _SCAN_KEEP:
+                return False  # the answer may still come in order: a token fits, wait for it
+            self._lose_hs0()
+        if avail < 4:
+            return False
+        size = _SIZE.unpack_from(buf, pos)[0]
+        if size < 0 or size > self.max_frame_size:
+            self._desync(half, Kind.FRAME_SIZE, f"frame size {size} outside 0..{self.max_frame_size}")
+            return True
+        frame_end = pos + 4 + size
+        verdict = self._plausible_request(buf, pos)
+        if verdict is None and frame_end > len(buf):
+            return False
+        if verdict:
+            # Track it unannounced: a response to it proves Kafka frames resumed.
+            _, api_key, api_version, corr = _REQ.unpack_from(buf, pos)
+            self._requests += 1
+            self._track(half, corr, _InFlight(self._requests, api_key, api_version, API_TABLE[api_key], self._ts,
+                                              _UNCONFIRMED))
+        self._uncertain_frames += 1
+        self._decode_error(half, Kind.SASL_UNCERTAIN, None, None,
+                           "frame after a SaslHandshake v0 whose answer was not seen: maybe a SASL token, not read")
+        half.consume_frame(frame_end)
+        return True
+
+    def _lose_hs0(self) -> None:
+        """The SaslHandshake v0 answer may never be seen: held client frames are dropped."""
+        if not self._hs0_lost:
+            self._hs0_lost = True
+            self._wake_client = True
+
+    def _hs0_settled(self) -> None:
+        """The client's frames are known again to be Kafka requests or raw tokens."""
+        self._hs0 = None
+        self._hs0_lost = False
+        self._wake_client = True
 
     def _track(self, half: _Half, corr: int, entry: _InFlight) -> None:
         in_flight = self._in_flight
         if corr in in_flight:
-            del in_flight[corr]  # a reused id: the newer request is the one to be answered
+            if in_flight.pop(corr) is self._hs0:  # a reused id: the newer request is the one to be answered
+                self._lose_hs0()
         elif len(in_flight) >= self.max_in_flight:
             old = next(iter(in_flight))
             dropped = in_flight.pop(old)
+            if dropped is self._hs0:
+                self._lose_hs0()
             self._decode_error(half, Kind.IN_FLIGHT_OVERFLOW, dropped.api_key, dropped.api_version,
                                f"more than {self.max_in_flight} requests in flight")
         in_flight[corr] = entry
@@ -566,6 +665,11 @@ class KafkaConnection:
             self._decode_error(half, Kind.UNMATCHED_RESPONSE, None, None, "no request in flight with this correlation id")
             half.consume_frame(frame_end)
             return True
+        if entry.detail is _UNCONFIRMED:  # answers a frame dropped unread: Kafka frames resumed
+            self._match(half, corr)
+            self._hs0_settled()
+            half.consume_frame(frame_end)
+            return True
         api_key = entry.api_key
         decode = api_key in _DECODED_RESPONSES
         if decode and size <= self.max_decoded_frame and frame_end > len(buf):
@@ -580,6 +684,9 @@ class KafkaConnection:
                     self._response_body(half, entry, pos, frame_end)
                 except ProtocolError as e:
                     self._decode_error(half, e.kind, api_key, entry.api_version, e.message)
+            if entry is self._hs0:  # answered, but the answer was not readable
+                self._lose_hs0()
+        self.responses += 1
         self._events.append(_make_response_seen(
             conn_id=self.conn_id, ts=self._ts, api_key=api_key, api_name=entry.spec.name if entry.spec is not None else None,
             api_version=entry.api_version, correlation_id=corr, size=size, latency=self._ts - entry.ts))
@@ -627,12 +734,19 @@ class KafkaConnection:
             mechanism = entry.detail or ""
             self._emit(SaslHandshake(conn_id=self.conn_id, ts=ts, handshake_version=version, mechanism=mechanism,
                                      error_code=error, enabled_mechanisms=mechanisms))
+            dropped = 0
+            if entry is self._hs0:
+                dropped, self._uncertain_frames = self._uncertain_frames, 0
+                self._hs0_settled()
             if error == 0:
                 # v0: raw tokens follow without Kafka headers; v1: they ride in SaslAuthenticate.
                 self._sasl = _Sasl(mechanism, "raw" if version == 0 else "SaslAuthenticate")
-                self._client.tokens = self._broker.tokens = 0
+                # Tokens dropped unread while the answer was unknown count as sent (no user name).
+                self._client.tokens, self._broker.tokens = dropped, 0
                 if version == 0:
-                    self._client.state = self._broker.state = SASL_RAW
+                    self._broker.state = SASL_RAW
+                    if self._client.state == SYNCED:  # not mid-scan: raw framing needs a boundary
+                        self._client.state = SASL_RAW
         else:  # SaslAuthenticate
             error = read_sasl_authenticate_response(buf, off, frame_end, version)
             if self._sasl is not None:
@@ -741,7 +855,9 @@ class KafkaConnection:
                 return self._scan_wait(half, start, i)
             if after:
                 if half is self._broker:
-                    self._in_flight.pop(_RESP.unpack_from(buf, i)[1], None)
+                    answered = self._in_flight.pop(_RESP.unpack_from(buf, i)[1], None)
+                    if answered is not None and answered.detail is _UNCONFIRMED:
+                        self._hs0_settled()  # a verified answer to a frame sent after the handshake
                 half.pos = following
                 self._resynced(half, half.scan_skipped + following - start)
                 return True
@@ -821,7 +937,11 @@ class KafkaConnection:
     def _finish(self, reason: str) -> None:
         for half in (self._client, self._broker):
             if half.state == SYNCED and (half.skip or len(half.buf) > half.pos):
-                self._decode_error(half, Kind.TRUNCATED_AT_CLOSE, None, None, "connection closed inside a frame")
+                if half is self._client and self._hs0 is not None:
+                    self._decode_error(half, Kind.SASL_UNCERTAIN, None, None,
+                                       "closed with frames held for a SaslHandshake v0 answer: not read")
+                else:
+                    self._decode_error(half, Kind.TRUNCATED_AT_CLOSE, None, None, "connection closed inside a frame")
             half.state = IGNORED
             half.buf = bytearray()  # drop everything, SASL remnants included
             half.pos = half.skip = 0

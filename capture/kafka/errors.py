@@ -24,6 +24,9 @@ class Kind:
     UNANSWERED_REQUEST = "unanswered_request"  # a later response came first: this one never will
     IN_FLIGHT_OVERFLOW = "in_flight_overflow"
     SASL_TOKEN = "sasl_token"                  # a SASL token we could not read
+    SASL_UNCERTAIN = "sasl_uncertain"          # a client frame after a SaslHandshake v0 whose answer was
+                                               # not seen: maybe a raw token, so dropped unread
+    BUFFER_BUDGET = "buffer_budget"            # the caller dropped this direction's buffer (global budget)
     GAP = "gap"                                # the caller lost bytes (TCP gap)
     TRUNCATED_AT_CLOSE = "truncated_at_close"  # connection closed inside a frame
 
