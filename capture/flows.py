@@ -9,6 +9,18 @@ pass on, by reason. Time is the packets' own timestamps, so a replay behaves lik
 capture it came from. Imports `capture.kafka`, `capture.packets`, `capture.events` and
 `capture.listeners`; never a packet source, so it runs on any bytes.
 
+Memory: one budget (`max_buffer_bytes`) covers every flow's decoder buffers and held
+out-of-order segments, kept as a running total adjusted when a flow's buffers change (by
+length, held to 8/9 of the budget: a bytearray grown by appends allocates up to 1/8 more). Past
+it the largest buffers are dropped until the total is back under 7/8 of that (the margin
+makes each walk over the flows free an eighth of the budget): that direction continues after a
+gap (a Desync of kind "buffer_budget"), and each dropped buffer is counted in `drops`
+("buffer_budget").
+
+At `max_flows` a new flow evicts the least recently active flow not yet proven real (no
+response of the broker's matched to a request: data-only and SYN-only flows cost an attacker
+nothing to spoof), and only when there is none the least recently active flow.
+
 Not tracked: a pure ACK, FIN or RST of a flow not already tracked (counted as
 "untracked_control": it has nothing to decode); segments of a flow closed less than
 `TOMBSTONE_SECONDS` ago (late data is counted as "after_close"; without this, data in flight
@@ -40,6 +52,9 @@ DEFAULT_IDLE_TIMEOUT = 660.0
 DEFAULT_MAX_FLOWS = 100_000
 DEFAULT_MAX_OOO_BYTES = 1 << 20  # per direction
 DEFAULT_MAX_OOO_TOTAL = 256 << 20  # all flows together
+# Decoder buffers and held segments of all flows together. A flow may hold ~1 MiB per direction
+# (max_decoded_frame) plus its held segments, so 250 flows with partial frames filled a 512 MiB pod.
+DEFAULT_MAX_BUFFER_BYTES = 128 << 20
 MAX_OOO_SEGMENTS = 256  # per direction: keeps the held-segment bookkeeping cheap
 TOMBSTONE_SECONDS = 120.0  # Linux TIME_WAIT is 60 s
 MAX_TOMBSTONES = 65_536
@@ -49,6 +64,7 @@ RETRANSMISSION = "retransmission"
 AFTER_CLOSE = "after_close"
 NO_FLOW = "untracked_control"  # ACK/FIN/RST without payload for a flow we do not track
 OUT_OF_WINDOW = "out_of_window"
+BUFFER_BUDGET = "buffer_budget"  # a buffer dropped because all of them together passed the budget
 
 _SLOW_FLAGS = SYN | FIN | RST
 _MAX_AHEAD = 1 << 30  # a segment this far past the expected sequence is garbage, not reordering
@@ -79,10 +95,11 @@ class _Stream:
 
 
 class _Flow:
-    __slots__ = ("conn_id", "conn", "listener", "client", "broker", "first_seen", "last_seen",
-                 "syn_isn", "tls")
+    __slots__ = ("key", "conn_id", "conn", "listener", "client", "broker", "first_seen", "last_seen",
+                 "syn_isn", "tls", "buffered", "proven")
 
-    def __init__(self, conn_id: str, conn: KafkaConnection | None, listener, ts: float) -> None:
+    def __init__(self, key, conn_id: str, conn: KafkaConnection | None, listener, ts: float) -> None:
+        self.key = key
         self.conn_id = conn_id
         self.conn = conn  # None on a TLS listener: nothing to decode
         self.listener = listener
@@ -92,6 +109,8 @@ class _Flow:
         self.last_seen = ts
         self.syn_isn: int | None = None
         self.tls = listener.tls
+        self.buffered = 0  # bytes the decoder held when last drained (part of the tracker's total)
+        self.proven = False  # the broker answered a request on it (see eviction, module docstring)
 
 
 class FlowTracker:
@@ -106,12 +125,13 @@ class FlowTracker:
         max_flows: int = DEFAULT_MAX_FLOWS,
         max_ooo_bytes: int = DEFAULT_MAX_OOO_BYTES,
         max_ooo_total: int = DEFAULT_MAX_OOO_TOTAL,
+        max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
         update_interval: float = 1.0,
         source: str = "capture",
         name: str = "capture",
     ) -> None:
-        if idle_timeout <= 0 or max_flows < 1 or max_ooo_bytes < 0 or update_interval <= 0:
-            raise ValueError("idle_timeout, max_flows and update_interval must be positive")
+        if idle_timeout <= 0 or max_flows < 1 or max_ooo_bytes < 0 or update_interval <= 0 or max_buffer_bytes < 1:
+            raise ValueError("idle_timeout, max_flows, max_buffer_bytes and update_interval must be positive")
         self.listeners = listeners
         self._ports = listeners.by_port
         self.emit = emit
@@ -119,6 +139,9 @@ class FlowTracker:
         self.max_flows = max_flows
         self.max_ooo_bytes = max_ooo_bytes
         self.max_ooo_total = max_ooo_total
+        self.max_buffer_bytes = max_buffer_bytes
+        # Buffers are counted by length; a bytearray grown by appends allocates up to 1/8 more.
+        self._buffer_limit = max_buffer_bytes * 8 // 9
         self.update_interval = update_interval
         self.source = source
         self.name = name
@@ -128,6 +151,10 @@ class FlowTracker:
         self._next_expiry = float("-inf")
         self._conn_seq = 0
         self._held_total = 0
+        self._decoder_total = 0  # sum of the flows' `buffered`
+        self._enforcing = False
+        self._unproven: OrderedDict[tuple, None] = OrderedDict()  # least recently active first
+        self.budget_dropped_bytes = 0
         self.last_ts = 0.0
         self.packets = 0
         self.bytes = 0
@@ -305,6 +332,8 @@ class FlowTracker:
             while s.held and (s.held_bytes > self.max_ooo_bytes or self._held_total > self.max_ooo_total
                               or len(s.held) > MAX_OOO_SEGMENTS):
                 self._gap(flow, s, min(s.held), ts)  # passes on at least the first held segment
+            if self._held_total + self._decoder_total > self._buffer_limit:
+                self._enforce_budget(ts)
             return
         if s.held:
             self._drain(flow, s, ts)
@@ -347,6 +376,55 @@ class FlowTracker:
             self._drain_events(flow)
         self._drain(flow, s, ts)
 
+    @property
+    def buffered(self) -> int:
+        """Bytes under the budget: decoder buffers and held segments of every flow (their length:
+        with the allocator's slack, at most max_buffer_bytes)."""
+        return self._decoder_total + self._held_total
+
+    def _enforce_budget(self, ts: float) -> None:
+        """Drop the largest buffers until the total is under 7/8 of the budget (module docstring)."""
+        if self._enforcing:
+            return
+        self._enforcing = True
+        try:
+            buffers = []
+            for flow in self.flows.values():
+                for s in (flow.client, flow.broker):
+                    if s.held_bytes:
+                        buffers.append((s.held_bytes, True, flow, s))
+                    if flow.buffered:
+                        n = flow.conn.direction_buffered(s.direction)
+                        if n:
+                            buffers.append((n, False, flow, s))
+            buffers.sort(key=lambda b: b[0], reverse=True)
+            target = self._buffer_limit - (self._buffer_limit >> 3)
+            for n, held, flow, s in buffers:
+                if self._decoder_total + self._held_total <= target:
+                    break
+                self.drops[BUFFER_BUDGET] += 1
+                if held:
+                    self._drop_held(flow, s, ts)
+                else:
+                    self.budget_dropped_bytes += n
+                    flow.conn.drop_buffered(s.direction, ts)
+                    self._drain_events(flow)
+        finally:
+            self._enforcing = False
+
+    def _drop_held(self, flow: _Flow, s: _Stream, ts: float) -> None:
+        """Forget the held segments and the hole before them: the stream continues after the last
+        one, and the decoder drops its partial frame of this direction too (it cannot complete)."""
+        end = max(start + len(data) for start, data in s.held.items())
+        self.budget_dropped_bytes += s.held_bytes
+        self._held_total -= s.held_bytes
+        s.held.clear()
+        s.held_bytes = 0
+        s.next = end
+        if flow.conn is not None:
+            flow.conn.drop_buffered(s.direction, ts)
+            self._drain_events(flow)
+
     def _give_up_holes(self, flow: _Flow, s: _Stream, ts: float) -> None:
         """No retransmission will come (the flow closes, or the input ended): each hole before a
         held segment, or before the FIN, is a gap; what follows a hole is still decoded."""
@@ -379,9 +457,11 @@ class FlowTracker:
             self.drops[NO_FLOW] += 1
             return None
         if len(self.flows) >= self.max_flows:
-            old_key, old = next(iter(self.flows.items()))
+            # A flow not proven real first: flooding data-only or SYN-only flows then evicts
+            # those, not the connections being watched.
+            old_key = next(iter(self._unproven)) if self._unproven else next(iter(self.flows))
             self.flows_evicted += 1
-            self._close(old_key, old, "evicted", ts)
+            self._close(old_key, self.flows[old_key], "evicted", ts)
         client_ip, client_port, broker_ip, broker_port = key
         listener = self._ports[broker_port]
         client_addr, broker_addr = format_address(client_ip), format_address(broker_ip)
@@ -390,9 +470,13 @@ class FlowTracker:
         # Only a client SYN, or the broker's SYN-ACK, shows where the streams begin.
         mid_stream = not syn
         conn = None if listener.tls else KafkaConnection(conn_id, mid_stream=mid_stream)
-        flow = _Flow(conn_id, conn, listener, ts)
+        flow = _Flow(key, conn_id, conn, listener, ts)
         if syn and from_client and not flags & ACK:
             flow.syn_isn = seq
+        if conn is None and flow.syn_isn is not None:
+            flow.proven = True  # a TLS listener: nothing to decode, the client's SYN is all there is
+        else:
+            self._unproven[key] = None
         self.flows[key] = flow
         self.flows_opened += 1
         self.emit(ConnectionOpened(
@@ -406,11 +490,24 @@ class FlowTracker:
 
     def _drain_events(self, flow: _Flow) -> None:
         emit = self.emit
-        for ev in flow.conn.events():
+        conn = flow.conn
+        for ev in conn.events():
             if ev.__class__ is TlsDetected:
                 flow.tls = True
                 self.tls_flows += 1
             emit(ev)
+        n = conn.buffered_bytes
+        if n != flow.buffered:
+            self._decoder_total += n - flow.buffered
+            flow.buffered = n
+            if self._decoder_total + self._held_total > self._buffer_limit:
+                self._enforce_budget(self.last_ts)
+        if not flow.proven:
+            if conn.responses:
+                flow.proven = True
+                self._unproven.pop(flow.key, None)
+            elif flow.key in self._unproven:  # not while closing
+                self._unproven.move_to_end(flow.key)  # least recently active first, as `flows`
 
     def _traffic(self, flow: _Flow, ts: float) -> None:
         c, b = flow.client, flow.broker
@@ -421,6 +518,7 @@ class FlowTracker:
     def _close(self, key, flow: _Flow, reason: str, ts: float) -> None:
         del self.flows[key]
         self._dirty.discard(key)
+        self._unproven.pop(key, None)
         for s in (flow.client, flow.broker):
             self._give_up_holes(flow, s, ts)
         self._traffic(flow, ts)

@@ -126,7 +126,9 @@ def _tracker_options(args: argparse.Namespace) -> dict:
         raise UsageError("--idle-timeout must be positive")
     if args.max_flows < 1:
         raise UsageError("--max-flows must be at least 1")
-    return {"idle_timeout": args.idle_timeout, "max_flows": args.max_flows}
+    if args.max_buffer_mb < 1:
+        raise UsageError("--max-buffer-mb must be at least 1")
+    return {"idle_timeout": args.idle_timeout, "max_flows": args.max_flows, "max_buffer_bytes": args.max_buffer_mb << 20}
 
 
 # --- settings: flags > KAFKA_CENSUS_* environment > --config YAML > defaults ---------------
@@ -198,6 +200,7 @@ SETTINGS = {
     "max_software_labels": (_int, 1000),
     "idle_timeout": (_float, 660.0),
     "max_flows": (_int, 100_000),
+    "max_buffer_mb": (_int, 128),
     "max_connections": (_int, 100_000),
     "buffer_mb": (_int, 64),
     "listen": (_csv, []),
@@ -667,6 +670,9 @@ def _add_capture_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-timeout", type=_float, metavar="SECONDS",
                    help="close a connection silent this long (default 660: the broker's 10 min idle close + 1)")
     p.add_argument("--max-flows", type=_int, help="bound of the TCP flow table (default 100000)")
+    p.add_argument("--max-buffer-mb", type=_int, metavar="MB",
+                   help="one budget for the decoder buffers and held out-of-order segments of all flows; past it "
+                        "the largest are dropped and counted (drops reason buffer_budget) (default 128)")
 
 
 def build_parser() -> argparse.ArgumentParser:

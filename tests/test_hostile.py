@@ -468,6 +468,50 @@ def test_syn_flood_keeps_the_flow_and_tombstone_tables_bounded():
     assert tracker.stats().flows_evicted == 200_000 - max_flows
 
 
+def test_a_flood_of_unproven_flows_at_max_flows_evicts_them_not_the_real_flow():
+    """One real connection (SYN, ApiVersions answered), then 30,000 flows that never prove
+    themselves, with max_flows=1000: 20,000 data-only (random bytes from distinct ports, no
+    handshake) and 10,000 SYN-only. A flow the broker has answered on is evicted only when no
+    unproven flow is left, so the real one, idle through the flood, survives it and its next
+    request is decoded. (With least-recently-active eviction it went with the first flood.)
+    Bound: 32 MiB (1000 flows with their decoders and 65,536 tombstones, as the SYN flood)."""
+    max_flows = 1000
+    events: list = []
+    tracker = FlowTracker(LISTENERS, events.append, max_flows=max_flows)
+    real, broker = bytes([10, 9, 9, 9]), bytes([10, 0, 0, 2])
+    cseq, bseq = 1000, 5000
+    tracker.segment(0.0, b"", real, 50000, broker, 9092, cseq, 0, SYN, 0, 0)
+    tracker.segment(0.0, b"", broker, 9092, real, 50000, bseq, cseq + 1, SYN | 0x10, 0, 0)
+    cseq, bseq = cseq + 1, bseq + 1
+
+    def exchange(ts: float, request: bytes, response: bytes) -> None:
+        nonlocal cseq, bseq
+        tracker.segment(ts, request, real, 50000, broker, 9092, cseq, bseq, 0x18, 0, len(request))
+        cseq += len(request)
+        tracker.segment(ts, response, broker, 9092, real, 50000, bseq, cseq, 0x18, 0, len(response))
+        bseq += len(response)
+
+    exchange(0.1, api_versions_v3_request(1), api_versions_v3_response(1))
+    [opened] = [e for e in events if isinstance(e, ConnectionOpened)]
+    rng = random.Random(9)
+    junk = bytes(rng.getrandbits(8) for _ in range(4096))
+    with Budget("30k unproven flows at max_flows=1000", max_bytes=32 * MiB, max_seconds=120):
+        for i in range(30_000):
+            client = bytes([10, 1 + (i >> 16), (i >> 8) & 0xFF, i & 0xFF])
+            if i < 20_000:
+                off = rng.randrange(0, 3000)
+                tracker.segment(1.0 + i * 1e-5, junk, client, 1024 + i % 60000, broker, 9092, i * 7919, 0, 0x18,
+                                off, off + 1000)
+            else:
+                tracker.segment(1.0 + i * 1e-5, b"", client, 1024 + i % 60000, broker, 9092, i * 7919, 0, SYN, 0, 0)
+    assert len(tracker.flows) == max_flows and tracker.flows_evicted == 30_000 + 1 - max_flows
+    closed = [e for e in events if isinstance(e, ConnectionClosed) and e.conn_id == opened.conn_id]
+    assert closed == []
+    exchange(2.0, metadata_request(2, client_id="still-here"), sized(struct.pack(">i", 2) + bytes(8)))
+    mine = [e for e in events if isinstance(e, RequestSeen) and e.conn_id == opened.conn_id]
+    assert [(r.correlation_id, r.client_id) for r in mine] == [(1, "hostile"), (2, "still-here")]
+
+
 def test_out_of_order_hole_punching_keeps_held_bytes_bounded():
     """A sender that leaves holes: 200 one-byte segments just ahead of the stream (each after a
     one-byte hole), then 250 segments of 65,000 bytes far ahead. Every one is held until a bound
