@@ -290,9 +290,10 @@ def test_query_orders_as_documented_across_chunks(monkeypatch, seed):
         assert all(c == {k: v for k, v in by_id[c["id"]].items() if not k.startswith("_")} for c in page)
 
 
-def test_a_connection_closing_between_two_holds_is_listed_once():
-    # The open and the closed references are copied in two holds; the capture may close a
-    # connection in between (here: right after the first hold ends).
+@pytest.mark.parametrize("after_hold", [1, 2, 3, 4])
+def test_a_connection_closing_between_two_holds_is_listed_once(after_hold):
+    # The open and the closed references are copied in separate holds; the capture may close a
+    # connection between any two of them (here: right after hold number `after_hold`).
     reg = _registry(30)
     target = next(iter(reg.open))
     inner = reg._lock
@@ -311,7 +312,7 @@ def test_a_connection_closing_between_two_holds_is_listed_once():
             if self.depth:  # a nested hold (expire() inside the first one)
                 return
             holds.append(1)
-            if len(holds) == 1:
+            if len(holds) == after_hold:
                 reg._lock = inner
                 reg.apply(ConnectionClosed(conn_id=target, ts=T0 + 1000.0, reason="rst", pending_requests=0))
                 reg._lock = self
@@ -320,6 +321,24 @@ def test_a_connection_closing_between_two_holds_is_listed_once():
     chunks, total = reg.query(order_by=[("state", False)])
     reg._lock = inner
     conns = [c for chunk in chunks for c in chunk]
-    assert len(holds) >= 2 and total == 30 == len(conns)
+    assert len(holds) > after_hold and total == 30 == len(conns)
     assert [c["id"] for c in conns].count(target) == 1
     assert len({c["id"] for c in conns}) == 30
+
+
+def test_open_index_stays_bounded_and_lists_exactly_the_open_connections():
+    # `_open_order` keeps closed records until compaction: at most a quarter of the open set +
+    # 1024 of them, so closed connections are not kept alive by it for long.
+    reg = ConnectionRegistry(max_closed=100)
+    bound_seen = []
+    for i in range(8000):
+        for ev in _connection(i, T0 + i, closes=False):
+            reg.apply(ev)
+        if i % 4:  # three in four close
+            reg.apply(ConnectionClosed(conn_id=_conn_id(i), ts=T0 + i + 0.5, reason="fin", pending_requests=0))
+        bound_seen.append(len(reg._open_order) - len(reg.open) <= len(reg.open) // 4 + 1024 + 1)
+    assert all(bound_seen) and len(reg.open) == 2000
+    chunks, total = reg.query(state="open", limit=10_000)
+    assert total == 2000 and {c["id"] for chunk in chunks for c in chunk} == set(reg.open)
+    chunks, total = reg.query(state="all", limit=10_000)
+    assert total == 2100 and len({c["id"] for chunk in chunks for c in chunk}) == 2100
