@@ -136,6 +136,13 @@ class CensusCollector:
                        "features with an invalid name or past 32 per broker.", ["what"], s.broker_drops)
         yield _counter("forgotten_closed_connections", "Recently closed connections dropped at the count bound.",
                        [], {(): s.forgotten_connections})
+        # The capture thread waiting on a REST reader: it should stay near zero (issue 13, item 6).
+        yield _counter("registry_apply_lock_waits", "Capture-side registry updates that waited for a reader's "
+                       "copy to release the lock.", [], {(): s.apply_lock_waits})
+        yield _counter("registry_apply_lock_wait_seconds", "Total time capture-side registry updates waited "
+                       "for the lock.", [], {(): s.apply_lock_wait_seconds})
+        yield _gauge("registry_apply_lock_wait_max_seconds", "The longest wait of a capture-side registry "
+                     "update for the lock since start.", [], {(): s.apply_lock_wait_max})
         if self.health is not None:
             for name, value in sorted(self.health().items()):
                 # A dict is counts by reason, e.g. event_log_dropped {"queue_full": n, ...}.

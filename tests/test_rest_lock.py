@@ -342,3 +342,65 @@ def test_open_index_stays_bounded_and_lists_exactly_the_open_connections():
     assert total == 2000 and {c["id"] for chunk in chunks for c in chunk} == set(reg.open)
     chunks, total = reg.query(state="all", limit=10_000)
     assert total == 2100 and len({c["id"] for chunk in chunks for c in chunk}) == 2100
+
+
+def test_an_apply_that_waits_for_a_reader_is_exported():
+    """What apply() measured reaches /metrics: a reader holds the lock until the capture side is
+    seen waiting (a flag the registry sets, polled), then releases it."""
+    from prometheus_client import CollectorRegistry
+
+    from exporter.metrics import CensusCollector
+
+    reg = ConnectionRegistry()
+    prom = CollectorRegistry()
+    prom.register(CensusCollector(reg))
+    assert prom.get_sample_value("kafka_census_registry_apply_lock_waits_total") == 0
+    held, release = threading.Event(), threading.Event()
+
+    def reader() -> None:
+        with reg._lock:
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    held.wait(30)
+
+    def release_once_waiting() -> None:
+        for _ in range(600_000):  # bounded: ~30 s of polling at most
+            if reg._apply_waiting:
+                break
+            threading.Event().wait(0.00005)
+        release.set()
+
+    waker = threading.Thread(target=release_once_waiting)
+    waker.start()
+    reg.apply(_connection(1, T0, closes=False)[0])  # blocks until the reader lets go
+    waker.join()
+    t.join()
+    assert prom.get_sample_value("kafka_census_registry_apply_lock_waits_total") == 1
+    total = prom.get_sample_value("kafka_census_registry_apply_lock_wait_seconds_total")
+    assert total > 0
+    assert prom.get_sample_value("kafka_census_registry_apply_lock_wait_max_seconds") == total
+
+
+def test_the_state_file_snapshot_copies_in_chunks_too(monkeypatch):
+    """saved_identities() (the state file's snapshot, every --state-interval) held the lock for
+    its whole copy: 0.8 s at 100k connections. Now one chunk of records per hold."""
+    monkeypatch.setattr(registry_module, "_ROWS_PER_HOLD", 50)
+    reg = _registry(2_000)
+    timer = _install(reg)
+    holds = 0
+    real_acquire = timer.acquire
+
+    def counting(blocking: bool = True, timeout: float = -1) -> bool:
+        nonlocal holds
+        holds += 1
+        return real_acquire(blocking, timeout)
+
+    timer.acquire = counting
+    saved = reg.saved_identities()
+    open_ids = {c["id"] for c in reg.connections("open")}
+    assert len(saved) == len(open_ids) == 1_800  # every open connection announced its software
+    assert {(s.client_software_name, s.identity_version) for s in saved} == {(SOFTWARE[0], 3)}
+    assert holds >= 1_800 // 50
