@@ -496,7 +496,7 @@ class FlowTracker:
                 flow.tls = True
                 self.tls_flows += 1
             emit(ev)
-        n = conn.buffered_bytes
+        n = conn.held_bytes
         if n != flow.buffered:
             self._decoder_total += n - flow.buffered
             flow.buffered = n
