@@ -114,11 +114,22 @@ def _progress(packets: int, fraction: float) -> None:
 def _registry_bounds(args: argparse.Namespace) -> dict:
     """The registry's label and table bounds (ConnectionRegistry keyword arguments)."""
     bounds = {"max_series": args.max_series, "max_brokers": args.max_brokers,
-              "max_software_labels": args.max_software_labels}
+              "max_software_labels": args.max_software_labels, "max_census_rows": args.max_census_rows}
     for name, value in bounds.items():
         if value < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     return bounds
+
+
+def _live_registry(args: argparse.Namespace) -> ConnectionRegistry:
+    """The registry of a long-running command (capture, proxy): every table bounded by a flag."""
+    if args.max_connections < 1 or args.max_closed_connections < 1:
+        raise UsageError("--max-connections and --max-closed-connections must be at least 1")
+    if args.closed_ttl <= 0:
+        raise UsageError("--closed-ttl must be positive")
+    return ConnectionRegistry(clock=time.time, max_open=args.max_connections,
+                              max_closed=args.max_closed_connections, closed_ttl=args.closed_ttl,
+                              **_registry_bounds(args))
 
 
 def _tracker_options(args: argparse.Namespace) -> dict:
@@ -198,6 +209,9 @@ SETTINGS = {
     "max_series": (_int, 50_000),
     "max_brokers": (_int, 256),
     "max_software_labels": (_int, 1000),
+    "max_census_rows": (_int, 10_000),
+    "max_closed_connections": (_int, 10_000),
+    "closed_ttl": (_float, 900.0),
     "idle_timeout": (_float, 660.0),
     "max_flows": (_int, 100_000),
     "max_buffer_mb": (_int, 128),
@@ -438,7 +452,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
     tracker_options = _tracker_options(args)
     access = _api_access(args)
     sock = _bind(args) if args.http else None
-    registry = ConnectionRegistry(clock=time.time, max_open=args.max_connections, **_registry_bounds(args))
+    registry = _live_registry(args)
     state = _open_state(args, registry)
     event_log = _open_event_log(args)
     try:
@@ -582,7 +596,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     max_connections = _fd_bound(args.max_connections)
     access = _api_access(args)
     sock = _bind(args) if args.http else None
-    registry = ConnectionRegistry(clock=time.time, max_open=args.max_connections, **_registry_bounds(args))
+    registry = _live_registry(args)
     event_log = _open_event_log(args)
     service = None
     if args.http:
@@ -647,6 +661,9 @@ def _add_service_options(p: argparse.ArgumentParser) -> None:
                    help="brokers (listener:port) whose ApiVersions answers are kept (default 256)")
     p.add_argument("--max-software-labels", type=_int, metavar="N",
                    help="distinct client software name/version label pairs; later ones are 'other' (default 1000)")
+    p.add_argument("--max-census-rows", type=_int, metavar="N",
+                   help="rows of the client census (software, client_id, principal, listener); closed connections "
+                   "of a new row past it are counted in census_overflow, not listed (default 10000)")
 
 
 def _add_event_log_options(p: argparse.ArgumentParser) -> None:
@@ -661,6 +678,10 @@ def _add_event_log_options(p: argparse.ArgumentParser) -> None:
                    help="events waiting for the event log's writer thread; past this they are dropped and counted "
                    "(kafka_census_event_log_dropped_total{reason=\"queue_full\"}), the capture never waits (default 16)")
     p.add_argument("--max-connections", type=int, help="bound of the live connection table (default 100000)")
+    p.add_argument("--max-closed-connections", type=_int, metavar="N",
+                   help="recently closed connections kept for the REST API; the oldest go first (default 10000)")
+    p.add_argument("--closed-ttl", type=_float, metavar="SECONDS",
+                   help="how long a closed connection stays listed (default 900)")
 
 
 def _add_capture_options(p: argparse.ArgumentParser) -> None:
