@@ -20,8 +20,8 @@ reading until it drains, so a slow reader slows its writer instead of growing th
     tls_handshake_failed              the client's TLS handshake failed or timed out
     shutdown                          the proxy stopped
 
-Imports `capture.kafka`, `capture.events` and the standard library (asyncio, ssl); never
-`exporter`: events leave through the `emit` callable.
+Imports `capture.kafka`, `capture.events`, the buffer budget's constants of `capture.flows` and
+the standard library (asyncio, ssl); never `exporter`: events leave through the `emit` callable.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from capture.events import (
     TlsSession,
     TrafficUpdate,
 )
+from capture.flows import BUFFER_BUDGET, DEFAULT_MAX_BUFFER_BYTES  # one budget rule for every decoder
 from capture.kafka import KafkaConnection
 
 log = logging.getLogger("kafka-census")
@@ -236,7 +237,7 @@ class _Conn:
     """One client connection and its upstream connection."""
 
     __slots__ = ("proxy", "id", "client", "upstream", "kafka", "pending", "task", "first_eof", "reason",
-                 "finished", "bytes", "segments", "last_seen")
+                 "finished", "bytes", "segments", "last_seen", "buffered")
 
     def __init__(self, proxy: Proxy, conn_id: str, client: _ClientSide, ts: float) -> None:
         self.proxy = proxy
@@ -252,6 +253,7 @@ class _Conn:
         self.bytes = [0, 0]
         self.segments = [0, 0]
         self.last_seen = ts
+        self.buffered = 0  # what the decoder held when last drained (part of the proxy's total)
 
     def peer(self, side: _Side) -> _Side | None:
         return self.upstream if side is self.client else self.client
@@ -280,6 +282,7 @@ class _Conn:
             if ev.__class__ is TlsDetected:  # TLS through a proxy that does not terminate it
                 proxy.tls_flows += 1
             emit(ev)
+        proxy._account(self, now)
 
     def eof(self, side: _Side) -> bool:
         """FIN from `side`: pass the half-close on; keep the other direction flowing."""
@@ -348,6 +351,8 @@ class _Conn:
         emit = proxy.emit
         for ev in self.kafka.events():
             emit(ev)
+        proxy._buffered -= self.buffered
+        self.buffered = 0
 
 
 class Proxy:
@@ -356,8 +361,9 @@ class Proxy:
     def __init__(self, routes, emit, *, tls: TlsSettings | None = None,
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, high_water: int = DEFAULT_HIGH_WATER,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS, update_interval: float = 1.0,
-                 name: str = "proxy") -> None:
-        if connect_timeout <= 0 or high_water < 1 or max_connections < 1 or update_interval <= 0:
+                 max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES, name: str = "proxy") -> None:
+        if (connect_timeout <= 0 or high_water < 1 or max_connections < 1 or update_interval <= 0
+                or max_buffer_bytes < 1):
             raise ValueError("connect_timeout, high_water, max_connections and update_interval must be positive")
         self.routes = list(routes)
         if not self.routes:
@@ -379,6 +385,8 @@ class Proxy:
         self.opened = 0
         self.tls_flows = 0
         self.drops: Counter[str] = Counter()
+        self.max_buffer_bytes = max_buffer_bytes
+        self._buffered = 0  # sum of the connections' `buffered`
         self.last_ts = time.time()
 
     # --- life -----------------------------------------------------------------------------
@@ -448,6 +456,35 @@ class Proxy:
             conn.finish()
 
     # --- connections ----------------------------------------------------------------------
+
+    def _account(self, conn: _Conn, now: float) -> None:
+        """Keep the decoders' running total; past the budget (8/9 of it: a bytearray's growth
+        slack, as the capture's FlowTracker), drop the largest decoder buffers until the total is
+        under 7/8 of that, each a counted drop and a Desync of kind buffer_budget. Forwarding is
+        never affected: only what the decoder holds is dropped."""
+        n = conn.kafka.held_bytes
+        if n == conn.buffered:
+            return
+        self._buffered += n - conn.buffered
+        conn.buffered = n
+        limit = self.max_buffer_bytes * 8 // 9
+        if self._buffered <= limit:
+            return
+        target = limit - (limit >> 3)
+        buffers = sorted(((c.kafka.direction_buffered(d), c, d) for c in self.conns if c.buffered
+                          for d in (FROM_CLIENT, FROM_BROKER)), key=lambda b: b[0], reverse=True)
+        for size, c, direction in buffers:
+            if self._buffered <= target:
+                break
+            if not size:
+                continue
+            self.drops[BUFFER_BUDGET] += 1
+            c.kafka.drop_buffered(direction, now)
+            for ev in c.kafka.events():
+                self.emit(ev)
+            held = c.kafka.held_bytes
+            self._buffered += held - c.buffered
+            c.buffered = held
 
     def _accept(self, side: _ClientSide) -> None:
         transport = side.transport

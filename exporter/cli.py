@@ -593,6 +593,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     tls = _tls_settings(args)
     if args.connect_timeout <= 0 or args.max_connections < 1:
         raise UsageError("--connect-timeout must be positive and --max-connections at least 1")
+    if args.max_buffer_mb < 1:
+        raise UsageError("--max-buffer-mb must be at least 1")
     max_connections = _fd_bound(args.max_connections)
     access = _api_access(args)
     sock = _bind(args) if args.http else None
@@ -606,7 +608,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
                           **access)
     try:
         proxy = Proxy(routes, service.emit if service else registry.apply, tls=tls,
-                      connect_timeout=args.connect_timeout, max_connections=max_connections)
+                      connect_timeout=args.connect_timeout, max_connections=max_connections,
+                      max_buffer_bytes=args.max_buffer_mb << 20)
         proxy.bind()
     except ProxyError as exc:
         if event_log is not None:
@@ -691,9 +694,14 @@ def _add_capture_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-timeout", type=_float, metavar="SECONDS",
                    help="close a connection silent this long (default 660: the broker's 10 min idle close + 1)")
     p.add_argument("--max-flows", type=_int, help="bound of the TCP flow table (default 100000)")
+    _add_buffer_budget_option(p)
+
+
+def _add_buffer_budget_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-buffer-mb", type=_int, metavar="MB",
-                   help="one budget for the decoder buffers and held out-of-order segments of all flows; past it "
-                        "the largest are dropped and counted (drops reason buffer_budget) (default 128)")
+                   help="one budget for the decoder buffers, requests awaiting answers and held out-of-order "
+                        "segments of all connections; past it the largest are dropped and counted (drops reason "
+                        "buffer_budget) (default 128)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -749,6 +757,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "the system's)")
     prx.add_argument("--connect-timeout", type=_float, metavar="SECONDS",
                      help="give up connecting to the broker after this long (default 10)")
+    _add_buffer_budget_option(prx)
     _add_event_log_options(prx)
     _add_service_options(prx)
     prx.set_defaults(func=cmd_proxy)

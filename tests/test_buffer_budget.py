@@ -49,7 +49,7 @@ def client(i: int) -> tuple[bytes, int]:
 def check_total(tracker: FlowTracker) -> int:
     """The running total equals what the flows hold, counted the slow way."""
     held = sum(s.held_bytes for f in tracker.flows.values() for s in (f.client, f.broker))
-    decoded = sum(f.conn.buffered_bytes for f in tracker.flows.values() if f.conn is not None)
+    decoded = sum(f.conn.budget_bytes for f in tracker.flows.values() if f.conn is not None)
     assert tracker.buffered == held + decoded
     return held + decoded
 
@@ -122,7 +122,9 @@ def test_traffic_under_the_budget_drops_nothing():
                         len(frame))
     assert counts.requests == flows
     assert BUFFER_BUDGET not in tracker.drops and counts.budget_desyncs == 0
-    assert check_total(tracker) == 0
+    from capture.kafka.connection import IN_FLIGHT_BYTES
+
+    assert check_total(tracker) == flows * IN_FLIGHT_BYTES  # only the requests awaiting their answers
 
 
 def test_a_small_budget_holds_under_steady_partial_frames():
@@ -147,3 +149,29 @@ def test_a_small_budget_holds_under_steady_partial_frames():
 def test_the_budget_must_be_positive():
     with pytest.raises(ValueError):
         FlowTracker(LISTENERS, print, max_buffer_bytes=0)
+
+
+def test_requests_awaiting_answers_count_against_the_budget():
+    """1,024 pipelined 14-byte requests (the in-flight table's bound) on each of 2,000 flows: 28 MB
+    on the wire, but ~170 KB of table per flow (~330 MB in all) if nothing bounded them together.
+    They are charged to the same budget as partial frames (IN_FLIGHT_BYTES each), so the peak
+    stays under the budget plus the baseline, and the flows whose tables were dropped are
+    counted. Bound: a 32 MiB budget + BASELINE."""
+    from capture.kafka.connection import DEFAULT_MAX_IN_FLIGHT, IN_FLIGHT_BYTES
+
+    budget = 32 * MiB
+    counts = Counts()
+    tracker = FlowTracker(LISTENERS, counts.emit, max_buffer_bytes=budget)
+    burst = b"".join(b"\x00\x00\x00\x0a\x00\x03\x00\x00" + corr.to_bytes(4, "big") + b"\xff\xff"
+                     for corr in range(DEFAULT_MAX_IN_FLIGHT))  # Metadata v0 requests, never answered
+    with Budget("2,000 flows x 1,024 requests in flight", max_bytes=budget + BASELINE, max_seconds=300):
+        for i in range(FLOWS):
+            src, port = client(i)
+            tracker.segment(i * 0.01, b"", src, port, BROKER, 9092, i * 7919, 0, SYN, 0, 0)
+            tracker.segment(i * 0.01, burst, src, port, BROKER, 9092, i * 7919 + 1, 0, ACK, 0, len(burst))
+            assert tracker.buffered <= budget * 8 // 9
+    assert counts.requests == FLOWS * DEFAULT_MAX_IN_FLIGHT  # every request was still counted
+    assert check_total(tracker) <= budget * 8 // 9
+    # At most budget / (1,024 x IN_FLIGHT_BYTES) flows can keep their tables.
+    assert tracker.drops[BUFFER_BUDGET] >= FLOWS - budget // (DEFAULT_MAX_IN_FLIGHT * IN_FLIGHT_BYTES)
+    assert counts.budget_desyncs == tracker.drops[BUFFER_BUDGET]

@@ -415,6 +415,32 @@ def test_connections_over_the_limit_are_refused_and_counted():
             s.close()
 
 
+def test_partial_frames_on_many_connections_stay_within_the_buffer_budget():
+    """The proxy decodes what it forwards, and each decoder may hold a partial frame of up to
+    1 MiB per direction: 8 clients each send all but the last byte of a ~1 MiB SaslAuthenticate
+    (decoded whole) against a 2 MiB budget. The decoders' total stays under the budget, the
+    drops are counted (buffer_budget) and labelled desyncs; forwarding is untouched: Tansu, the
+    real upstream, still holds every connection open waiting for the rest of its frame."""
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+
+    budget = 2 << 20
+    frame = request_frame(SaslAuthenticateRequest(auth_bytes=bytes(1_000_000)), 1)
+    with peers.start_tansu() as broker, running(broker.port, max_buffer_bytes=budget) as r:
+        socks = [r.connect() for _ in range(8)]
+        try:
+            for s in socks:
+                s.sendall(frame[:-1])
+            # At most one ~1 MiB buffer fits under 7/8 of 8/9 of the budget after a drop.
+            r.wait(lambda: r.proxy.drops["buffer_budget"] >= 7, timeout=60)
+            assert r.proxy._buffered <= budget * 8 // 9
+            desyncs = r.registry.snapshot().problems
+            assert desyncs.get(("desync", "buffer_budget"), 0) >= 7, desyncs
+            assert len(r.rows("open")) == 8  # every connection still open through the proxy
+        finally:
+            for s in socks:
+                s.close()
+
+
 def test_subject_names_follow_rfc_4514():
     cert = {"subject": ((("countryName", "DE"),), (("organizationName", "Acme, Inc"),),
                         (("commonName", " billing+1"),))}

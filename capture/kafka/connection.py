@@ -81,6 +81,11 @@ DEFAULT_MAX_DECODED_FRAME = 1024 * 1024
 # is processed, so a real client rarely has more than a handful; at the bound the oldest is
 # dropped and counted (IN_FLIGHT_OVERFLOW).
 DEFAULT_MAX_IN_FLIGHT = 1024
+# What one request awaiting its answer costs (an _InFlight and its table slot: 167 bytes measured
+# with 1024 in flight), charged to the caller's memory budget with the buffers: 1024 tiny
+# pipelined requests (14 KB on the wire) hold ~170 KB here, so a flood of such connections must
+# count against the same budget as partial frames do.
+IN_FLIGHT_BYTES = 192
 # A request header up to its client_id length (size, key, version, correlation id, length):
 # what scanning keeps at the end of the buffer, and what a plausibility check reads.
 _SCAN_KEEP = 14
@@ -275,7 +280,7 @@ class KafkaConnection:
         self._in_flight: dict[int, _InFlight] = {}
         self._requests = 0
         self.responses = 0  # responses matched to a request: the connection is a real exchange
-        self.held_bytes = 0  # what both directions held when the queued input was last drained
+        self.held_bytes = 0  # budget_bytes when the queued input was last drained (buffers + requests in flight)
         self._sasl: _Sasl | None = None
         self._scan = _request_scan_pattern(max_frame_size)
         self._response_cover: tuple | None = None  # (lo, hi, pattern) of the ids a scan looks for
@@ -350,8 +355,18 @@ class KafkaConnection:
         are released when a chunk ends."""
         return len(self._client.buf) - self._client.pos + len(self._broker.buf) - self._broker.pos
 
+    @property
+    def budget_bytes(self) -> int:
+        """What counts against the caller's memory budget: the buffered bytes and the requests
+        awaiting an answer (`held_bytes` is this figure as of the last drain)."""
+        return self.buffered_bytes + len(self._in_flight) * IN_FLIGHT_BYTES
+
     def direction_buffered(self, direction: Direction) -> int:
-        return len((self._client if direction == Direction.FROM_CLIENT else self._broker).buf)
+        """What dropping this direction gives back: its buffer, and for the client direction the
+        requests awaiting an answer."""
+        if direction == Direction.FROM_CLIENT:
+            return len(self._client.buf) + len(self._in_flight) * IN_FLIGHT_BYTES
+        return len(self._broker.buf)
 
     # --- the pump -----------------------------------------------------------------------
 
@@ -368,7 +383,7 @@ class KafkaConnection:
         if not self._input:
             # Drained: each half holds only unparsed bytes now. Kept as a plain attribute for the
             # caller's memory budget (read once per chunk, where a property call cost 3% of a replay).
-            self.held_bytes = len(self._client.buf) + len(self._broker.buf)
+            self.held_bytes = len(self._client.buf) + len(self._broker.buf) + len(self._in_flight) * IN_FLIGHT_BYTES
             return False
         op, direction, payload, ts = self._input.popleft()
         self._ts = ts
@@ -384,7 +399,14 @@ class KafkaConnection:
             if half.state != IGNORED:
                 half.buf = bytearray()  # clear() would keep the allocation
                 half.pos = half.skip = 0
-                self._desync(half, *payload)
+                kind, detail = payload
+                if kind == Kind.BUFFER_BUDGET and half is self._client and self._in_flight:
+                    # The budget wants the memory back: the requests go too; their answers will be
+                    # unmatched responses (counted), never a wrong match.
+                    detail = f"{detail}; {len(self._in_flight)} requests awaiting an answer forgotten"
+                    self._in_flight.clear()
+                    self._response_cover = None
+                self._desync(half, kind, detail)
         else:
             self._finish(payload)
         return True
