@@ -41,6 +41,7 @@ from helm_python import _native
 from capture.listeners import ListenerMap
 from exporter.cli import build_parser
 from exporter.serve import parse_http
+from tests.test_table_memory import FLOW_BYTES, RECORD_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "kafka-census"
@@ -768,7 +769,8 @@ def test_max_buffer_mb_is_a_quarter_of_the_memory_limit(limit, expected):
 def test_max_buffer_mb_explicit_value_and_its_bound():
     """capture.maxBufferMB wins, up to the limit minus the baseline: 128 MiB and the kernel
     capture buffer (capture.bufferMB, default 64). 512Mi: at most 320; with bufferMB 128, 256."""
-    assert flag_value(capture_args({"capture": {"maxBufferMB": 320}}), "--max-buffer-mb") == 320
+    # 200, not 320: the connection tables need room too (test_connection_tables_*)
+    assert flag_value(capture_args({"capture": {"maxBufferMB": 200}}), "--max-buffer-mb") == 200
     for capture, bound in (({"maxBufferMB": 321}, 320), ({"maxBufferMB": 257, "bufferMB": 128}, 256)):
         with pytest.raises(helm_python.HelmRenderError, match=re.escape(
                 f"capture.maxBufferMB {capture['maxBufferMB']} exceeds resources.limits.memory (512 MiB) "
@@ -788,6 +790,92 @@ def test_max_buffer_mb_explicit_value_and_its_bound():
     assert flag_value(capture_args(values), "--max-buffer-mb") == 4096
     # the proxy has no kernel buffer and is not given the capture's budget
     assert "--max-buffer-mb" not in " ".join(capture_args(mode_values("proxy")))
+
+
+def tables_room(limit_mib: int, *, kernel: int = 64, budget: int, queue: int = 0) -> int:
+    """Bytes the chart leaves for the connection tables: the limit less the 128 MiB baseline,
+    the kernel buffer, the decoder budget and the event log's queue."""
+    return (limit_mib - 128 - kernel - budget - queue) << 20
+
+
+def derived_tables(limit_mib: int, *, closed: int = 10_000, **room) -> int:
+    """The chart's rule, from the constants tests/test_table_memory.py asserts: an equal number
+    of flows and records in what is left beside the closed records, in thousands."""
+    left = tables_room(limit_mib, **room) - closed * RECORD_BYTES
+    return left // (FLOW_BYTES + RECORD_BYTES) // 1000 * 1000
+
+
+def table_flags(values: dict) -> tuple:
+    args = capture_args(values)
+    parsed = parse_cli(args)
+    for flag, got in (("--max-flows", parsed.max_flows), ("--max-connections", parsed.max_connections),
+                      ("--max-closed-connections", parsed.max_closed_connections)):
+        assert flag_value(args, flag) in (None, got)
+    return (flag_value(args, "--max-flows"), flag_value(args, "--max-connections"),
+            flag_value(args, "--max-closed-connections"))
+
+
+@pytest.mark.parametrize("limit, mib, budget, expected", [
+    ("512Mi", 512, 128, 22_000), ("768Mi", 768, 192, 48_000), ("1Gi", 1024, 256, 74_000),
+    ("2Gi", 2048, 512, 177_000),
+])
+def test_connection_tables_are_derived_from_the_memory_limit(limit, mib, budget, expected):
+    """No capture.maxFlows/maxConnections: both are what the limit leaves beside the baseline,
+    the kernel buffer and the decoder budget, at FLOW_BYTES a flow and RECORD_BYTES a record
+    (the 10,000 closed ones included). Before, the CLI's 100,000 of each (~750 MB of tables at
+    the measured sizes) went with any limit: a connection flood could OOM-kill the pod."""
+    assert derived_tables(mib, budget=budget) == expected
+    for mode in ("daemonset", "sidecar"):
+        flows, connections, closed = table_flags(mode_values(mode, resources={"limits": {"memory": limit}}))
+        assert flows == connections == expected and closed is None
+        used = flows * FLOW_BYTES + (connections + 10_000) * RECORD_BYTES
+        assert used <= tables_room(mib, budget=budget) < used + 1000 * (FLOW_BYTES + RECORD_BYTES)
+
+
+def test_connection_tables_account_for_the_event_log_queue_and_the_kernel_buffer():
+    expected = derived_tables(512, budget=128, queue=16)
+    assert expected == 20_000
+    assert table_flags({"eventLog": {"enabled": True}})[:2] == (expected, expected)
+    expected = derived_tables(512, budget=128, kernel=128)
+    assert expected == 14_000
+    assert table_flags({"capture": {"bufferMB": 128}})[:2] == (expected, expected)
+
+
+def test_connection_tables_explicit_values_and_their_bound():
+    """A value given is passed as is if it fits, the other one takes what is left; values that
+    cannot fit at the limit are refused, naming the figures."""
+    # one given: the other gets the rest
+    left = tables_room(512, budget=128) - 10_000 * RECORD_BYTES - 5_000 * FLOW_BYTES
+    assert table_flags({"capture": {"maxFlows": 5_000}}) == (5_000, left // RECORD_BYTES // 1000 * 1000, None)
+    left = tables_room(512, budget=128) - 10_000 * RECORD_BYTES - 5_000 * RECORD_BYTES
+    assert table_flags({"capture": {"maxConnections": 5_000}}) == (left // FLOW_BYTES // 1000 * 1000, 5_000, None)
+    # closed connections are passed and counted
+    assert table_flags({"capture": {"maxClosedConnections": 50_000}}) == (
+        derived_tables(512, budget=128, closed=50_000),) * 2 + (50_000,)
+    # both given and fitting: as given
+    assert table_flags({"capture": {"maxFlows": 20_000, "maxConnections": 20_000}}) == (20_000, 20_000, None)
+    # the CLI defaults at the default limit: refused
+    with pytest.raises(helm_python.HelmRenderError, match=re.escape(
+            "capture.maxFlows 100000 and capture.maxConnections 100000 do not fit: resources.limits.memory "
+            "512 MiB less 128") + ".*leaves 192 MiB for the connection tables.*so they need 766 MiB"):
+        render({"capture": {"maxFlows": 100_000, "maxConnections": 100_000}})
+    for mode in ("daemonset", "sidecar"):
+        with pytest.raises(helm_python.HelmRenderError, match="capture.maxFlows 30000 and capture.maxConnections"):
+            render(mode_values(mode, capture={"maxFlows": 30_000, "maxConnections": 30_000}))
+    # one given, too large for the other to get 1000
+    with pytest.raises(helm_python.HelmRenderError, match=re.escape(
+            "the connection tables do not fit") + ".*MiB go to the values given; room for fewer than 1000"):
+        render({"capture": {"maxFlows": 31_500}})
+    # a decoder budget that leaves nothing
+    with pytest.raises(helm_python.HelmRenderError, match=re.escape(
+            "320 (maxBufferMB) leaves 0 MiB for the connection tables") + ".*nothing is left"):
+        render({"capture": {"maxBufferMB": 320}})
+    # no memory limit: the CLI defaults, or what is given, unchecked
+    assert table_flags({"resources": {"limits": None}}) == (None, None, None)
+    assert table_flags({"resources": {"limits": None}, "capture": {"maxFlows": 500_000}}) == (500_000, None, None)
+    # the proxy tracks no flows: none of these
+    args = " ".join(capture_args(mode_values("proxy")))
+    assert "--max-flows" not in args and "--max-connections" not in args
 
 
 @pytest.mark.parametrize("volume, expected", [

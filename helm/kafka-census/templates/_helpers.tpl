@@ -96,6 +96,7 @@ requirements. Rendered (to nothing) by every mode's main template.
 {{- /* computed here so that a bad size fails the release whatever the mode renders */}}
 {{- if ne .Values.mode "proxy" }}
 {{- $_ := include "kafka-census.maxBufferMB" . }}
+{{- $_ := include "kafka-census.tableSizes" . }}
 {{- if .Values.eventLog.enabled }}{{ $_ := include "kafka-census.eventLogMaxTotalMB" . }}{{ end }}
 {{- end }}
 {{- end }}
@@ -163,6 +164,56 @@ tables) plus the kernel capture buffer (capture.bufferMB, CLI default 64).
 {{- else if not (kindIs "invalid" $explicit) }}
 {{- int $explicit }}
 {{- end }}
+{{- end }}
+
+{{/*
+--max-flows and --max-connections: capture.maxFlows and capture.maxConnections, or derived from
+the memory left beside the baseline (128 MiB), the kernel capture buffer (capture.bufferMB, 64),
+the decoder and reassembly budget (kafka-census.maxBufferMB) and, with the event log on, its
+write queue (the CLI's --event-log-queue-mb, 16). Each tracked flow costs at most 5632 bytes,
+each registry record (open, or one of the capture.maxClosedConnections closed ones, CLI default
+10000) 2176: tests/test_table_memory.py measures ~4.2 KB and ~1.6 KB and asserts these. A
+derived count takes an equal share per flow and record, in thousands; values that cannot fit, or
+a limit that leaves fewer than 1000, fail the release. Empty dict values: the CLI defaults (no
+memory limit). Returns YAML: {flows: N, connections: N}.
+*/}}
+{{- define "kafka-census.tableSizes" -}}
+{{- $flowBytes := 5632 }}
+{{- $recordBytes := 2176 }}
+{{- $flows := .Values.capture.maxFlows }}
+{{- $connections := .Values.capture.maxConnections }}
+{{- $closed := int (default 10000 .Values.capture.maxClosedConnections) }}
+{{- $limit := dig "limits" "memory" "" (.Values.resources | default dict) }}
+{{- $out := dict }}
+{{- if not (kindIs "invalid" $flows) }}{{ $_ := set $out "flows" (int $flows) }}{{ end }}
+{{- if not (kindIs "invalid" $connections) }}{{ $_ := set $out "connections" (int $connections) }}{{ end }}
+{{- if $limit }}
+{{- $limitMiB := include "kafka-census.mebibytes" (list "resources.limits.memory" $limit) | int }}
+{{- $kernel := int (default 64 .Values.capture.bufferMB) }}
+{{- $budget := include "kafka-census.maxBufferMB" . | int }}
+{{- $queue := 0 }}
+{{- if .Values.eventLog.enabled }}{{ $queue = 16 }}{{ end }}
+{{- $roomMiB := sub (sub (sub (sub $limitMiB 128) $kernel) $budget) $queue | int }}
+{{- $room := mul $roomMiB 1048576 }}
+{{- $fixed := mul $closed $recordBytes }}
+{{- $per := 0 }}
+{{- if hasKey $out "flows" }}{{ $fixed = add $fixed (mul $out.flows $flowBytes) }}{{ else }}{{ $per = add $per $flowBytes }}{{ end }}
+{{- if hasKey $out "connections" }}{{ $fixed = add $fixed (mul $out.connections $recordBytes) }}{{ else }}{{ $per = add $per $recordBytes }}{{ end }}
+{{- $why := printf "resources.limits.memory %d MiB less 128 (interpreter, libraries, tombstones, census), %d (capture.bufferMB), %d (maxBufferMB)%s leaves %d MiB for the connection tables, at %d bytes a flow and %d a record (%d closed: capture.maxClosedConnections)" $limitMiB $kernel $budget (ternary ", 16 (the event log's queue)" "" (gt $queue 0)) $roomMiB $flowBytes $recordBytes $closed }}
+{{- if eq $per 0 }}
+{{- if gt $fixed $room }}
+{{- fail (printf "capture.maxFlows %d and capture.maxConnections %d do not fit: %s, so they need %d MiB; raise the limit or lower them" $out.flows $out.connections $why (div (add $fixed 1048575) 1048576)) }}
+{{- end }}
+{{- else }}
+{{- $n := mul (div (div (sub $room $fixed) $per) 1000) 1000 }}
+{{- if lt $n 1000 }}
+{{- fail (printf "the connection tables do not fit: %s, and %s; room for fewer than 1000 connections: raise the limit, lower capture.maxBufferMB, or set capture.maxFlows and capture.maxConnections" $why (ternary "nothing is left" (printf "%d MiB go to the values given" (div (add $fixed 1048575) 1048576)) (le (sub $room $fixed) 0))) }}
+{{- end }}
+{{- if not (hasKey $out "flows") }}{{ $_ := set $out "flows" $n }}{{ end }}
+{{- if not (hasKey $out "connections") }}{{ $_ := set $out "connections" $n }}{{ end }}
+{{- end }}
+{{- end }}
+{{- toYaml $out }}
 {{- end }}
 
 {{/* The event log's volume source: eventLog.volume, or an emptyDir of 2Gi. */}}
@@ -281,11 +332,16 @@ and the volume is mounted in the kafka-census container only.
 {{- with .Values.capture.idleTimeoutSeconds }}
 - {{ printf "--idle-timeout=%v" . | quote }}
 {{- end }}
-{{- with .Values.capture.maxFlows }}
-- {{ printf "--max-flows=%v" (int .) | quote }}
+{{- with include "kafka-census.tableSizes" . | fromYaml }}
+{{- with .flows }}
+- {{ printf "--max-flows=%d" (int .) | quote }}
 {{- end }}
-{{- with .Values.capture.maxConnections }}
-- {{ printf "--max-connections=%v" (int .) | quote }}
+{{- with .connections }}
+- {{ printf "--max-connections=%d" (int .) | quote }}
+{{- end }}
+{{- end }}
+{{- with .Values.capture.maxClosedConnections }}
+- {{ printf "--max-closed-connections=%v" (int .) | quote }}
 {{- end }}
 {{- with include "kafka-census.maxBufferMB" . }}
 - {{ printf "--max-buffer-mb=%s" . | quote }}
