@@ -10,11 +10,10 @@ Needs root (live capture), as `make test` has on CI.
 from __future__ import annotations
 
 import json
-import time
 
 from exporter.state import FORMAT
 from tests import peers
-from tests.census import Census
+from tests.census import Census, wait_for
 
 SOFTWARE = ("kafka-python", "3.0.12")
 CLIENT_ID = "census-restart"
@@ -29,16 +28,6 @@ class Exporter(Census):
 
     def sample(self, name: str, **labels) -> float | None:
         return self.samples(name).get(tuple(sorted(labels.items())))
-
-
-def wait_for(what: str, check, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def test_a_restart_keeps_the_identity_of_a_held_connection(tmp_path):
