@@ -12,6 +12,8 @@ exchanges; then each is reset. tracemalloc measures what stays allocated:
   MAX_TOMBSTONES of them, a fixed cost).
 A last test floods data-only flows (no handshake, random bytes mid-stream: the unproven case an
 attacker gets for free) up to max_flows and bounds their per-flow cost the same way.
+Two more measure bounded tables that are not per connection: a census row full of addresses,
+and an exported series (retained, and at a /metrics scrape's peak).
 Each cost must stay under its constant (about 30% over what was measured when it was set).
 The client ids here are realistic (~20 characters); the wire allows longer ones, which the
 registry stores as they come (see the module's last test and /work/notes/readme-sizing.md).
@@ -28,7 +30,9 @@ from capture.events import ConnectionClosed, ConnectionOpened
 from capture.flows import MAX_TOMBSTONES, FlowTracker
 from capture.listeners import ListenerMap
 from capture.packets import ACK, PSH, RST, SYN
-from exporter.registry import ConnectionRegistry
+from capture.kafka.events import ClientSoftware, RequestSeen
+from exporter.metrics import CensusCollector
+from exporter.registry import API_TABLE, ConnectionRegistry
 from tests.kafka_frames import sized
 from tests.test_hostile import api_versions_v3_response, compact_string, metadata_request, opaque_response
 
@@ -36,6 +40,10 @@ from tests.test_hostile import api_versions_v3_response, compact_string, metadat
 FLOW_BYTES = 5632  # measured 4,190: one tracked TCP flow (--max-flows)
 RECORD_BYTES = 2176  # measured 1,607 (closed; open ones share strings with their flow): one registry record, open (--max-connections) or closed (--max-closed-connections)
 TOMBSTONE_BYTES = 384  # measured 283: one recently closed 4-tuple in the tracker (at most MAX_TOMBSTONES)
+# Not per connection, but bounded tables the same pod holds (see /work/notes/readme-sizing.md):
+CENSUS_ROW_BYTES = 20_480  # measured ~15 KB: a census row holding its 100 client addresses (max_census_rows)
+SERIES_BYTES = 384  # measured ~280: one exported label set, retained (--max-series)
+SCRAPE_BYTES = 1024  # measured ~640: what one series adds to a /metrics scrape's peak (transient)
 
 N = 20_000
 LISTENERS = ListenerMap.parse(["PLAINTEXT=9092"])
@@ -195,3 +203,77 @@ def test_a_long_client_id_is_stored_whole():
     tracker.segment(0.0, request, src, port, BROKER, 9092, 101, 0, PSH | ACK, 0, len(request))
     [row] = registry.connections("open")
     assert len(row["client_id"]) == 30_000
+
+
+def opened(conn_id: str, ts: float, address: str) -> ConnectionOpened:
+    return ConnectionOpened(conn_id=conn_id, ts=ts, client_address=address, client_port=30_000,
+                            broker_address="10.0.0.2", broker_port=9092, listener="PLAINTEXT",
+                            security_protocol="PLAINTEXT", mid_stream=True, source="capture")
+
+
+def test_census_rows_full_of_addresses_cost_under_census_row_bytes():
+    """The census is bounded by rows (max_census_rows, 10,000) and addresses per row (100), not
+    by bytes: 1,000 client ids each seen from 100 addresses (100,000 connections opened,
+    identified and closed) cost < CENSUS_ROW_BYTES a row. At the 10,000 rows a flood of spoofed
+    addresses can fill, that is ~150 MB (see the notes: not in the chart's baseline)."""
+    rows, per_row = 1_000, 100
+    registry = ConnectionRegistry(max_closed=10, closed_ttl=1.0)
+    tracemalloc.start()
+    try:
+        base = traced()
+        n = 0
+        for a in range(per_row):
+            for c in range(rows):
+                n += 1
+                conn_id, ts = f"c{n}", n * 1e-6
+                registry.apply(opened(conn_id, ts, f"10.{a >> 8}.{a & 255}.{c % 250}"))
+                registry.apply(RequestSeen(conn_id=conn_id, ts=ts, api_key=3, api_name="Metadata", api_version=8,
+                                           correlation_id=1, client_id=f"orders-consumer-{c:05d}", size=30))
+                registry.apply(ConnectionClosed(conn_id=conn_id, ts=ts, reason="fin", pending_requests=0))
+        retained = traced() - base
+    finally:
+        tracemalloc.stop()
+    census = registry.clients()
+    assert len(census) == rows and all(len(row["client_addresses"]) == per_row for row in census)
+    per = retained / rows
+    MEASURED["census_row"] = per
+    print(f"\n[tables] census row with {per_row} addresses {per:,.0f} B (bound {CENSUS_ROW_BYTES})")
+    assert 0 < per <= CENSUS_ROW_BYTES
+
+
+def test_series_cost_retained_and_per_scrape():
+    """50,000 series (the --max-series default): 1,000 software labels x 50 request pairs. Per
+    series, retained < SERIES_BYTES, and a /metrics scrape's peak < SCRAPE_BYTES more."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    pairs = [(s.key, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1) if s.key != 18]
+    registry = ConnectionRegistry(max_closed=10, closed_ttl=1.0)
+    tracemalloc.start()
+    try:
+        base = traced()
+        for j in range(1000):
+            conn_id, ts = f"c{j}", j * 1e-4
+            registry.apply(opened(conn_id, ts, "10.0.0.9"))
+            registry.apply(ClientSoftware(conn_id=conn_id, ts=ts, request_version=3, name=f"software-name-{j}",
+                                          version="1.2.3", valid=True, error_code=0, accepted=True))
+            for key, version in pairs[:60]:
+                registry.apply(RequestSeen(conn_id=conn_id, ts=ts, api_key=key, api_name=None, api_version=version,
+                                           correlation_id=1, client_id="app", size=30))
+            registry.apply(ConnectionClosed(conn_id=conn_id, ts=ts, reason="fin", pending_requests=0))
+        retained = traced() - base
+        series = registry.snapshot().series
+        assert series == registry.max_series == 50_000  # the budget is full
+        prom = CollectorRegistry()
+        prom.register(CensusCollector(registry))
+        tracemalloc.reset_peak()
+        before = traced()
+        text = generate_latest(prom)
+        scrape = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert text.count(b"\n") >= series
+    MEASURED.update(series=retained / series, scrape=scrape / series)
+    print(f"\n[tables] per series {retained / series:,.0f} B retained (bound {SERIES_BYTES}), "
+          f"{scrape / series:,.0f} B at a scrape's peak (bound {SCRAPE_BYTES}), {len(text):,} bytes of text")
+    assert 0 < retained <= series * SERIES_BYTES
+    assert 0 < scrape <= series * SCRAPE_BYTES

@@ -135,8 +135,9 @@ A Kubernetes quantity (512Mi, 2Gi, 1G, 536870912) in whole MiB, rounded down:
 {{/*
 --max-buffer-mb: capture.maxBufferMB, or a quarter of resources.limits.memory; empty (the CLI
 default) when neither is set. Either must fit under the limit beside the baseline: 128 MiB
-(interpreter and libraries, about 70 MiB at rest in the soak benchmark, and the connection
-tables) plus the kernel capture buffer (capture.bufferMB, CLI default 64).
+(interpreter and libraries, about 70 MiB at rest in the soak benchmark, and the fixed-size
+tables) plus the kernel capture buffer (capture.bufferMB, CLI default 64). The connection
+tables take what is left (kafka-census.tableSizes).
 */}}
 {{- define "kafka-census.maxBufferMB" -}}
 {{- $explicit := .Values.capture.maxBufferMB }}
