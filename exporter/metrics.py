@@ -136,6 +136,8 @@ class CensusCollector:
                        "features with an invalid name or past 32 per broker.", ["what"], s.broker_drops)
         yield _counter("forgotten_closed_connections", "Recently closed connections dropped at the count bound.",
                        [], {(): s.forgotten_connections})
+        yield _counter("truncated_strings", "Strings from the wire (client_id, principal, software, TLS subject) "
+                       "cut to 256 characters.", [], {(): s.truncated_strings})
         # The capture thread waiting on a REST reader: it should stay near zero (issue 13, item 6).
         yield _counter("registry_apply_lock_waits", "Capture-side registry updates that waited for a reader's "
                        "copy to release the lock.", [], {(): s.apply_lock_waits})

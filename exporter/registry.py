@@ -80,6 +80,12 @@ DEFAULT_MAX_BROKERS = 256
 DEFAULT_MAX_SERIES = 50_000
 # A software name or version longer than this is no real client's ("apache-kafka-java", "2.3.0-rdkafka-2.3.0").
 MAX_SOFTWARE_LABEL_LEN = 128
+# Characters kept of a string the wire names (client_id, principal, software name and version,
+# TLS subject): Kafka allows 32,767, and 10,000 census rows of such client ids held 650 MB. Cut
+# with a visible "…" and counted, never silently (real ids are far shorter).
+MAX_WIRE_STRING = 256
+# Client addresses a census row lists: it names the hosts of a client, not every spoofable one.
+MAX_ROW_ADDRESSES = 32
 MAX_BROKER_FEATURES = 32  # KIP-584 features per broker (Kafka 4.1 announces 7)
 API_VERSIONS = 18
 UNKNOWN = "unknown"  # the broker's own label value when a client sent no software fields
@@ -272,6 +278,7 @@ class MetricsSnapshot:
     software_overflow: int
     untracked_connections: int
     forgotten_connections: int
+    truncated_strings: int  # wire strings cut to MAX_WIRE_STRING characters
     apply_lock_waits: int  # capture-side applies that found a reader holding the lock
     apply_lock_wait_seconds: float  # their total wait
     apply_lock_wait_max: float  # the longest one, seconds
@@ -488,6 +495,7 @@ class ConnectionRegistry:
         self.software_overflow = 0
         self._census: dict[tuple, _CensusRow] = {}
         self.census_overflow = 0
+        self.truncated_strings = 0  # wire strings cut to MAX_WIRE_STRING characters
         self._opened: Counter = Counter()
         self._closed_totals: Counter = Counter()
         self._requests: Counter = Counter()
@@ -751,7 +759,7 @@ class ConnectionRegistry:
             row.total += 1
             row.first_seen = min(row.first_seen, first_seen)
             row.last_seen = max(row.last_seen, last_seen)
-            if len(row.addresses) < 100:
+            if len(row.addresses) < MAX_ROW_ADDRESSES:
                 row.addresses.add(address)
             row.requests.update(requests)
             row.open += 1
@@ -819,7 +827,7 @@ class ConnectionRegistry:
                                  for b, info in self._brokers.items() for f in info["features"]},
                 capture=dict(self._capture), software_overflow=self.software_overflow,
                 untracked_connections=self.untracked, forgotten_connections=self.forgotten,
-                apply_lock_waits=self.apply_lock_waits, apply_lock_wait_seconds=self.apply_lock_wait_seconds,
+                truncated_strings=self.truncated_strings, apply_lock_waits=self.apply_lock_waits, apply_lock_wait_seconds=self.apply_lock_wait_seconds,
                 apply_lock_wait_max=self.apply_lock_wait_max,
                 census_overflow=self.census_overflow, series=self._series, max_series=self.max_series,
                 series_folded=dict(self.series_folded), broker_drops=dict(self.broker_drops))
@@ -872,15 +880,23 @@ class ConnectionRegistry:
         if saved is not None:
             rec.restored = True
             rec.restored_identity_version = saved.identity_version
-            rec.client_id = saved.client_id
-            rec.software_name = saved.client_software_name
-            rec.software_version = saved.client_software_version
-            rec.principal = saved.principal
+            rec.client_id = self._cut(saved.client_id)
+            rec.software_name = self._cut(saved.client_software_name)
+            rec.software_version = self._cut(saved.client_software_version)
+            rec.principal = self._cut(saved.principal)
             rec.sasl_mechanism = sasl_mechanism(saved.sasl_mechanism)  # a state file of an older version
             rec.first_seen = min(rec.first_seen, saved.first_seen)
             self.restored_connections += 1
         rec.labels = self._labels(rec.listener, rec.software_name, rec.software_version)
         self._gauge[(rec.listener, *rec.labels)] += 1
+
+    def _cut(self, value: str | None) -> str | None:
+        """A wire string as kept: at most MAX_WIRE_STRING characters, a cut one ending in "…" and
+        counted (truncated_strings)."""
+        if value is None or len(value) <= MAX_WIRE_STRING:
+            return value
+        self.truncated_strings += 1
+        return value[:MAX_WIRE_STRING - 1] + "\u2026"
 
     def _request(self, ev: RequestSeen) -> None:
         rec = self.open.get(ev.conn_id)
@@ -888,8 +904,9 @@ class ConnectionRegistry:
             return
         key = request_key(ev.api_key, ev.api_version)
         rec.requests[key] += 1
-        if ev.client_id is not None and key != UNKNOWN_REQUEST:  # a frame outside the table may be a SASL token
-            rec.client_id = ev.client_id
+        client_id = ev.client_id
+        if client_id is not None and key != UNKNOWN_REQUEST:  # a frame outside the table may be a SASL token
+            rec.client_id = client_id if len(client_id) <= MAX_WIRE_STRING else self._cut(client_id)
         rec.last_seen = ev.ts
         if ev.api_key != API_VERSIONS:  # counted when answered, under the identity it gives
             self._count_request(rec, key)
@@ -928,8 +945,8 @@ class ConnectionRegistry:
         if ev.accepted:
             rec.restored = False  # a real exchange overrides an identity from the state file
             rec.identity_version = ev.request_version
-            rec.software_name = ev.name
-            rec.software_version = ev.version
+            rec.software_name = self._cut(ev.name)
+            rec.software_version = self._cut(ev.version)
             self._gauge[(rec.listener, *rec.labels)] -= 1
             if ev.valid is False:  # a broker refuses what its regex rejects: this "acceptance" is forged
                 self.software_overflow += 1
@@ -999,7 +1016,7 @@ class ConnectionRegistry:
         mechanism = rec.sasl_mechanism = sasl_mechanism(ev.mechanism)
         rec.sasl_outcome = ev.outcome
         if ev.outcome == "success":
-            rec.principal = ev.principal
+            rec.principal = self._cut(ev.principal)
         self._sasl[self._slot("sasl_authentications", self._sasl, (rec.listener, mechanism, ev.outcome))] += 1
 
     def _acks(self, ev: ProduceAcks) -> None:
@@ -1016,7 +1033,7 @@ class ConnectionRegistry:
     def _tls_session(self, ev: TlsSession) -> None:
         rec = self.open.get(ev.conn_id)
         if rec is not None and ev.client_subject is not None and rec.principal is None:
-            rec.principal = ev.client_subject  # a later SASL identity wins, as on a SASL_SSL broker
+            rec.principal = self._cut(ev.client_subject)  # a later SASL identity wins, as on a SASL_SSL broker
 
     def _traffic(self, ev: TrafficUpdate) -> None:
         rec = self.open.get(ev.conn_id)
@@ -1045,7 +1062,7 @@ class ConnectionRegistry:
         row.total += 1
         row.first_seen = min(row.first_seen, rec.first_seen)
         row.last_seen = max(row.last_seen, rec.last_seen)
-        if len(row.addresses) < 100:  # a census row names its hosts, not every port
+        if len(row.addresses) < MAX_ROW_ADDRESSES:  # a census row names its hosts, not every port
             row.addresses.add(rec.client_address)
         row.requests.update(rec.requests)
 

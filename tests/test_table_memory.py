@@ -41,7 +41,7 @@ FLOW_BYTES = 5632  # measured 4,190: one tracked TCP flow (--max-flows)
 RECORD_BYTES = 2176  # measured 1,607 (closed; open ones share strings with their flow): one registry record, open (--max-connections) or closed (--max-closed-connections)
 TOMBSTONE_BYTES = 384  # measured 283: one recently closed 4-tuple in the tracker (at most MAX_TOMBSTONES)
 # Not per connection, but bounded tables the same pod holds (see /work/notes/readme-sizing.md):
-CENSUS_ROW_BYTES = 20_480  # measured ~15 KB: a census row holding its 100 client addresses (max_census_rows)
+CENSUS_ROW_BYTES = 7_168  # measured 5,306 (15 KB when a row kept 100): a census row listing its 32 client addresses (max_census_rows)
 SERIES_BYTES = 384  # measured ~280: one exported label set, retained (--max-series)
 SCRAPE_BYTES = 1024  # measured ~640: what one series adds to a /metrics scrape's peak (transient)
 
@@ -190,10 +190,12 @@ def test_data_only_flows_up_to_max_flows_cost_under_flow_bytes():
     assert buffered <= tracker.max_buffer_bytes
 
 
-def test_a_long_client_id_is_stored_whole():
-    """Documents a gap, not a bound: the registry keeps a client id as long as the wire sends it
-    (an int16 length: up to 32,767 bytes), so RECORD_BYTES holds for realistic ids only. One
-    connection with a 30,000-character client id costs its record ~30 KB more."""
+def test_a_long_client_id_is_cut_and_counted():
+    """The wire allows a 32,767-byte client id (an int16 length); the registry keeps at most
+    MAX_WIRE_STRING characters of it (a cut one ends in "…" and is counted), so RECORD_BYTES
+    holds whatever the ids: 30,000 characters cost a record no more than 256 do."""
+    from exporter.registry import MAX_WIRE_STRING
+
     registry = ConnectionRegistry()
     tracker = FlowTracker(LISTENERS, registry.apply)
     src, port = client(1)
@@ -202,7 +204,8 @@ def test_a_long_client_id_is_stored_whole():
     tracker.segment(0.0, b"", src, port, BROKER, 9092, 100, 0, SYN, 0, 0)
     tracker.segment(0.0, request, src, port, BROKER, 9092, 101, 0, PSH | ACK, 0, len(request))
     [row] = registry.connections("open")
-    assert len(row["client_id"]) == 30_000
+    assert row["client_id"] == "x" * (MAX_WIRE_STRING - 1) + "\u2026"
+    assert registry.snapshot().truncated_strings == 1
 
 
 def opened(conn_id: str, ts: float, address: str) -> ConnectionOpened:
@@ -212,10 +215,12 @@ def opened(conn_id: str, ts: float, address: str) -> ConnectionOpened:
 
 
 def test_census_rows_full_of_addresses_cost_under_census_row_bytes():
-    """The census is bounded by rows (max_census_rows, 10,000) and addresses per row (100), not
-    by bytes: 1,000 client ids each seen from 100 addresses (100,000 connections opened,
-    identified and closed) cost < CENSUS_ROW_BYTES a row. At the 10,000 rows a flood of spoofed
-    addresses can fill, that is ~150 MB (see the notes: not in the chart's baseline)."""
+    """The census is bounded by rows (max_census_rows, 10,000), addresses per row
+    (MAX_ROW_ADDRESSES, 32) and the length of each string (MAX_WIRE_STRING): 1,000 client ids
+    each seen from 100 addresses (100,000 connections opened, identified and closed) cost <
+    CENSUS_ROW_BYTES a row, each listing 32 of its addresses."""
+    from exporter.registry import MAX_ROW_ADDRESSES
+
     rows, per_row = 1_000, 100
     registry = ConnectionRegistry(max_closed=10, closed_ttl=1.0)
     tracemalloc.start()
@@ -234,10 +239,10 @@ def test_census_rows_full_of_addresses_cost_under_census_row_bytes():
     finally:
         tracemalloc.stop()
     census = registry.clients()
-    assert len(census) == rows and all(len(row["client_addresses"]) == per_row for row in census)
+    assert len(census) == rows and all(len(row["client_addresses"]) == MAX_ROW_ADDRESSES for row in census)
     per = retained / rows
     MEASURED["census_row"] = per
-    print(f"\n[tables] census row with {per_row} addresses {per:,.0f} B (bound {CENSUS_ROW_BYTES})")
+    print(f"\n[tables] census row seen from {per_row} addresses {per:,.0f} B (bound {CENSUS_ROW_BYTES})")
     assert 0 < per <= CENSUS_ROW_BYTES
 
 
