@@ -788,8 +788,8 @@ def test_max_buffer_mb_explicit_value_and_its_bound():
     assert flag_value(capture_args({"resources": {"limits": None}}), "--max-buffer-mb") is None
     values = {"resources": {"limits": None}, "capture": {"maxBufferMB": 4096}}
     assert flag_value(capture_args(values), "--max-buffer-mb") == 4096
-    # the proxy has no kernel buffer and is not given the capture's budget
-    assert "--max-buffer-mb" not in " ".join(capture_args(mode_values("proxy")))
+    # the proxy decodes what it forwards with the same decoders: the same budget
+    assert flag_value(capture_args(mode_values("proxy")), "--max-buffer-mb") == 128
 
 
 def tables_room(limit_mib: int, *, kernel: int = 64, budget: int, queue: int = 0) -> int:
