@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.registry import iso_time
 from tests import oracles, peers
 from tests.test_golden import EXPECTED_IDENTITY
 from tests.tls_certs import Issued, make_pki
@@ -244,8 +245,12 @@ def tls_probe(port: int, ca, client: Issued | None = None, *, send: bytes | None
     return local_port, serial, answer
 
 
-def by_client_port(conns: list[dict], port: int) -> dict:
+def by_client_port(conns: list[dict], port: int, after: str | None = None) -> dict:
+    """The connection from this client port; with `after` (an ISO time, like first_seen), the
+    first one opened since then: the kernel may give a probe a port an earlier client used."""
     found = [c for c in conns if c["client_port"] == port]
+    if after is not None:
+        found = sorted((c for c in found if c["first_seen"] >= after), key=lambda c: c["first_seen"])[:1]
     assert len(found) == 1, (port, conns)
     return found[0]
 
@@ -263,6 +268,7 @@ def test_real_clients_through_tls_terminating_proxy(pki, tmp_path):
             for name in TLS_CLIENTS:
                 run_client(name, proxy_port, client_tls_args(pki.ca.ca_path), broker)
             # Plaintext Kafka to the TLS port: the handshake fails, nothing reaches Tansu.
+            plain_started = iso_time(time.time())
             with socket.create_connection(("127.0.0.1", proxy_port), timeout=10) as sock:
                 plain_port = sock.getsockname()[1]
                 sock.sendall(api_versions_v0())
@@ -270,7 +276,7 @@ def test_real_clients_through_tls_terminating_proxy(pki, tmp_path):
                     answer = sock.recv(65536)
                     assert answer == b"" or answer[0] == TLS_RECORD_ALERT, answer
             conns = proxy.wait_all_closed()
-    plain = by_client_port(conns, plain_port)
+    plain = by_client_port(conns, plain_port, after=plain_started)
     assert (plain["close_reason"], plain["requests"], plain["client_id"]) == ("tls_handshake_failed", [], None), plain
     conns.remove(plain)
 
@@ -337,16 +343,18 @@ def test_mutual_tls_principal_is_the_rfc4514_subject(pki):
         # Refused: no certificate, and the right subject signed by a CA the proxy does not trust.
         refused = {}
         for label, cert in (("no certificate", None), ("other CA", pki.stranger)):
+            started = iso_time(time.time())
             local_port, _, answer = tls_probe(proxy_port, pki.ca.ca_path, cert, send=api_versions_v0())
             assert isinstance(answer, (ssl.SSLError, OSError)) or answer == b"", (label, answer)
-            refused[label] = local_port
+            refused[label] = local_port, started
         # The proxy still serves good clients after refusing those; Python's ssl presents a
         # subject with every RFC 4514 keyword and a multi-valued RDN.
         probes = {}
         for issued in (pki.billing, pki.wide):
+            started = iso_time(time.time())
             local_port, _, answer = tls_probe(proxy_port, pki.ca.ca_path, issued, send=api_versions_v0())
             assert isinstance(answer, bytes) and len(answer) > 10 and answer[4:8] == struct.pack(">i", 7), answer
-            probes[local_port] = issued
+            probes[local_port, started] = issued
         conns = proxy.wait_all_closed()
 
     for name, issued in clients.items():
@@ -356,11 +364,11 @@ def test_mutual_tls_principal_is_the_rfc4514_subject(pki):
             assert (c["security_protocol"], c["principal"]) == ("SSL", issued.cert.subject.rfc4514_string()), c
             assert c["close_reason"] in CLIENT_ENDED, c
     assert pki.wide.subject == r"CN=etl+UID=svc-42,STREET=Hauptstraße 1,ST=Bayern,DC=example,DC=org"
-    for local_port, issued in probes.items():
-        probe = by_client_port(conns, local_port)
+    for (local_port, started), issued in probes.items():
+        probe = by_client_port(conns, local_port, after=started)
         assert (probe["principal"], probe["client_id"]) == (issued.cert.subject.rfc4514_string(), "census-probe")
-    for label, port in refused.items():
-        c = by_client_port(conns, port)
+    for label, (port, started) in refused.items():
+        c = by_client_port(conns, port, after=started)
         assert (c["state"], c["close_reason"], c["principal"], c["requests"], c["bytes_from_client"]) == \
             ("closed", "tls_handshake_failed", None, [], 0), (label, c)
     # Only the refused ones failed.
