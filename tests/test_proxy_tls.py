@@ -190,29 +190,37 @@ def api_versions_v0(client_id: str = "census-probe") -> bytes:
     return struct.pack(">i", len(body)) + body
 
 
-def tcp_streams(pcap: Path, server_port: int) -> dict[int, tuple[bytes, bytes]]:
-    """Per client port of the flows to `server_port`: (client bytes, server bytes), each in
-    sequence order, a retransmitted segment counted once. Read with scapy (IPv4 on lo)."""
+def tcp_streams(pcap: Path, server_port: int) -> dict[tuple[int, int], tuple[bytes, bytes]]:
+    """Per flow to `server_port`, keyed (client port, n-th flow on that port): (client bytes,
+    server bytes), each in sequence order, a retransmitted segment counted once. A client SYN
+    starts a new flow: the kernel may give a later connection a port an earlier one used.
+    Read with scapy (IPv4 on lo)."""
     from scapy.layers.inet import IP, TCP
     from scapy.utils import PcapReader
 
-    segs: dict[tuple[int, int], dict[int, bytes]] = defaultdict(dict)
+    flows_on: dict[int, int] = defaultdict(lambda: -1)
+    segs: dict[tuple[int, int, int], dict[int, bytes]] = defaultdict(dict)
     with PcapReader(str(pcap)) as reader:
         for pkt in reader:
             ip, tcp = pkt.getlayer(IP), pkt.getlayer(TCP)
             if ip is None or tcp is None or server_port not in (tcp.sport, tcp.dport):
                 continue
+            client_port, direction = (tcp.sport, 0) if tcp.dport == server_port else (tcp.dport, 1)
+            if direction == 0 and tcp.flags.S and not tcp.flags.A:
+                if flows_on[client_port] < 0 or any(
+                        (client_port, flows_on[client_port], d) in segs for d in (0, 1)):
+                    flows_on[client_port] += 1  # a retransmitted SYN is the same flow
             size = ip.len - ip.ihl * 4 - tcp.dataofs * 4  # never the link layer's padding
             if size <= 0:
                 continue
-            client_port, direction = (tcp.sport, 0) if tcp.dport == server_port else (tcp.dport, 1)
-            segs[(client_port, direction)].setdefault(tcp.seq, bytes(tcp.payload)[:size])
-    out: dict[int, list[bytes]] = defaultdict(lambda: [b"", b""])
-    for (client_port, direction), by_seq in segs.items():
+            flow = max(flows_on[client_port], 0)
+            segs[(client_port, flow, direction)].setdefault(tcp.seq, bytes(tcp.payload)[:size])
+    out: dict[tuple[int, int], list[bytes]] = defaultdict(lambda: [b"", b""])
+    for (client_port, flow, direction), by_seq in segs.items():
         first = min(by_seq)  # short flows: relative sequence numbers, wrap-around safe enough
         ordered = sorted(by_seq.items(), key=lambda kv: (kv[0] - first) % 2**32)
-        out[client_port][direction] = b"".join(data for _, data in ordered)
-    return {port: (pair[0], pair[1]) for port, pair in out.items()}
+        out[(client_port, flow)][direction] = b"".join(data for _, data in ordered)
+    return {key: (pair[0], pair[1]) for key, pair in out.items()}
 
 
 def request_counts(conns: list[dict]) -> Counter:
@@ -301,8 +309,8 @@ def test_real_clients_through_tls_terminating_proxy(pki, tmp_path):
     # The wire: clients -> proxy carries TLS only; proxy -> Tansu carries the same Kafka bytes
     # in plaintext, one upstream connection per client connection.
     front, back = tcp_streams(pcap, proxy_port), tcp_streams(pcap, broker.port)
-    assert front.pop(plain_port)[0] == api_versions_v0()
-    assert sorted(front) == sorted(c["client_port"] for c in conns)
+    assert front.pop(max(k for k in front if k[0] == plain_port))[0] == api_versions_v0()
+    assert sorted(port for port, _ in front) == sorted(c["client_port"] for c in conns)
     for client_bytes, broker_bytes in front.values():
         assert client_bytes[0] == TLS_RECORD_HANDSHAKE and broker_bytes[0] == TLS_RECORD_HANDSHAKE
         assert not any(m in client_bytes or m in broker_bytes for m in PLAINTEXT_MARKERS)
