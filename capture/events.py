@@ -25,7 +25,9 @@ from capture.kafka.events import (  # re-exported: this module is the contract
     Event,
     GroupSeen,
     ProduceAcks,
+    LATENCY_BUCKETS,
     RequestSeen,
+    RequestTally,
     Resynced,
     ResponseSeen,
     SaslHandshake,
@@ -35,7 +37,7 @@ from capture.kafka.events import (  # re-exported: this module is the contract
 
 __all__ = [
     "NEED_DATA", "ApiVersionsAnswer", "CaptureStats", "ClientSoftware", "ConnectionClosed", "ConnectionOpened",
-    "DecodeError", "Desync", "Direction", "Event", "GroupSeen", "ProduceAcks", "RequestSeen", "Resynced",
+    "DecodeError", "Desync", "Direction", "Event", "GroupSeen", "LATENCY_BUCKETS", "ProduceAcks", "RequestSeen", "RequestTally", "Resynced",
     "ResponseSeen", "SaslHandshake", "SaslIdentity", "TlsDetected", "TlsSession", "TrafficUpdate",
 ]
 

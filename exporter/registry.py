@@ -56,6 +56,7 @@ from capture.events import (
     ConnectionOpened,
     DecodeError,
     Desync,
+    LATENCY_BUCKETS,
     ProduceAcks,
     RequestSeen,
     ResponseSeen,
@@ -91,7 +92,6 @@ API_VERSIONS = 18
 UNKNOWN = "unknown"  # the broker's own label value when a client sent no software fields
 OTHER = "other"
 # Seconds. Fetch long-polls (fetch.max.wait.ms, 500 ms by default) land in the upper buckets.
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # Upgrade targets whose removed versions the API table knows (KIP-896 for 4.0).
 UPGRADE_TARGETS = {"4.0": REMOVED_IN_KAFKA4}
 

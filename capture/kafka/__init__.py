@@ -21,7 +21,9 @@ from .events import (
     Event,
     GroupSeen,
     ProduceAcks,
+    LATENCY_BUCKETS,
     RequestSeen,
+    RequestTally,
     Resynced,
     ResponseSeen,
     SaslHandshake,
@@ -32,5 +34,5 @@ from .events import (
 __all__ = [
     "API_TABLE", "ApiSpec", "KafkaConnection", "Kind", "ProtocolError", "NEED_DATA", "Direction", "Event",
     "ApiVersionsAnswer", "ClientSoftware", "ConnectionClosed", "DecodeError", "Desync", "GroupSeen",
-    "ProduceAcks", "RequestSeen", "Resynced", "ResponseSeen", "SaslHandshake", "SaslIdentity", "TlsDetected",
+    "LATENCY_BUCKETS", "ProduceAcks", "RequestSeen", "RequestTally", "Resynced", "ResponseSeen", "SaslHandshake", "SaslIdentity", "TlsDetected",
 ]

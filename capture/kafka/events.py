@@ -57,6 +57,32 @@ class ResponseSeen(Event):
     latency: float  # last request byte -> last response byte, as seen by the caller's clock
 
 
+# Request latency histogram bounds in seconds (`le` semantics: a value equal to a bound falls in
+# its bucket), shared by the core's tallies and the exporter's histograms.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestTally(Event):
+    """A run of ordinary traffic counted in place (`KafkaConnection(tally=True)`): it replaces the
+    `RequestSeen`, `ResponseSeen` and `ProduceAcks` events of the run, which carry nothing the
+    census needs beyond counts, bytes and latency.
+
+    A run ends, and its tally is emitted, just before any other event of the connection, when the
+    caller calls `flush_tally()` (at each traffic sweep) and before `ConnectionClosed`; so a
+    consumer reaches the same state as from the events it replaces, in the same order relative to
+    every other event. Counts are deltas since the previous tally. `ts` is the time of the last
+    request or response counted.
+    """
+
+    client_id: str | None  # the last non-null client_id of a request in the table; None: none in the run
+    requests: tuple[tuple[int, int, int, int], ...]  # (api_key, api_version, count, bytes), sorted
+    # (api_key, api_version, count, bytes, bucket counts (len(LATENCY_BUCKETS) + 1, the last is
+    # +Inf), latency sum in seconds), sorted
+    responses: tuple[tuple[int, int, int, int, tuple[int, ...], float], ...]
+    acks: tuple[tuple[int, bool, int], ...]  # Produce requests: (acks, transactional, count), sorted
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClientSoftware(Event):
     """One ApiVersions exchange, emitted when the broker's answer arrives (KIP-511).
