@@ -192,6 +192,16 @@ def _log_level(value) -> str:
     return level
 
 
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")  # capture.proxy.EVENT_LOOPS, without importing it here
+
+
+def _event_loop(value) -> str:
+    loop = _str(value).strip().lower()
+    if loop not in EVENT_LOOPS:
+        raise ValueError(value)
+    return loop
+
+
 #: dest -> (parse, default). Flags default to None so that "not given" is visible.
 SETTINGS = {
     "interface": (_str, None),
@@ -226,6 +236,7 @@ SETTINGS = {
     "upstream_tls": (_bool, False),
     "upstream_ca": (_str, None),
     "connect_timeout": (_float, 10.0),
+    "event_loop": (_event_loop, "auto"),
     "state_file": (_str, None),
     "state_interval": (_float, 60.0),
 }
@@ -609,7 +620,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     try:
         proxy = Proxy(routes, service.emit if service else registry.apply, tls=tls,
                       connect_timeout=args.connect_timeout, max_connections=max_connections,
-                      max_buffer_bytes=args.max_buffer_mb << 20)
+                      max_buffer_bytes=args.max_buffer_mb << 20, event_loop=args.event_loop)
         proxy.bind()
     except ProxyError as exc:
         if event_log is not None:
@@ -757,6 +768,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "the system's)")
     prx.add_argument("--connect-timeout", type=_float, metavar="SECONDS",
                      help="give up connecting to the broker after this long (default 10)")
+    prx.add_argument("--event-loop", type=str.lower, choices=EVENT_LOOPS, default=None,
+                     help="the proxy's asyncio loop: auto is uvloop when it can be imported (less CPU per "
+                     "request), else asyncio's own; the log says which runs (default auto)")
     _add_buffer_budget_option(prx)
     _add_event_log_options(prx)
     _add_service_options(prx)
