@@ -129,6 +129,7 @@ class FlowTracker:
         update_interval: float = 1.0,
         source: str = "capture",
         name: str = "capture",
+        tally: bool = False,
     ) -> None:
         if idle_timeout <= 0 or max_flows < 1 or max_ooo_bytes < 0 or update_interval <= 0 or max_buffer_bytes < 1:
             raise ValueError("idle_timeout, max_flows, max_buffer_bytes and update_interval must be positive")
@@ -145,6 +146,10 @@ class FlowTracker:
         self.update_interval = update_interval
         self.source = source
         self.name = name
+        # True (the serving commands): the cores count ordinary requests in place
+        # (KafkaConnection(tally=True)) and each flow's run is handed on just before its
+        # TrafficUpdate. False, the reference: one event per request.
+        self.tally = tally
         self.flows: OrderedDict[tuple, _Flow] = OrderedDict()  # least recently active first
         self._tombstones: OrderedDict[tuple, float] = OrderedDict()
         self._dirty: set[tuple] = set()  # flows with traffic not yet reported in a TrafficUpdate
@@ -469,7 +474,7 @@ class FlowTracker:
         conn_id = f"{broker_addr}:{broker_port}-{client_addr}:{client_port}-{self._conn_seq}"
         # Only a client SYN, or the broker's SYN-ACK, shows where the streams begin.
         mid_stream = not syn
-        conn = None if listener.tls else KafkaConnection(conn_id, mid_stream=mid_stream)
+        conn = None if listener.tls else KafkaConnection(conn_id, mid_stream=mid_stream, tally=self.tally)
         flow = _Flow(key, conn_id, conn, listener, ts)
         if syn and from_client and not flags & ACK:
             flow.syn_isn = seq
@@ -510,6 +515,13 @@ class FlowTracker:
                 self._unproven.move_to_end(flow.key)  # least recently active first, as `flows`
 
     def _traffic(self, flow: _Flow, ts: float) -> None:
+        conn = flow.conn
+        if self.tally and conn is not None:
+            # The run counted since the last sweep, first: the registry's request counts keep
+            # step with the bytes. Input is drained after every delivery, so only it comes out.
+            conn.flush_tally()
+            for ev in conn.events():
+                self.emit(ev)
         c, b = flow.client, flow.broker
         self.emit(TrafficUpdate(
             conn_id=flow.conn_id, ts=flow.last_seen, bytes_from_client=c.bytes, bytes_from_broker=b.bytes,

@@ -265,7 +265,7 @@ class _Conn:
         self.id = conn_id
         self.client = client
         self.upstream: _Side | None = None
-        self.kafka = KafkaConnection(conn_id)
+        self.kafka = KafkaConnection(conn_id, tally=proxy.tally)
         self.pending: list[bytes] = []  # client bytes that arrived before the upstream was ready
         self.task: asyncio.Task | None = None
         self.first_eof: str | None = None
@@ -383,7 +383,7 @@ class Proxy:
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, high_water: int = DEFAULT_HIGH_WATER,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS, update_interval: float = 1.0,
                  max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES, name: str = "proxy",
-                 event_loop: str = "auto") -> None:
+                 event_loop: str = "auto", tally: bool = False) -> None:
         if (connect_timeout <= 0 or high_water < 1 or max_connections < 1 or update_interval <= 0
                 or max_buffer_bytes < 1):
             raise ValueError("connect_timeout, high_water, max_connections and update_interval must be positive")
@@ -399,6 +399,7 @@ class Proxy:
         self.max_connections = max_connections
         self.update_interval = update_interval
         self.name = name
+        self.tally = tally  # the decoders count ordinary requests in place (see FlowTracker)
         self.conns: set[_Conn] = set()
         self._dirty: set[_Conn] = set()
         self._socks: list[socket.socket] = []
@@ -596,6 +597,10 @@ class Proxy:
     # --- reporting ------------------------------------------------------------------------
 
     def _traffic(self, conn: _Conn) -> None:
+        if self.tally:  # the run counted since the last sweep first, as FlowTracker does
+            conn.kafka.flush_tally()
+            for ev in conn.kafka.events():
+                self.emit(ev)
         self.emit(TrafficUpdate(
             conn_id=conn.id, ts=conn.last_seen, bytes_from_client=conn.bytes[FROM_CLIENT],
             bytes_from_broker=conn.bytes[FROM_BROKER], segments_from_client=conn.segments[FROM_CLIENT],

@@ -139,7 +139,9 @@ def _tracker_options(args: argparse.Namespace) -> dict:
         raise UsageError("--max-flows must be at least 1")
     if args.max_buffer_mb < 1:
         raise UsageError("--max-buffer-mb must be at least 1")
-    return {"idle_timeout": args.idle_timeout, "max_flows": args.max_flows, "max_buffer_bytes": args.max_buffer_mb << 20}
+    # tally: ordinary requests counted in the core and handed on in runs (capture.events.RequestTally)
+    return {"idle_timeout": args.idle_timeout, "max_flows": args.max_flows, "max_buffer_bytes": args.max_buffer_mb << 20,
+            "tally": True}
 
 
 # --- settings: flags > KAFKA_CENSUS_* environment > --config YAML > defaults ---------------
@@ -620,7 +622,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     try:
         proxy = Proxy(routes, service.emit if service else registry.apply, tls=tls,
                       connect_timeout=args.connect_timeout, max_connections=max_connections,
-                      max_buffer_bytes=args.max_buffer_mb << 20, event_loop=args.event_loop)
+                      max_buffer_bytes=args.max_buffer_mb << 20, event_loop=args.event_loop, tally=True)
         proxy.bind()
     except ProxyError as exc:
         if event_log is not None:

@@ -59,6 +59,7 @@ from capture.events import (
     LATENCY_BUCKETS,
     ProduceAcks,
     RequestSeen,
+    RequestTally,
     ResponseSeen,
     SaslHandshake,
     SaslIdentity,
@@ -525,6 +526,7 @@ class ConnectionRegistry:
         self.restored_connections = 0
         self._handlers = {
             ConnectionOpened: self._opened_ev, RequestSeen: self._request, ResponseSeen: self._response,
+            RequestTally: self._tally,
             ClientSoftware: self._software, ApiVersionsAnswer: self._answer, SaslHandshake: self._sasl_handshake,
             SaslIdentity: self._sasl_identity, ProduceAcks: self._acks, TlsDetected: self._tls,
             TlsSession: self._tls_session,
@@ -906,33 +908,77 @@ class ConnectionRegistry:
         rec.requests[key] += 1
         client_id = ev.client_id
         if client_id is not None and key != UNKNOWN_REQUEST:  # a frame outside the table may be a SASL token
-            rec.client_id = client_id if len(client_id) <= MAX_WIRE_STRING else self._cut(client_id)
+            self._client_id(rec, client_id)
         rec.last_seen = ev.ts
         if ev.api_key != API_VERSIONS:  # counted when answered, under the identity it gives
             self._count_request(rec, key)
 
-    def _count_request(self, rec: ConnectionRecord, key: tuple[int, int]) -> None:
-        """`key`: a `request_key`."""
+    def _client_id(self, rec: ConnectionRecord, client_id: str) -> None:
+        """A request's client_id becomes the connection's. A cut one counts once per change of the
+        connection's id, not once per request, so that a tally (one id for a run of requests)
+        counts it as the requests would."""
+        if len(client_id) > MAX_WIRE_STRING:
+            cut = client_id[:MAX_WIRE_STRING - 1] + "\u2026"
+            if cut != rec.client_id:
+                self.truncated_strings += 1
+            client_id = cut
+        rec.client_id = client_id
+
+    def _count_request(self, rec: ConnectionRecord, key: tuple[int, int], n: int = 1) -> None:
+        """`key`: a `request_key`; `n` requests of it."""
         labels = self._slot("requests", self._requests, (rec.listener, *request_labels(key), *rec.labels))
-        self._requests[labels] += 1
+        self._requests[labels] += n
         if key[1] in REMOVED_IN_KAFKA4.get(key[0], ()):
-            self._deprecated[self._slot("deprecated_requests", self._deprecated, labels)] += 1
+            self._deprecated[self._slot("deprecated_requests", self._deprecated, labels)] += n
 
     def _response(self, ev: ResponseSeen) -> None:
         rec = self.open.get(ev.conn_id)
         if rec is None:
             return
         rec.last_seen = ev.ts
-        key = (rec.listener, request_labels(request_key(ev.api_key, ev.api_version))[0])
+        hist = self._histogram(rec, request_key(ev.api_key, ev.api_version))
+        hist[0][bisect_left(LATENCY_BUCKETS, ev.latency)] += 1  # le semantics: value <= bound
+        hist[1] += ev.latency
+        hist[2] += 1
+
+    def _histogram(self, rec: ConnectionRecord, key: tuple[int, int]) -> list:
+        """The latency histogram of a `request_key` on the connection's listener."""
+        key = (rec.listener, request_labels(key)[0])
         hist = self._latency.get(key)
         if hist is None:
             key = self._slot("request_duration_seconds", self._latency, key, HISTOGRAM_SERIES)
             hist = self._latency.get(key)
             if hist is None:
                 hist = self._latency[key] = [[0] * (len(LATENCY_BUCKETS) + 1), 0.0, 0]
-        hist[0][bisect_left(LATENCY_BUCKETS, ev.latency)] += 1  # le semantics: value <= bound
-        hist[1] += ev.latency
-        hist[2] += 1
+        return hist
+
+    def _tally(self, ev: RequestTally) -> None:
+        """A run of requests counted by the core (capture.events.RequestTally): the state the
+        RequestSeen, ResponseSeen and ProduceAcks events it replaces reach, in bulk. Its bytes are
+        not kept: the connection's bytes come from TrafficUpdate."""
+        rec = self.open.get(ev.conn_id)
+        if rec is None:
+            return
+        rec.last_seen = ev.ts
+        requests = rec.requests
+        for api_key, api_version, n, _ in ev.requests:
+            key = request_key(api_key, api_version)
+            requests[key] += n
+            if api_key != API_VERSIONS:  # counted when answered, as in _request
+                self._count_request(rec, key, n)
+        if ev.client_id is not None:  # the core gives none for a frame outside the table
+            self._client_id(rec, ev.client_id)
+        for api_key, api_version, n, _, buckets, total in ev.responses:
+            hist = self._histogram(rec, request_key(api_key, api_version))
+            counts = hist[0]
+            for i, c in enumerate(buckets):
+                if c:
+                    counts[i] += c
+            hist[1] += total
+            hist[2] += n
+        for acks, _, n in ev.acks:
+            key = (rec.listener, acks if acks in ACKS else OTHER, *rec.labels)
+            self._produce_acks[self._slot("produce_requests", self._produce_acks, key)] += n
 
     def _software(self, ev: ClientSoftware) -> None:
         rec = self.open.get(ev.conn_id)

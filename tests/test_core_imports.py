@@ -5,7 +5,7 @@ import pathlib
 
 CORE = pathlib.Path(__file__).resolve().parent.parent / "capture" / "kafka"
 BUILD_TOOLS = {"gen_apis.py"}  # run by hand to regenerate api_table.py; never imported at run time
-ALLOWED = {"__future__", "collections", "dataclasses", "enum", "re", "struct", "typing"}
+ALLOWED = {"__future__", "bisect", "collections", "dataclasses", "enum", "re", "struct", "typing"}
 
 
 def _imports(path: pathlib.Path) -> set[str]:

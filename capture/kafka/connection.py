@@ -2,7 +2,8 @@
 
 Owns: framing (size prefix, maximum frame size, skipping bodies without buffering them),
 matching responses to requests by correlation id, the identity rule, SASL raw framing and
-resynchronisation after a desync. Imports only the other modules of `capture.kafka`:
+resynchronisation after a desync, and in tally mode the counting of ordinary requests in place
+(`RequestTally`, below). Imports only the other modules of `capture.kafka`:
 no sockets, threads, clocks, logging or third-party packages (a test enforces this).
 
 Use (h11's model): `receive(direction, data, ts)` any number of times, then `next_event()`
@@ -29,12 +30,20 @@ once it cannot (the broker direction lost bytes or desynced, or the answer was u
 dropped and counted (SASL_UNCERTAIN) until the answer arrives after all, or a response to a
 request sent after the handshake proves Kafka frames resumed. A frame whose (api_key,
 api_version) is not in the table contributes no string (client_id None, body unread).
+
+Tally mode (`tally=True`): a Produce or Fetch tells the census nothing beyond its (api, version),
+bytes and latency, so instead of a `RequestSeen`, `ResponseSeen` and `ProduceAcks` per request
+the connection counts them in place, per (api_key, api_version) and per (acks, transactional),
+and hands the run over as one `RequestTally` just before any other event (`_emit` is the one
+way out for those), at `flush_tally()` and before `ConnectionClosed`: a consumer reaches the same
+state, in the same order relative to every other event, for a fraction of the objects.
 """
 
 from __future__ import annotations
 
 import re
 import struct
+from bisect import bisect_left
 from collections import deque
 
 from .api_table import API_TABLE, ApiSpec
@@ -58,9 +67,11 @@ from .events import (
     DecodeError,
     Desync,
     Direction,
+    LATENCY_BUCKETS,
     GroupSeen,
     ProduceAcks,
     RequestSeen,
+    RequestTally,
     Resynced,
     ResponseSeen,
     SaslHandshake,
@@ -263,6 +274,7 @@ class KafkaConnection:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         max_decoded_frame: int = DEFAULT_MAX_DECODED_FRAME,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        tally: bool = False,
     ) -> None:
         if not 0 < max_decoded_frame <= max_frame_size:
             raise ValueError("need 0 < max_decoded_frame <= max_frame_size")
@@ -295,6 +307,14 @@ class KafkaConnection:
         self.tls = False
         self.identity: ClientSoftware | None = None  # the last accepted ApiVersions exchange
         self.refused: list[ClientSoftware] = []  # offers the broker refused (bounded)
+        # Tally mode (module docstring): the run counted since the last RequestTally. Cleared in
+        # place, never replaced: the request loop holds them in locals across an _emit.
+        self.tally = tally
+        self._tally_requests: dict = {}  # (api_key, api_version) -> [count, bytes]
+        self._tally_responses: dict = {}  # (api_key, api_version) -> [count, bytes, latency sum, buckets]
+        self._tally_acks: dict = {}  # (acks, transactional) -> count
+        self._tally_client_id: str | None = None  # last non-null client_id of the run
+        self._tally_ts = 0.0  # of the last request or response counted
 
     # --- caller API ---------------------------------------------------------------------
 
@@ -322,6 +342,12 @@ class KafkaConnection:
         if not self.closed:
             self.closed = True
             self._input.append((_OP_CLOSE, None, reason, ts))
+
+    def flush_tally(self) -> None:
+        """Tally mode: end the current run; its `RequestTally`, if it counted anything, is the
+        next event `events()` / `next_event()` return after those already decoded."""
+        if self._tally_requests or self._tally_responses:
+            self._flush_tally()
 
     def next_event(self):
         """The next event, or NEED_DATA when the queued bytes hold no further event."""
@@ -427,7 +453,21 @@ class KafkaConnection:
         return False
 
     def _emit(self, event) -> None:
+        if self._tally_requests or self._tally_responses:  # a run ends before any other event
+            self._flush_tally()
         self._events.append(event)
+
+    def _flush_tally(self) -> None:
+        requests, responses, acks = self._tally_requests, self._tally_responses, self._tally_acks
+        self._events.append(RequestTally(
+            conn_id=self.conn_id, ts=self._tally_ts, client_id=self._tally_client_id,
+            requests=tuple(sorted([(k[0], k[1], a[0], a[1]) for k, a in requests.items()])),
+            responses=tuple(sorted([(k[0], k[1], a[0], a[1], tuple(a[3]), a[2]) for k, a in responses.items()])),
+            acks=tuple(sorted([(k[0], k[1], n) for k, n in acks.items()]))))
+        requests.clear()
+        responses.clear()
+        acks.clear()
+        self._tally_client_id = None
 
     def _desync(self, half: _Half, kind: str, detail: str) -> None:
         half.state = SCANNING
@@ -465,6 +505,8 @@ class KafkaConnection:
         max_frame_size = self.max_frame_size
         in_flight = self._in_flight
         max_in_flight = self.max_in_flight
+        tally = self.tally
+        tally_requests, tally_acks = self._tally_requests, self._tally_acks
         for done in range(_BATCH):
             pos = half.pos
             end = len(buf)
@@ -558,14 +600,30 @@ class KafkaConnection:
                     and api_key != SASL_AUTHENTICATE):
                 self._sasl_done("success", None)  # the broker serves other requests only once authenticated
 
-            emit(_make_request_seen(conn_id=conn_id, ts=ts, api_key=api_key,
-                                    api_name=spec.name if spec is not None else None, api_version=api_version,
-                                    correlation_id=corr, client_id=client_id, size=size))
+            if tally:  # counted in place (module docstring); _emit above may have ended the run
+                key = (api_key, api_version)
+                counts = tally_requests.get(key)
+                if counts is None:
+                    tally_requests[key] = [1, size]
+                else:
+                    counts[0] += 1
+                    counts[1] += size
+                if client_id is not None:
+                    self._tally_client_id = client_id
+                self._tally_ts = ts
+            else:
+                emit(_make_request_seen(conn_id=conn_id, ts=ts, api_key=api_key,
+                                        api_name=spec.name if spec is not None else None, api_version=api_version,
+                                        correlation_id=corr, client_id=client_id, size=size))
             half.consume_frame(frame_end)
             if api_key == PRODUCE and detail is not None:
                 acks, transactional = detail
-                emit(_make_produce_acks(conn_id=conn_id, ts=ts, api_version=api_version,
-                                        correlation_id=corr, acks=acks, transactional=transactional))
+                if tally:
+                    key = (acks, transactional)
+                    tally_acks[key] = tally_acks.get(key, 0) + 1
+                else:
+                    emit(_make_produce_acks(conn_id=conn_id, ts=ts, api_version=api_version,
+                                            correlation_id=corr, acks=acks, transactional=transactional))
                 if acks == 0:  # no response will come (ProduceRequest.json, Acks)
                     continue
             self._requests += 1
@@ -719,9 +777,23 @@ class KafkaConnection:
             if entry is self._hs0:  # answered, but the answer was not readable
                 self._lose_hs0()
         self.responses += 1
-        self._events.append(_make_response_seen(
-            conn_id=self.conn_id, ts=self._ts, api_key=api_key, api_name=entry.spec.name if entry.spec is not None else None,
-            api_version=entry.api_version, correlation_id=corr, size=size, latency=self._ts - entry.ts))
+        if self.tally:
+            ts = self._ts
+            latency = ts - entry.ts
+            key = (api_key, entry.api_version)
+            counts = self._tally_responses.get(key)
+            if counts is None:
+                counts = self._tally_responses[key] = [0, 0, 0.0, [0] * (len(LATENCY_BUCKETS) + 1)]
+            counts[0] += 1
+            counts[1] += size
+            counts[2] += latency
+            counts[3][bisect_left(LATENCY_BUCKETS, latency)] += 1  # le semantics, as the exporter's histogram
+            self._tally_ts = ts
+        else:
+            self._events.append(_make_response_seen(
+                conn_id=self.conn_id, ts=self._ts, api_key=api_key,
+                api_name=entry.spec.name if entry.spec is not None else None,
+                api_version=entry.api_version, correlation_id=corr, size=size, latency=self._ts - entry.ts))
         half.consume_frame(frame_end)
         return True
 
