@@ -7,9 +7,9 @@ PY          := $(VENV)/bin/python
 NODE_DIR    := tests/clients/node
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-system setup-python setup-node demo test fuzz bench soak regen clean
+.PHONY: setup setup-system setup-python setup-node native demo test test-pure fuzz bench soak regen clean
 
-setup: setup-system setup-python setup-node
+setup: setup-system setup-python setup-node native
 
 # Debian tools the tests use (tshark and tcpdump as oracles, ip for network namespaces,
 # prometheus and promtool as the real scraper),
@@ -39,6 +39,14 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 setup-python: $(VENV)/.installed
 
+# The compiled hot path (setup.py): pip builds it at install; rebuilt in place whenever one of
+# its sources changes, since capture/_native.py runs a module whose source changed as Python.
+NATIVE_SRC := setup.py capture/packets.py capture/flows.py $(addprefix capture/kafka/,readers.py headers.py bodies.py sasl.py connection.py)
+$(VENV)/.native: $(VENV)/.installed $(NATIVE_SRC)
+	$(PY) setup.py --quiet build_ext --inplace
+	@touch $@
+native: $(VENV)/.native
+
 $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 	cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
@@ -48,8 +56,16 @@ setup-node: $(NODE_DIR)/node_modules/.installed
 demo: setup
 	$(PY) tests/demo.py
 
+# The whole suite with the compiled hot path, then the core and capture tests (and the
+# differential ones) once more on the pure-Python reference (KAFKA_CENSUS_PURE_PYTHON=1).
+PURE_TESTS := tests/test_connection.py tests/test_readers.py tests/test_golden.py tests/test_core_properties.py \
+	tests/test_capture_synthetic.py tests/test_hostile.py tests/test_sasl_lost_answer.py tests/test_fuzz.py tests/test_native.py
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+	KAFKA_CENSUS_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_TESTS) $(PYTEST_ARGS)
+
+test-pure: setup
+	KAFKA_CENSUS_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_TESTS) $(PYTEST_ARGS)
 
 # A long random search with the fuzz harness (make test runs it short and derandomized):
 # FUZZ_EXAMPLES per test, ~15 min at 10000; failures are kept in .hypothesis/ and replayed first.
