@@ -26,7 +26,6 @@ from capture.listeners import ListenerMap
 from capture.packets import FIN, segment_parser
 from capture.replay import replay
 from exporter.registry import ConnectionRegistry
-from tests import oracles, peers
 from tests.kafka_frames import raw_request, sized
 from tests.synth import TcpConversation, write_pcap
 
@@ -34,16 +33,9 @@ IDENTITY = ("client_id", "client_software_name", "client_software_version")
 
 
 @pytest.fixture(scope="module")
-def capture(tmp_path_factory) -> tuple[Path, int]:
+def capture(real_clients_capture) -> tuple[Path, int]:
     """A real capture: the six clients, one after the other, against Tansu on loopback."""
-    tmp = tmp_path_factory.mktemp("loss")
-    port = peers.free_port()
-    path = tmp / "clients.pcap"
-    with peers.start_tansu(port, port) as broker:
-        with oracles.tcpdump_capture("lo", f"tcp port {port}", path):
-            for name in peers.CLIENTS:
-                peers.run_client(name, broker.bootstrap, timeout=90)
-    return path, port
+    return real_clients_capture
 
 
 class Replay:

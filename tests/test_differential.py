@@ -1,0 +1,207 @@
+"""The compiled hot path and the pure-Python reference give the same census, and so do tally
+mode and one event per request (issue 14: "one source of protocol truth").
+
+Every corpus is a pcap replayed by tests/differential.py in two subprocesses, one with the
+compiled extensions and one with KAFKA_CENSUS_PURE_PYTHON=1; each replays every pcap per
+request event and in tally mode. The four results (REST listings, /metrics, capture counters)
+must be equal. Corpora:
+- golden: the six real clients' recorded conversations (tests/fixtures/golden), as TCP flows;
+- real: a live capture of the six real clients against Tansu, whole and with every 3rd and
+  7th packet dropped (gaps, desyncs, resyncs);
+- hostile: frames the table does not know, hostile sizes, garbage, a SASL v0 token after a
+  lost answer, tiny segments;
+- fuzz: 300 seeded mutations of the golden conversations (flipped, cut, spliced, repeated
+  bytes, lost segments), the fuzz harness's seeds made deterministic.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.kafka_frames import raw_request, sized
+from tests.synth import TcpConversation, write_pcap
+from tests.test_packet_loss import drop_every
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = sorted((ROOT / "tests" / "fixtures" / "golden").glob("*.json"))
+PORT = 9092
+
+
+def golden_flows(path: Path) -> list[list[tuple[str, float, bytes]]]:
+    """(side, time offset, bytes) chunks of each recorded connection."""
+    data = json.loads(path.read_text())
+    return [[("client" if side == "c" else "broker", ts, base64.b64decode(b64)) for side, ts, b64 in conn["chunks"]]
+            for conn in data["connections"]]
+
+
+def write_flows(path: Path, flows, *, t0: float = 1_700_000_000.0, lose=None) -> None:
+    """Each flow as one TCP connection (handshake, chunks, orderly close) on its own client
+    port, one after the other; `lose(i)` true drops the i-th data segment."""
+    packets, times, t, seen = [], [], t0, 0
+    for n, chunks in enumerate(flows):
+        conv = TcpConversation(client=("10.0.0.1", 20000 + n), broker=("10.0.0.2", PORT), isn_client=1000 + n * 7919)
+        for p in conv.handshake():
+            packets.append(p)
+            times.append(t)
+        for side, offset, data in chunks:
+            for p in conv.send(side, data, split=1460):
+                seen += 1
+                if lose is None or not lose(seen):
+                    packets.append(p)
+                    times.append(t + offset)
+        t += (chunks[-1][1] if chunks else 0) + 0.001
+        for p in conv.close():
+            packets.append(p)
+            times.append(t)
+        t += 0.01
+    write_pcap(path, packets, times=times)
+
+
+def hostile_flows() -> list[list[tuple[str, float, bytes]]]:
+    rng = random.Random(14)
+    unknown = b"".join(raw_request(rng.randrange(-32768, 32768), rng.randrange(-32768, 32768), i, "flood", b"")
+                       for i in range(400))
+    token = b"\x00alice12\x00" + b"3bce9556" * 8
+    sasl_v0 = [("client", 0.0, raw_request(17, 0, 1, "app", struct.pack(">h", 5) + b"PLAIN")),
+               ("client", 0.002, sized(token)), ("client", 0.003, raw_request(3, 1, 2, "app", b"\x00\x00\x00\x00"))]
+    return [
+        [("client", 0.0, unknown)],
+        [("client", 0.0, struct.pack(">i", 0x7FFFFFFF) + bytes(3000))],
+        [("client", 0.0, struct.pack(">i", -5) + bytes(64)), ("broker", 0.001, bytes(range(256)) * 4)],
+        [("client", 0.0, bytes(rng.randrange(256) for _ in range(5000)))],
+        sasl_v0,  # the broker's answer to the handshake never seen
+        [("client", i * 1e-4, bytes([b])) for i, b in enumerate(raw_request(3, 1, 7, "byte-by-byte", bytes(4)))],
+    ]
+
+
+def mutate(rng: random.Random, data: bytes) -> bytes:
+    data = bytearray(data)
+    for _ in range(rng.randrange(1, 4)):
+        if not data:
+            break
+        op, at = rng.randrange(4), rng.randrange(len(data))
+        if op == 0:
+            data[at] ^= 1 << rng.randrange(8)
+        elif op == 1:
+            del data[at:at + rng.randrange(1, 64)]
+        elif op == 2:
+            data[at:at] = data[rng.randrange(len(data)):][:rng.randrange(1, 64)]
+        else:
+            data[at:at + 4] = struct.pack(">i", rng.choice([0, -1, 1 << 30, 0x7FFFFFFF, len(data)]))
+    return bytes(data)
+
+
+def fuzz_flows(n: int = 300) -> list:
+    rng = random.Random(1414)
+    conversations = [flow for path in GOLDEN for flow in golden_flows(path) if flow]
+    flows = []
+    for _ in range(n):
+        chunks = rng.choice(conversations)
+        flows.append([(side, ts, mutate(rng, data) if rng.random() < 0.3 else data) for side, ts, data in chunks])
+    return flows
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, real_clients_capture) -> list[str]:
+    tmp = tmp_path_factory.mktemp("differential")
+    cases = []
+    for path in GOLDEN:
+        out = tmp / f"golden-{path.stem}.pcap"
+        write_flows(out, golden_flows(path))
+        cases.append(f"{out}={PORT}")
+    real, port = real_clients_capture
+    cases.append(f"{real}={port}")
+    for k in (3, 7):
+        lossy = tmp / f"real-drop-{k}.pcap"
+        drop_every(real, k, lossy)
+        cases.append(f"{lossy}={port}")
+    write_flows(tmp / "hostile.pcap", hostile_flows())
+    cases.append(f"{tmp / 'hostile.pcap'}={PORT}")
+    rng = random.Random(7)
+    write_flows(tmp / "fuzz.pcap", fuzz_flows(), lose=lambda i: rng.random() < 0.02)
+    cases.append(f"{tmp / 'fuzz.pcap'}={PORT}")
+    return cases
+
+
+def run_harness(tmp: Path, cases: list[str], *, pure: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "KAFKA_CENSUS_PURE_PYTHON"}
+    if pure:
+        env["KAFKA_CENSUS_PURE_PYTHON"] = "1"
+    out = tmp / ("pure.json" if pure else "compiled.json")
+    proc = subprocess.run([sys.executable, "-m", "tests.differential", str(out), *cases], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def first_difference(a, b, where: str = "") -> str:
+    if type(a) is not type(b) or not isinstance(a, (dict, list)):
+        return f"{where}: {a!r:.300} != {b!r:.300}"
+    if isinstance(a, dict):
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                return first_difference(a.get(key), b.get(key), f"{where}.{key}")
+    if len(a) != len(b):
+        return f"{where}: {len(a)} items != {len(b)} items"
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return first_difference(x, y, f"{where}[{i}]")
+    return f"{where}: equal"
+
+
+@pytest.fixture(scope="module")
+def results(corpus, tmp_path_factory) -> tuple[dict, dict]:
+    tmp = tmp_path_factory.mktemp("differential-out")
+    return run_harness(tmp, corpus, pure=False), run_harness(tmp, corpus, pure=True)
+
+
+def test_each_side_ran_the_implementation_it_names(results):
+    compiled, pure = results
+    assert pure["hot_path"] == "pure", pure["native_modules"]
+    if os.environ.get("KAFKA_CENSUS_PURE_PYTHON", "") in ("", "0"):  # make test-pure runs everything pure
+        assert compiled["hot_path"] == "compiled", (
+            f"{compiled['native_modules']}: build the extensions with `make native` (a C compiler and "
+            "Python's headers: apt-get install gcc python3-dev)")
+
+
+def test_the_corpus_exercises_what_it_claims(results):
+    """So that equality means something: identities, desyncs, unknown requests and traffic."""
+    compiled, _ = results
+    cases = compiled["cases"]
+    connections = [c for case in cases.values() for c in case["events"]["connections"]]
+    assert len(connections) > 300
+    names = {c["client_software_name"] for c in connections}
+    assert len(names) >= 4 and names >= {"confluent-kafka-python", "kafka-python"}, names
+    assert sum(c["desyncs"] for c in connections) > 10
+    assert sum(c["decode_errors"] for c in connections) > 10
+    counts = compiled["event_counts"]  # tally mode did replace the per-request events
+    assert counts["events"]["RequestSeen"] > 1000 and counts["events"].get("RequestTally", 0) == 0, counts
+    assert counts["tally"]["RequestTally"] > 100 and counts["tally"].get("RequestSeen", 0) == 0, counts
+    metrics = [m for case in cases.values() for m in case["events"]["metrics"]]
+    assert any('api="unknown"' in m for m in metrics)
+    assert any(m.startswith("kafka_census_request_duration_seconds_bucket") for m in metrics)
+
+
+@pytest.mark.parametrize("mode", ["events", "tally"])
+def test_compiled_equals_pure(results, mode):
+    compiled, pure = results
+    assert compiled["cases"].keys() == pure["cases"].keys()
+    for case in compiled["cases"]:
+        a, b = compiled["cases"][case][mode], pure["cases"][case][mode]
+        assert a == b, f"{Path(case.rsplit('=', 1)[0]).name} ({mode}): {first_difference(a, b)}"
+
+
+@pytest.mark.parametrize("side", [0, 1], ids=["compiled", "pure"])
+def test_tally_mode_equals_one_event_per_request(results, side):
+    for case, modes in results[side]["cases"].items():
+        a, b = modes["events"], modes["tally"]
+        assert a == b, f"{Path(case.rsplit('=', 1)[0]).name}: {first_difference(a, b)}"
