@@ -34,16 +34,22 @@ FROM python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa1849
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_ROOT_USER_ACTION=ignore
+# The compiled hot path (setup.py: Cython, pinned in pyproject.toml's build requirements) needs a
+# C compiler here; the runtime image gets the built venv only. Every runtime dependency ships a
+# manylinux wheel (pcapy-ng's bundles libpcap), so no libpcap-dev.
+RUN apt-get update \
+ && apt-get install --yes --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-# pyproject.toml pins every runtime dependency; all of them ship manylinux wheels (pcapy-ng's
-# bundles libpcap), so no compiler and no libpcap-dev are needed.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY capture/ capture/
 COPY exporter/ exporter/
 COPY pipeline/ pipeline/
+# The build fails unless every hot-path module runs compiled.
 RUN python -m venv /opt/kafka-census \
  && /opt/kafka-census/bin/pip install /src \
  && /opt/kafka-census/bin/pip uninstall --yes pip setuptools \
+ && cd / && /opt/kafka-census/bin/python -c "import capture, sys; sys.exit(capture.hot_path() != 'compiled' and f'hot path: {capture.native_modules()}')" \
  && /opt/kafka-census/bin/kafka-census --version
 
 # The capture launcher, compiled apart so that the runtime image has no compiler. Same base
