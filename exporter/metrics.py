@@ -58,14 +58,17 @@ class CensusCollector:
     """Register with `prometheus_client.CollectorRegistry().register(...)`.
 
     `health()` (optional) returns extra exporter-health counters, e.g. the event log's
-    {"event_log_written": n, ...}; `version` goes into build_info."""
+    {"event_log_written": n, ...}; `version` and `hot_path` (compiled, pure or mixed: the
+    capture's `capture.hot_path()`, given by the caller) go into build_info."""
 
-    def __init__(self, registry, *, version: str = "unknown", compat: tuple[str, ...] = (), health=None) -> None:
+    def __init__(self, registry, *, version: str = "unknown", compat: tuple[str, ...] = (), health=None,
+                 hot_path: str = "unknown") -> None:
         unknown = set(compat) - set(COMPAT_MODES)
         if unknown:
             raise ValueError(f"unknown --compat-metrics {sorted(unknown)}; known: {', '.join(COMPAT_MODES)}")
         self.registry = registry
         self.version = version
+        self.hot_path = hot_path  # capture.hot_path(): compiled, pure or mixed
         self.compat = tuple(compat)
         self.health = health
         self.last_duration = 0.0
@@ -152,8 +155,8 @@ class CensusCollector:
                 yield _counter(name, f"Exporter health: {name.replace('_', ' ')}.", labels, samples)
         yield from self._compat(s)
         info = GaugeMetricFamily(P + "build_info", "kafka-census build information.",
-                                 labels=["version", "python_version"])
-        info.add_metric([self.version, platform.python_version()], 1)
+                                 labels=["version", "python_version", "hot_path"])
+        info.add_metric([self.version, platform.python_version(), self.hot_path], 1)
         yield info
         self.last_duration = time.perf_counter() - started
         yield GaugeMetricFamily(P + "scrape_duration_seconds", "Time this scrape took to build.",

@@ -124,7 +124,7 @@ class Reloaders:
 
 class Service:
     def __init__(self, registry, *, version: str, compat=(), event_log=None, state=None, api_token=None,
-                 metrics_auth: bool = False) -> None:
+                 metrics_auth: bool = False, hot_path: str = "unknown") -> None:
         """`api_token` (exporter.auth.ApiToken): the REST API needs it as a bearer token, and
         SIGHUP re-reads its file; `metrics_auth`: /metrics needs it too."""
         self.registry = registry
@@ -135,7 +135,8 @@ class Service:
         self.state = state  # a StateKeeper (--state-file), or None
         self.ready = threading.Event()
         self.failed: str | None = None
-        self.collector = CensusCollector(registry, version=version, compat=compat, health=self._health)
+        self.collector = CensusCollector(registry, version=version, compat=compat, health=self._health,
+                                         hot_path=hot_path)
         prom = CollectorRegistry(auto_describe=False)
         prom.register(self.collector)
         self.app = create_app(registry, metrics_app=make_asgi_app(registry=prom), ready=self.ready.is_set,

@@ -267,7 +267,7 @@ def test_software_label_overflow_total():
 
 def test_build_info_and_scrape_duration(scrape):
     assert scrape.samples(P + "build_info") == {
-        lbl(version="9.9.9-test", python_version=platform.python_version()): 1.0}
+        lbl(version="9.9.9-test", python_version=platform.python_version(), hot_path="unknown"): 1.0}
     [duration] = scrape.samples(P + "scrape_duration_seconds").values()
     assert math.isfinite(duration) and 0.0 <= duration < 5.0
     assert scrape.collector.last_duration == duration
@@ -320,7 +320,7 @@ def test_unknown_compat_mode_is_a_value_error(compat):
 ALLOWED_LABELS = {
     "listener", "client_software_name", "client_software_version", "reason", "api", "api_version", "le",
     "request_version", "error", "acks", "mechanism", "outcome", "broker", "feature", "kind", "source",
-    "version", "python_version", "clientSoftwareName", "clientSoftwareVersion", "networkProcessor",
+    "version", "python_version", "hot_path", "clientSoftwareName", "clientSoftwareVersion", "networkProcessor",
     "network_processor", "metric", "what",
 }
 
