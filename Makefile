@@ -41,7 +41,8 @@ setup-python: $(VENV)/.installed
 
 # The compiled hot path (setup.py): pip builds it at install; rebuilt in place whenever one of
 # its sources changes, since capture/_native.py runs a module whose source changed as Python.
-NATIVE_SRC := setup.py capture/packets.py capture/flows.py $(addprefix capture/kafka/,readers.py headers.py bodies.py sasl.py connection.py)
+NATIVE_SRC := setup.py capture/packets.py capture/flows.py $(addprefix capture/kafka/,readers.py headers.py bodies.py sasl.py connection.py) \
+	$(wildcard capture/*.pxd capture/kafka/*.pxd)
 $(VENV)/.native: $(VENV)/.installed $(NATIVE_SRC)
 	$(PY) setup.py --quiet build_ext --inplace
 	@touch $@

@@ -612,9 +612,9 @@ class KafkaConnection:
                     self._tally_client_id = client_id
                 self._tally_ts = ts
             else:
-                emit(_make_request_seen(conn_id=conn_id, ts=ts, api_key=api_key,
-                                        api_name=spec.name if spec is not None else None, api_version=api_version,
-                                        correlation_id=corr, client_id=client_id, size=size))
+                # Positional (the dataclass's field order): compiled, a keyword call builds a dict.
+                emit(_make_request_seen(conn_id, ts, api_key, spec.name if spec is not None else None,
+                                        api_version, corr, client_id, size))
             half.consume_frame(frame_end)
             if api_key == PRODUCE and detail is not None:
                 acks, transactional = detail
@@ -622,8 +622,7 @@ class KafkaConnection:
                     key = (acks, transactional)
                     tally_acks[key] = tally_acks.get(key, 0) + 1
                 else:
-                    emit(_make_produce_acks(conn_id=conn_id, ts=ts, api_version=api_version,
-                                            correlation_id=corr, acks=acks, transactional=transactional))
+                    emit(_make_produce_acks(conn_id, ts, api_version, corr, acks, transactional))
                 if acks == 0:  # no response will come (ProduceRequest.json, Acks)
                     continue
             self._requests += 1
@@ -790,10 +789,9 @@ class KafkaConnection:
             counts[3][bisect_left(LATENCY_BUCKETS, latency)] += 1  # le semantics, as the exporter's histogram
             self._tally_ts = ts
         else:
-            self._events.append(_make_response_seen(
-                conn_id=self.conn_id, ts=self._ts, api_key=api_key,
-                api_name=entry.spec.name if entry.spec is not None else None,
-                api_version=entry.api_version, correlation_id=corr, size=size, latency=self._ts - entry.ts))
+            self._events.append(_make_response_seen(  # positional: see _make_request_seen's call
+                self.conn_id, self._ts, api_key, entry.spec.name if entry.spec is not None else None,
+                entry.api_version, corr, size, self._ts - entry.ts))
         half.consume_frame(frame_end)
         return True
 
