@@ -46,7 +46,10 @@ class OptionalBuildExt(build_ext):
         self._record()
 
     def _record(self):
-        """native-build.json beside the extensions (in place, or in the wheel's tree)."""
+        """native-build.json beside the extensions (in place, or in the wheel's tree). Nothing
+        compiled this time (cythonize failed): the record of the last build still holds."""
+        if not self.extensions:
+            return
         built = {}
         for ext in self.extensions:
             if os.path.exists(self.get_ext_fullpath(ext.name)):

@@ -113,6 +113,59 @@ class _Flow:
         self.proven = False  # the broker answered a request on it (see eviction, module docstring)
 
 
+def _feed_batch(tracker: FlowTracker, parse, buf, meta) -> tuple[int, int]:
+    """FlowTracker.feed's loop, a function so that the compiled build can type its locals
+    (flows.pxd); returns (packets, captured bytes)."""
+    segment = tracker.segment
+    drops = tracker.drops
+    ports, flows = tracker._ports, tracker.flows
+    get, touch, dirty = flows.get, flows.move_to_end, tracker._dirty.add
+    mv = memoryview(buf)
+    n = nbytes = 0
+    for sec, usec, off, caplen in _meta_records(meta):
+        n += 1
+        nbytes += caplen
+        r = parse(buf, off, off + caplen)
+        if r.__class__ is str:
+            drops[r] += 1
+            continue
+        ts = sec + usec * 1e-6
+        src, sport, dst, dport, seq, ack, flags, po, pe = r
+        if flags & _SLOW_FLAGS or ts >= tracker._next_expiry or po == pe:
+            segment(ts, buf, *r)
+            continue
+        if dport in ports:
+            key = (src, sport, dst, dport)
+            flow = get(key)
+            if flow is None:
+                segment(ts, buf, *r)
+                continue
+            stream, peer = flow.client, flow.broker
+        else:
+            key = (dst, dport, src, sport)
+            flow = get(key)
+            if flow is None:
+                segment(ts, buf, *r)
+                continue
+            stream, peer = flow.broker, flow.client
+        nxt = stream.next
+        if (nxt is None or nxt & 0xFFFFFFFF != seq or stream.held or peer.held or stream.fin_at is not None
+                or peer.fin_at is not None or peer.next is None):  # what segment() does with the ACK
+            segment(ts, buf, *r)
+            continue
+        touch(key)
+        dirty(key)
+        tracker.last_ts = flow.last_seen = ts
+        stream.next = nxt + pe - po
+        stream.bytes += pe - po
+        stream.segments += 1
+        conn = flow.conn
+        if conn is not None:
+            conn.receive(stream.direction, mv[po:pe], ts)
+            tracker._drain_events(flow)
+    return n, nbytes
+
+
 class FlowTracker:
     """Segments in, events out, through `emit(event)`. See the module docstring."""
 
@@ -176,55 +229,9 @@ class FlowTracker:
         """One batch from pcapy-ng's `next_batch`: packed (sec, usec, offset, caplen) records.
 
         Most packets continue a tracked flow in order with no control flag: those are handled
-        inline here (the same steps as `segment` + `_data`); everything else takes `segment`."""
-        parse = segment_parser(linktype)
-        segment = self.segment
-        drops = self.drops
-        ports, flows = self._ports, self.flows
-        get, touch, dirty = flows.get, flows.move_to_end, self._dirty.add
-        mv = memoryview(buf)
-        n = nbytes = 0
-        for sec, usec, off, caplen in _meta_records(meta):
-            n += 1
-            nbytes += caplen
-            r = parse(buf, off, off + caplen)
-            if r.__class__ is str:
-                drops[r] += 1
-                continue
-            ts = sec + usec * 1e-6
-            src, sport, dst, dport, seq, ack, flags, po, pe = r
-            if flags & _SLOW_FLAGS or ts >= self._next_expiry or po == pe:
-                segment(ts, buf, *r)
-                continue
-            if dport in ports:
-                key = (src, sport, dst, dport)
-                flow = get(key)
-                if flow is None:
-                    segment(ts, buf, *r)
-                    continue
-                stream, peer = flow.client, flow.broker
-            else:
-                key = (dst, dport, src, sport)
-                flow = get(key)
-                if flow is None:
-                    segment(ts, buf, *r)
-                    continue
-                stream, peer = flow.broker, flow.client
-            nxt = stream.next
-            if (nxt is None or nxt & 0xFFFFFFFF != seq or stream.held or peer.held or stream.fin_at is not None
-                    or peer.fin_at is not None or peer.next is None):  # what segment() does with the ACK
-                segment(ts, buf, *r)
-                continue
-            touch(key)
-            dirty(key)
-            self.last_ts = flow.last_seen = ts
-            stream.next = nxt + pe - po
-            stream.bytes += pe - po
-            stream.segments += 1
-            conn = flow.conn
-            if conn is not None:
-                conn.receive(stream.direction, mv[po:pe], ts)
-                self._drain_events(flow)
+        inline (`_feed_batch`, the same steps as `segment` + `_data`); everything else takes
+        `segment`."""
+        n, nbytes = _feed_batch(self, segment_parser(linktype), buf, meta)
         self.packets += n
         self.bytes += nbytes
 

@@ -65,6 +65,7 @@ cdef class KafkaConnection:
     cdef public double _tally_ts
     cdef object __weakref__
 
+    cpdef receive(self, direction, data, double ts)
     @cython.locals(half=_Half)
     cpdef bint _pump(self)
     cpdef bint _step(self, _Half half)
