@@ -81,6 +81,8 @@ SOFTWARE = ("census-bench", "1.0")
 PING_BLOCK = 250  # pings per target before switching to the next one
 PING_WARMUP = 200
 STATS_INTERVAL_MS = 1000
+# The CLI refuses --event-loop uvloop with TLS termination (capture/proxy.py says why): no such row.
+TLS_ON_UVLOOP = False
 
 
 # =========================================================================== Kafka frames
@@ -118,6 +120,22 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds_fine(pid: int) -> float:
+    """CPU time of a process (all its threads) in nanoseconds' resolution, from each thread's
+    /proc/PID/task/TID/schedstat (time on CPU); /proc/PID/stat's clock ticks (10 ms) are too
+    coarse for a block of pings that costs a few ms. A thread that ended is not counted: the
+    proxies' threads live as long as they do. Falls back to cpu_seconds where schedstat is absent."""
+    total = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+    except FileNotFoundError:
+        return cpu_seconds(pid)
+    return total / 1e9
 
 
 def cpu_busy() -> dict[int, tuple[int, int]]:
@@ -264,8 +282,8 @@ class CensusProcess:
 
 
 def start_proxy(upstream: str, listen_port: int, core: int | None, tmp: Path, tls: dict | None,
-                name: str) -> CensusProcess:
-    args = ["proxy", "--listen", f"127.0.0.1:{listen_port}", "--upstream", upstream]
+                name: str, loop: str = "asyncio") -> CensusProcess:
+    args = ["proxy", "--listen", f"127.0.0.1:{listen_port}", "--upstream", upstream, "--event-loop", loop]
     if tls:
         args += ["--tls-cert", tls["cert"], "--tls-key", tls["key"]]
     return CensusProcess(args, core, tmp / f"{name}.log", ready_port=listen_port)
@@ -274,8 +292,9 @@ def start_proxy(upstream: str, listen_port: int, core: int | None, tmp: Path, tl
 class ForwarderProcess:
     """The peer in the same run: `forwarder_main` (asyncio, bytes only, no decoding) as a child."""
 
-    def __init__(self, upstream: str, listen_port: int, core: int | None, log_path: Path) -> None:
-        self.cmd = [*taskset(core), sys.executable, "-m", "bench.proxy", "--forwarder", str(listen_port), upstream]
+    def __init__(self, upstream: str, listen_port: int, core: int | None, log_path: Path, loop: str = "asyncio") -> None:
+        self.cmd = [*taskset(core), sys.executable, "-m", "bench.proxy", "--forwarder", str(listen_port), upstream,
+                    loop]
         self.log_path = log_path
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -299,10 +318,11 @@ class ForwarderProcess:
         CensusProcess.stop(self)
 
 
-def forwarder_main(listen_port: int, upstream: str) -> int:
-    """Child: the least a Python asyncio proxy does. Same event loop, same Protocol callbacks,
-    TCP_NODELAY, half-close and write-buffer backpressure as capture/proxy.py, and no Kafka
-    decoding, no registry, no HTTP server: what the proxy costs beyond this is kafka-census."""
+def forwarder_main(listen_port: int, upstream: str, loop_name: str = "asyncio") -> int:
+    """Child: the least a Python asyncio proxy does. Same event loop (asyncio's or uvloop, as the
+    proxy row it is the peer of), same Protocol callbacks, TCP_NODELAY, half-close and
+    write-buffer backpressure as capture/proxy.py, and no Kafka decoding, no registry, no HTTP
+    server: what the proxy costs beyond this is kafka-census."""
     import asyncio
 
     host, _, port = upstream.rpartition(":")
@@ -368,7 +388,14 @@ def forwarder_main(listen_port: int, upstream: str) -> int:
         await stop.wait()
         server.close()
 
-    asyncio.run(main())
+    if loop_name == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    else:
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main())
     return 0
 
 
@@ -581,9 +608,10 @@ def rtt_summary(windows: list[dict]) -> dict:
 # =========================================================================== throughput rows
 def start_middle(kind: str, upstream: str, listen: int, args, tmp: Path, certs: dict, name: str, core="proxy"):
     core = args.proxy_core if core == "proxy" else core
-    if kind == "forwarder":
-        return ForwarderProcess(upstream, listen, core, tmp / f"{name}.log")
-    return start_proxy(upstream, listen, core, tmp, certs if kind == "proxy-tls" else None, name)
+    loop = "uvloop" if kind.endswith("-uvloop") else "asyncio"
+    if kind.startswith("forwarder"):
+        return ForwarderProcess(upstream, listen, core, tmp / f"{name}.log", loop)
+    return start_proxy(upstream, listen, core, tmp, certs if kind.startswith("proxy-tls") else None, name, loop)
 
 
 def load_average() -> float:
@@ -607,7 +635,7 @@ def produce_row(kind: str, args, tmp: Path, certs: dict, round_no: int) -> dict:
             bootstrap = f"127.0.0.1:{listen}" if proxied else broker.bootstrap
             watch = {"broker": broker.process.pid, **({"proxy": prox.pid} if prox else {})}
             base = {"bootstrap": bootstrap, "core": args.client_core, "size": args.size,
-                    "ca": certs["ca"] if kind == "proxy-tls" else None, "watch": watch}
+                    "ca": certs["ca"] if kind.startswith("proxy-tls") else None, "watch": watch}
             # The paced run first, on an empty broker; then the throughput run fills it.
             paced = run_producer({**base, "topic": f"bench-{kind}-{round_no}-paced", "messages": None,
                                   "seconds": args.paced_seconds, "rate": args.paced_rate}, args.paced_seconds + 120)
@@ -690,9 +718,9 @@ def pingpong(args, tmp: Path, certs: dict, proxy_core: int | None) -> dict:
             socks = {"direct": socket.create_connection((broker.host, broker.port), timeout=10)}
             for kind, (port, _) in proxies.items():
                 socks[kind] = socket.create_connection(("127.0.0.1", port), timeout=10)
-            if "proxy-tls" in socks:
+            for kind in [k for k in socks if k.startswith("proxy-tls")]:
                 ctx = ssl.create_default_context(cafile=certs["ca"])
-                socks["proxy-tls"] = ctx.wrap_socket(socks["proxy-tls"], server_hostname="127.0.0.1")
+                socks[kind] = ctx.wrap_socket(socks[kind], server_hostname="127.0.0.1")
             for s in socks.values():
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             cid = 1
@@ -715,12 +743,12 @@ def pingpong(args, tmp: Path, certs: dict, proxy_core: int | None) -> dict:
                 other.cores()
                 for target in order[k:] + order[:k]:  # rotate who goes first
                     prox = proxies.get(target, (None, None))[1]
-                    c0 = prox.cpu() if prox else 0.0
+                    c0 = cpu_seconds_fine(prox.pid) if prox else 0.0
                     for name, build in requests.items():
                         ping_block(socks[target], build, PING_BLOCK, cid, lat[target][name])
                         cid += PING_BLOCK
                     if prox:
-                        cpu[target] = prox.cpu() - c0
+                        cpu[target] = cpu_seconds_fine(prox.pid) - c0
                 if other.cores() > args.max_other and discarded < 2 * blocks:
                     discarded += 1
                     continue
@@ -755,6 +783,60 @@ def pingpong(args, tmp: Path, certs: dict, proxy_core: int | None) -> dict:
 
 
 # =========================================================================== report
+LABELS = {"direct": "direct to Tansu", "forwarder": "bare asyncio forwarder (peer: no decoding)",
+          "forwarder-uvloop": "bare forwarder on uvloop (peer of proxy on uvloop)",
+          "proxy": "through kafka-census proxy (asyncio loop)",
+          "proxy-uvloop": "through kafka-census proxy (uvloop)",
+          "proxy-tls": "TLS client -> proxy (terminates) -> plaintext Tansu",
+          "proxy-tls-uvloop": "TLS client -> proxy on uvloop -> plaintext Tansu"}
+LOOP_OF = {"forwarder": "asyncio", "forwarder-uvloop": "uvloop", "proxy": "asyncio", "proxy-uvloop": "uvloop",
+           "proxy-tls": "asyncio", "proxy-tls-uvloop": "uvloop"}
+
+
+def cpu_per_pair(pings: dict, kinds) -> dict:
+    """CPU µs per small request pair (one request, its response) of the middle hop, per layout
+    and path; direct has no middle hop (0)."""
+    return {layout: {kind: (0.0 if kind == "direct" else ping[kind]["proxy_cpu_us_per_request"]) for kind in kinds}
+            for layout, ping in pings.items()}
+
+
+def report_pingpong(pings: dict, kinds, args) -> None:
+    label = LABELS
+    print(f"\nRequest latency, ping-pong: one request at a time on one socket, idle broker, {args.pings:,} of each "
+          f"kind per path, in rotations over the paths (a rotation during which other work took more than "
+          f"{args.max_other:g} of a core is done again, within bounds); added = minus direct in the same run:\n")
+    print("| path | proxy on | ApiVersions v3 p50 / p99 | added p50 / p99 | Metadata v1 p50 / p99 | added p50 / p99 "
+          "| proxy CPU per request | rotations redone |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for layout, ping in pings.items():
+        for kind in kinds:
+            p = ping[kind]
+            cells = []
+            for name in ("ApiVersions v3", "Metadata v1"):
+                q = p[name]
+                cells.append(f"{q['p50_us'] / 1000:.3f} / {q['p99_us'] / 1000:.3f} ms")
+                cells.append("-" if kind == "direct" else
+                             f"{q['added_p50_us'] / 1000:+.3f} / {q['added_p99_us'] / 1000:+.3f} ms")
+            cpu = "-" if kind == "direct" else f"{p['proxy_cpu_us_per_request']:.0f} µs"
+            print(f"| {label[kind]} | {'-' if kind == 'direct' else layout} | {' | '.join(cells)} | {cpu} "
+                  f"| {ping['rotations_discarded']} of {ping['rotations_kept'] + ping['rotations_discarded']} |")
+    print()
+    # The issue's row: CPU of the middle hop per small request pair, each path beside its peer
+    # (the bare forwarder on the same loop) in the same run.
+    print("CPU per small request pair (ping-pong: ApiVersions v3 and Metadata v1, one at a time; CPU time of the "
+          "middle process from /proc over the kept rotations, divided by the pairs it forwarded; target <= 50 µs):\n")
+    print("| path | loop | proxy on | CPU µs per request pair | vs bare forwarder, same loop |")
+    print("|---|---|---|---:|---:|")
+    for layout, cpus in cpu_per_pair(pings, kinds).items():
+        for kind in kinds:
+            peer = "forwarder-uvloop" if LOOP_OF.get(kind) == "uvloop" else "forwarder"
+            ratio = "-" if kind in ("direct", peer) or peer not in cpus or not cpus[peer] else \
+                f"{cpus[kind] / cpus[peer]:.2f}x"
+            print(f"| {label[kind]} | {LOOP_OF.get(kind, '-')} | {'-' if kind == 'direct' else layout} "
+                  f"| {cpus[kind]:.0f} | {ratio} |")
+    print()
+
+
 def med(rows, key, sub=None):
     vals = [(r[key][sub] if sub else r[key]) for r in rows]
     vals = [v for v in vals if v is not None]
@@ -766,7 +848,7 @@ def main(argv=None) -> int:
     if argv[:1] == ["--producer"]:
         return producer_main(json.loads(argv[1]))
     if argv[:1] == ["--forwarder"]:
-        return forwarder_main(int(argv[1]), argv[2])
+        return forwarder_main(int(argv[1]), argv[2], *argv[3:4])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=500_000,
                     help="messages per throughput run (default 500000; the in-memory broker keeps them all)")
@@ -779,6 +861,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-tls", action="store_true", help="skip the TLS rows")
     ap.add_argument("--no-pin", action="store_true", help="do not pin processes to cores")
     ap.add_argument("--no-forwarder", action="store_true", help="skip the bare asyncio forwarder rows")
+    ap.add_argument("--no-uvloop", action="store_true", help="skip the rows on uvloop (forwarder and proxy)")
+    ap.add_argument("--pingpong-only", action="store_true",
+                    help="only the ping-pong rows (latency and CPU per small request pair), no producer rounds")
+    ap.add_argument("--ping-layout", choices=("both", "shared", "own"), default="both",
+                    help="ping-pong with the proxy on the client's core (shared), its own core (own), or both "
+                    "(default)")
     ap.add_argument("--nice", type=int, default=0, help="run this benchmark and everything it starts at this "
                     "niceness, e.g. -10 so that other work on a shared machine preempts it less (default 0)")
     ap.add_argument("--max-other", type=float, default=0.1, metavar="CORES",
@@ -806,7 +894,10 @@ def main(argv=None) -> int:
     if args.nice:
         layout += f"; all at nice {args.nice}"
     machine = describe()
-    kinds = ["direct", *([] if args.no_forwarder else ["forwarder"]), "proxy", *([] if args.no_tls else ["proxy-tls"])]
+    uv = not args.no_uvloop
+    kinds = ["direct", *([] if args.no_forwarder else ["forwarder", *(["forwarder-uvloop"] if uv else [])]),
+             "proxy", *(["proxy-uvloop"] if uv else []), *([] if args.no_tls else ["proxy-tls"]),
+             *(["proxy-tls-uvloop"] if uv and not args.no_tls and TLS_ON_UVLOOP else [])]
     args.kinds = kinds
     print(f"machine: {machine}; {layout}", file=sys.stderr)
 
@@ -819,7 +910,7 @@ def main(argv=None) -> int:
         # times; the tables use the quiet rounds (all rounds if none was quiet).
         quiet = 0
         for r in range(1, 2 * args.rounds + 1):
-            if quiet >= args.rounds:
+            if quiet >= args.rounds or args.pingpong_only:
                 break
             round_rows = [produce_row(kind, args, tmp, certs, r) for kind in kinds]
             noisy = max(max(x["other_cores"], x["paced_other_cores"]) for x in round_rows) > args.max_other
@@ -837,11 +928,25 @@ def main(argv=None) -> int:
         # other work that lands on that core delays it).
         layouts = {"shared core": args.client_core, "own core": args.proxy_core} if args.proxy_core is not None \
             else {"not pinned": None}
+        if args.proxy_core is not None and args.ping_layout != "both":
+            layouts = {k: v for k, v in layouts.items() if k.startswith(args.ping_layout)}
         pings = {}
         for name, core in layouts.items():
             print(f"  ping-pong, proxy on {name} ...", file=sys.stderr)
             pings[name] = pingpong(args, tmp, certs, core)
 
+    if args.pingpong_only:
+        print(f"\nmachine: {machine}; {layout}; Tansu in memory\n")
+        report_pingpong(pings, kinds, args)
+        result = {"benchmark": "proxy", "mode": "pingpong", "machine": machine, "layout": layout,
+                  "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "args": {k: v for k, v in vars(args).items() if k != "out"}, "pingpong": pings,
+                  "cpu_us_per_pair": cpu_per_pair(pings, kinds)}
+        out = args.out if args.out != DEFAULT_OUT else DEFAULT_OUT.with_name("proxy-pingpong.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        print(f"wrote {out}", file=sys.stderr)
+        return 0
     used = [r for r in rows if r["quiet_round"]] or rows
     by_kind = {k: [r for r in used if r["kind"] == k] for k in kinds}
     summary = {}
@@ -865,9 +970,7 @@ def main(argv=None) -> int:
             "broker_rss_mib": med(rs, "broker_rss_kib") / 1024,
         }
     d = summary["direct"]
-    label = {"direct": "direct to Tansu", "forwarder": "bare asyncio forwarder (peer: no decoding)",
-             "proxy": "through kafka-census proxy",
-             "proxy-tls": "TLS client -> proxy (terminates) -> plaintext Tansu"}
+    label = LABELS
 
     loads = [x for r in rows for x in r["load_average"]]
     n_rounds = len({r["round"] for r in rows})
@@ -915,25 +1018,7 @@ def main(argv=None) -> int:
               f"| {'-' if direct else added(s['rtt_paced_p99_ms'], d['rtt_paced_p99_ms'])} "
               f"| {s['paced_requests']:,.0f} | {cpu} "
               f"| {s['paced_other_cores']:.0%} of a core |")
-    print(f"\nRequest latency, ping-pong: one request at a time on one socket, idle broker, {args.pings:,} of each "
-          f"kind per path, in rotations over the paths (a rotation during which other work took more than "
-          f"{args.max_other:g} of a core is done again, within bounds); added = minus direct in the same run:\n")
-    print("| path | proxy on | ApiVersions v3 p50 / p99 | added p50 / p99 | Metadata v1 p50 / p99 | added p50 / p99 "
-          "| proxy CPU per request | rotations redone |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for layout, ping in pings.items():
-        for kind in kinds:
-            p = ping[kind]
-            cells = []
-            for name in ("ApiVersions v3", "Metadata v1"):
-                q = p[name]
-                cells.append(f"{q['p50_us'] / 1000:.3f} / {q['p99_us'] / 1000:.3f} ms")
-                cells.append("-" if kind == "direct" else
-                             f"{q['added_p50_us'] / 1000:+.3f} / {q['added_p99_us'] / 1000:+.3f} ms")
-            cpu = "-" if kind == "direct" else f"{p['proxy_cpu_us_per_request']:.0f} µs"
-            print(f"| {label[kind]} | {'-' if kind == 'direct' else layout} | {' | '.join(cells)} | {cpu} "
-                  f"| {ping['rotations_discarded']} of {ping['rotations_kept'] + ping['rotations_discarded']} |")
-    print()
+    report_pingpong(pings, kinds, args)
     loss = 1 - summary["proxy"]["ratio_to_direct"]
     added_ping = {layout: max(ping["proxy"][n]["added_p99_us"] for n in ("ApiVersions v3", "Metadata v1")) / 1000
                   for layout, ping in pings.items()}
