@@ -217,6 +217,7 @@ SETTINGS = {
     "event_log_max_age": (_float, 3600.0),
     "event_log_max_total_mb": (_int, 1024),
     "event_log_queue_mb": (_int, 16),
+    "event_log_rollup_seconds": (_float, 60.0),
     "compat_metrics": (_csv, []),
     "max_series": (_int, 50_000),
     "max_brokers": (_int, 256),
@@ -409,7 +410,7 @@ class StartError(Exception):
 def _open_event_log(args: argparse.Namespace):
     if not args.event_log:
         return None
-    from exporter.eventlog import EventLog, EventLogError, QueuedEventLog
+    from exporter.eventlog import MAX_ROLLUP_SECONDS, EventLog, EventLogError, QueuedEventLog
 
     if args.event_log_max_mb < 1 or args.event_log_max_age <= 0:
         raise UsageError("--event-log-max-mb must be at least 1 and --event-log-max-age positive")
@@ -418,13 +419,18 @@ def _open_event_log(args: argparse.Namespace):
                          f"--event-log-max-mb ({args.event_log_max_mb}): the total holds at least the file being written")
     if args.event_log_queue_mb < 1:
         raise UsageError("--event-log-queue-mb must be at least 1")
+    if not 1 <= args.event_log_rollup_seconds <= MAX_ROLLUP_SECONDS:
+        raise UsageError(f"--event-log-rollup-seconds must be between 1 and {MAX_ROLLUP_SECONDS:g}")
     try:
         log = EventLog(args.event_log, max_bytes=args.event_log_max_mb << 20, max_age_seconds=args.event_log_max_age,
                        max_total_bytes=args.event_log_max_total_mb << 20)
     except EventLogError as exc:
         raise StartError(str(exc)) from None
-    # The capture thread only queues; a writer thread does every write, fsync and deletion.
-    return QueuedEventLog(log, max_queue_bytes=args.event_log_queue_mb << 20)
+    # The capture thread only queues (and counts request traffic in place); a writer thread does
+    # every encoding of a rollup, write, fsync and deletion. Schema 2: one rollup per connection
+    # and interval, as many connections as the registry holds open.
+    return QueuedEventLog(log, max_queue_bytes=args.event_log_queue_mb << 20,
+                          rollup_seconds=args.event_log_rollup_seconds, max_rollup_connections=args.max_connections)
 
 
 def _open_state(args: argparse.Namespace, registry: ConnectionRegistry):
@@ -695,6 +701,10 @@ def _add_event_log_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--event-log-queue-mb", type=int, metavar="MB",
                    help="events waiting for the event log's writer thread; past this they are dropped and counted "
                    "(kafka_census_event_log_dropped_total{reason=\"queue_full\"}), the capture never waits (default 16)")
+    p.add_argument("--event-log-rollup-seconds", type=float, metavar="SECONDS",
+                   help="request traffic goes to the event log as one record per connection with its counts, bytes "
+                   "and latency per (api, version) since the last: at close and this often (default 60, 1 to 3600; "
+                   "a crash loses at most this long of counts)")
     p.add_argument("--max-connections", type=int, help="bound of the live connection table (default 100000)")
     p.add_argument("--max-closed-connections", type=_int, metavar="N",
                    help="recently closed connections kept for the REST API; the oldest go first (default 10000)")

@@ -1,18 +1,56 @@
-"""The event log: every capture event as one line of JSON, the input of the PySpark pipeline.
+"""The event log: connections as lines of JSON, the input of the PySpark pipeline.
 
 Owns `EventLog` (the writer behind `--event-log DIR`), `QueuedEventLog` (its writer thread and
-bounded queue, for the serving commands), the record format (`SCHEMA_VERSION`,
-`to_record`, `encode`) and the reader side (`parse_line`, `read_events`, `list_logs`,
-`to_event`). Imports only `capture.events` (the event contract) and the standard library.
+bounded queue, for the serving commands, and there the per-connection rollup of request
+traffic), the record format (`SCHEMA_VERSION`, `to_record`, `encode`, `encode_rollup`) and the
+reader side (`parse_line`, `read_events`, `list_logs`, `to_event`), which reads schema 1 and 2.
+Imports only `capture.events` (the event contract), `exporter.rollup` and the standard library.
 
 Record: one JSON object per line, compact, keys in this order:
-`{"schema":1,"type":"RequestSeen","ts":1763762580.25,"conn_id":"c1",<the other fields>}`.
+`{"schema":2,"type":"ClientSoftware","ts":1763762580.25,"conn_id":"c1",<the other fields>}`.
 The other fields come in dataclass field order; `Direction` is written as its name
 ("FROM_CLIENT"), tuples as arrays, None as null. Output is UTF-8; JSON escapes every control
 character, so the only raw newline is the one ending the record (readers split on b"\\n" only).
 NaN and infinities are not JSON: such an event is dropped and counted (`encode_errors`).
 Schema policy: adding an event type or a field is compatible and keeps the version (readers
-must ignore what they do not know); renaming, removing or retyping a field bumps it.
+must ignore what they do not know); renaming, removing or retyping a field, or moving what a
+record carries elsewhere, bumps it.
+
+Schema 2 (this writer) records connections, not requests. Lifecycle (ConnectionOpened,
+TrafficUpdate, ConnectionClosed), identity (ClientSoftware, ApiVersionsAnswer, TlsSession),
+SASL, groups, errors, desyncs and capture health stay one record per event, as in schema 1.
+Request traffic (RequestSeen, ResponseSeen, ProduceAcks, and the core's RequestTally runs) is
+no longer written per request or per run: `QueuedEventLog` accumulates it per connection
+(exporter/rollup.py) and writes one `ConnectionRollup` record per connection with traffic, at
+its close (just before its ConnectionClosed) and every `rollup_seconds`
+(`--event-log-rollup-seconds`, default 60) for the connections still open:
+
+    {"schema":2,"type":"ConnectionRollup","ts":1763762640.5,"conn_id":"c1",
+     "client_id":"rdkafka",
+     "requests":[[0,9,118230,126617400],[3,12,2,120]],
+     "responses":[[0,9,118230,5438580,[0,0,3,10,...,0],591.150125],[3,12,2,900,[2,0,...],0.0021]],
+     "acks":[[-1,false,118230]],
+     "folded":0}
+
+- counts are DELTAS: what the connection did since its previous ConnectionRollup record (or
+  since it opened); a reader sums a connection's records. No record is written for a
+  connection without traffic in the interval, and none is ever empty.
+- `ts`: the latest request or response counted; `client_id`: the last non-null client_id of a
+  request counted (null: none in this delta).
+- `requests`: [api_key, api_version, count, bytes] (frame payload bytes, as RequestSeen.size);
+  `responses`: [api_key, api_version, count, bytes, buckets, latency_sum]: buckets are counts
+  per upper bound of `capture.events.LATENCY_BUCKETS` (seconds, `le` semantics, 0.0005 ...
+  30.0) plus a last one for +Inf; latency_sum in seconds (last request byte -> last
+  response byte, as ResponseSeen.latency). `acks`:
+  [acks, transactional, count] of Produce requests. Each array sorted by its key.
+- `folded`: requests, responses and acks of this delta not itemised because the connection
+  passed the per-connection bound (exporter/rollup.py: 64 (api, version) pairs, 8 acks
+  pairs); 0 for every real client seen so far.
+A schema 1 log has RequestSeen/ResponseSeen/ProduceAcks per request or RequestTally runs
+(tally mode), which carry the same counts; `to_event` turns a ConnectionRollup back into the
+RequestTally it equals, so a tool replaying either version into the registry reaches the
+same state. Readers (`parse_line`, the pipeline) take both versions; a version-1 reader
+refuses schema 2 lines (rather than silently counting no requests).
 
 Files: `events-<UTC start>-<host>-<seq>.ndjson`, e.g. `events-20261121T220300Z-node-7-0003.ndjson`.
 The file being written is named `.ndjson.active`, so a reader that lists `*.ndjson` (as
@@ -75,9 +113,12 @@ from dataclasses import fields, is_dataclass
 from datetime import datetime, timezone
 
 import capture.events as _events
-from capture.events import Event
+from capture.events import ConnectionClosed, Event, RequestTally
+from exporter.rollup import DEFAULT_INTERVAL, ROLLUP_TYPE, TRAFFIC, Accumulator, Rollup, record
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)  # what parse_line and the pipeline read
+MAX_ROLLUP_SECONDS = 3600.0  # --event-log-rollup-seconds' bound: counts of up to this long are lost in a crash
 ENVELOPE = ("schema", "type", "ts", "conn_id")  # the keys every record starts with
 MiB = 1 << 20
 DEFAULT_MAX_BYTES = 64 * MiB
@@ -117,10 +158,11 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return names
 
 
-def to_record(event: Event) -> dict:
-    """The JSON-ready dict of one event (enums by name; tuples stay tuples, JSON makes them arrays)."""
+def to_record(event: Event, schema: int = SCHEMA_VERSION) -> dict:
+    """The JSON-ready dict of one event (enums by name; tuples stay tuples, JSON makes them arrays).
+    `schema` 1 writes the old version's envelope (for tests and tools comparing the versions)."""
     cls = type(event)
-    rec = {"schema": SCHEMA_VERSION, "type": cls.__name__, "ts": event.ts, "conn_id": event.conn_id}
+    rec = {"schema": schema, "type": cls.__name__, "ts": event.ts, "conn_id": event.conn_id}
     for name in _field_names(cls):
         value = getattr(event, name)
         rec[name] = value.name if isinstance(value, enum.Enum) else value
@@ -130,10 +172,15 @@ def to_record(event: Event) -> dict:
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
-def encode(event: Event) -> bytes:
+def encode(event: Event, schema: int = SCHEMA_VERSION) -> bytes:
     """One record line, newline included. Raises ValueError for NaN/infinity, TypeError for a
     value JSON cannot hold (both are caught and counted by `EventLog.write`)."""
-    return (_dumps(to_record(event)) + "\n").encode("utf-8")
+    return (_dumps(to_record(event, schema)) + "\n").encode("utf-8")
+
+
+def encode_rollup(conn_id: str, acc: Accumulator) -> bytes:
+    """The ConnectionRollup record line of one accumulator (exporter.rollup), newline included."""
+    return (_dumps(record(conn_id, acc)) + "\n").encode("utf-8")
 
 
 def parse_line(line: bytes | str) -> dict:
@@ -155,8 +202,9 @@ def parse_line(line: bytes | str) -> dict:
     if "schema" not in rec:
         raise ValueError("no schema field")
     schema = rec["schema"]
-    if schema != SCHEMA_VERSION or isinstance(schema, bool):
-        raise ValueError(f"unknown schema version {schema!r} (this reader knows {SCHEMA_VERSION})")
+    if schema not in READABLE_SCHEMAS or isinstance(schema, bool):
+        raise ValueError(f"unknown schema version {schema!r} (this reader knows "
+                         f"{', '.join(map(str, READABLE_SCHEMAS))})")
     if not isinstance(rec.get("type"), str):
         raise ValueError("type missing or not a string")
     ts = rec.get("ts")
@@ -199,8 +247,11 @@ def _tuples(value):
 
 
 def to_event(rec: dict) -> Event:
-    """A record (from `parse_line`) back to its event, for tools that replay a log into the
-    registry. Strict: the type and the fields must be exactly this version's (ValueError)."""
+    """A record (from `parse_line`, either version) back to its event, for tools that replay a
+    log into the registry; a ConnectionRollup becomes the RequestTally it equals. Strict: the
+    type and the fields must be exactly this version's (ValueError)."""
+    if rec.get("type") == ROLLUP_TYPE:
+        return _rollup_event(rec)
     cls = _EVENT_TYPES.get(rec.get("type"))
     if cls is None:
         raise ValueError(f"unknown event type {rec.get('type')!r}")
@@ -223,6 +274,17 @@ def to_event(rec: dict) -> Event:
         return cls(**kwargs)
     except TypeError as e:
         raise ValueError(f"{cls.__name__}: {e}") from None
+
+
+def _rollup_event(rec: dict) -> RequestTally:
+    try:
+        return RequestTally(
+            conn_id=rec["conn_id"], ts=rec["ts"], client_id=rec["client_id"],
+            requests=tuple((k, v, n, b) for k, v, n, b in rec["requests"]),
+            responses=tuple((k, v, n, b, tuple(buckets), total) for k, v, n, b, buckets, total in rec["responses"]),
+            acks=tuple((a, t, n) for a, t, n in rec["acks"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{ROLLUP_TYPE}: {type(e).__name__}: {e}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,6 +384,10 @@ class EventLog:
         """The file being written, if any."""
         return self._path
 
+    def clock(self) -> float:
+        """The log's clock (file names, flushes, rotation; QueuedEventLog's rollup interval)."""
+        return self._clock()
+
     @property
     def dropped(self) -> int:
         return sum(self.drops.values())
@@ -345,11 +411,15 @@ class EventLog:
         try:
             return encode(event)
         except (TypeError, ValueError) as e:
-            with self._lock:
-                self.encode_errors += 1
-                self.drops["encode_error"] += 1
-                self.last_error = f"cannot encode {type(event).__name__}: {e}"
+            self.count_encode_error(f"cannot encode {type(event).__name__}: {e}")
             return None
+
+    def count_encode_error(self, message: str) -> None:
+        """A record that could not be encoded: counted as a drop, kept as `last_error`."""
+        with self._lock:
+            self.encode_errors += 1
+            self.drops["encode_error"] += 1
+            self.last_error = message
 
     def write_line(self, line: bytes) -> None:
         """Log one encoded record (a line from `encode`)."""
@@ -589,19 +659,39 @@ class QueuedEventLog:
     nothing to do). `flush` waits until what was queued before it is handed to the OS;
     `close` writes everything queued, finishes the file and stops the thread (waiting at most
     `timeout` seconds for a stalled disk). Memory: at most `max_queue_bytes` of lines queued
-    (plus Python's ~40 bytes per line) and the log's 256 KiB write buffer."""
+    (plus Python's ~40 bytes per line) and the log's 256 KiB write buffer.
 
-    def __init__(self, log: EventLog, *, max_queue_bytes: int = DEFAULT_QUEUE_BYTES) -> None:
+    With `rollup_seconds` (schema 2, what the CLI does) request traffic is not queued: `write`
+    counts a RequestSeen, ResponseSeen, ProduceAcks or RequestTally into the connection's
+    accumulator in place (exporter.rollup; a few dict updates under the queue's lock, no
+    encoding), a ConnectionClosed queues its connection's accumulator just before itself, and
+    the writer thread takes every accumulator out every `rollup_seconds` of the log's clock
+    (and at close) and encodes the ConnectionRollup records itself, so the capture thread
+    never builds a rollup line. Measured (bench/eventlog_volume.py --cpu): counting in place
+    costs the capture thread less than queueing the events for the writer to count would,
+    and far less than encoding them. `rollup_seconds=None` writes every event as it comes (the
+    library's behaviour and schema 1's shape)."""
+
+    def __init__(self, log: EventLog, *, max_queue_bytes: int = DEFAULT_QUEUE_BYTES,
+                 rollup_seconds: float | None = None, max_rollup_connections: int | None = None) -> None:
         if max_queue_bytes <= 0:
             raise ValueError("max_queue_bytes must be positive")
+        if rollup_seconds is not None and not 0 < rollup_seconds <= MAX_ROLLUP_SECONDS:
+            raise ValueError(f"rollup_seconds must be in (0, {MAX_ROLLUP_SECONDS:g}]")
         self.log = log
         self.max_queue_bytes = max_queue_bytes
+        self.rollup_seconds = rollup_seconds
+        self._rollup = None if rollup_seconds is None else Rollup(
+            **({} if max_rollup_connections is None else {"max_connections": max_rollup_connections}))
+        self._last_rollup = log.clock()
+        self._rollup_asked = False
         self._cond = threading.Condition(threading.Lock())
         self._queue: collections.deque = collections.deque()
         self._queued_bytes = 0  # queued plus taken by the writer and not yet handed to the log
         self._closing = False
         self.queue_dropped = 0
         self.closed_dropped = 0
+        self.rollup_records = 0  # ConnectionRollup records handed to the log
         self._thread = threading.Thread(target=self._run, name="event-log-writer", daemon=True)
         self._thread.start()
 
@@ -622,11 +712,41 @@ class QueuedEventLog:
     def dropped(self) -> int:
         return sum(self.drops.values())
 
+    @property
+    def rollup(self) -> Rollup | None:
+        return self._rollup
+
     def health(self) -> dict:
-        return {**self.log.health(), "event_log_dropped": self.drops}
+        health = {**self.log.health(), "event_log_dropped": self.drops}
+        if self._rollup is not None:
+            health["event_log_rollup_records"] = self.rollup_records
+            health["event_log_rollup_evicted"] = self._rollup.evicted  # written early at the connection bound
+            health["event_log_rollup_folded"] = self._rollup.folded  # not itemised past the per-connection bound
+        return health
 
     def write(self, event: Event) -> None:
-        """Queue one event; never blocks on the disk, never raises for it."""
+        """Queue one event (or count it, see the class docstring); never blocks on the disk,
+        never raises for it."""
+        rollup = self._rollup
+        if rollup is not None:
+            cls = type(event)
+            if cls in TRAFFIC:
+                with self._cond:
+                    if self._closing:
+                        self.closed_dropped += 1
+                        return
+                    evicted = rollup.add(event)
+                    if evicted is not None:
+                        self._put_rollup(evicted)
+                return
+            if cls is ConnectionClosed:
+                with self._cond:
+                    taken = rollup.pop(event.conn_id)
+                    if taken is not None:
+                        if self._closing:
+                            self.closed_dropped += 1
+                        else:
+                            self._put_rollup(taken)
         line = self.log.encode(event)
         if line is None:
             return
@@ -641,8 +761,26 @@ class QueuedEventLog:
             self._queued_bytes += len(line)
             self._cond.notify()
 
+    def _put_rollup(self, taken: tuple[str, Accumulator]) -> None:
+        """Queue one accumulator for the writer to encode (lock held). Its size is estimated
+        from its entries: the bound holds to within the estimate."""
+        size = _ROLLUP_BASE_BYTES + _ROLLUP_ENTRY_BYTES * taken[1].entries()
+        if self._queued_bytes + size > self.max_queue_bytes:
+            self.queue_dropped += 1
+            return
+        self._queue.append(taken)
+        self._queued_bytes += size
+        self._cond.notify()
+
+    def rollup_now(self) -> None:
+        """Have the writer take out every accumulator at its next round, as if the interval had
+        passed (tests; an operator's flush)."""
+        with self._cond:
+            self._rollup_asked = True
+            self._cond.notify()
+
     def tick(self) -> None:
-        """Nothing to do: the writer thread flushes and rotates by age on its own."""
+        """Nothing to do: the writer thread flushes, rotates by age and rolls up on its own."""
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything queued before this call is handed to the OS (not for the
@@ -656,8 +794,8 @@ class QueuedEventLog:
         return done.wait(timeout)
 
     def close(self, timeout: float | None = 20.0) -> None:
-        """Write what is queued, finish the file, stop the writer. Idempotent; later writes are
-        dropped and counted (`drops["closed"]`)."""
+        """Write what is queued and every rollup, finish the file, stop the writer. Idempotent;
+        later writes are dropped and counted (`drops["closed"]`)."""
         with self._cond:
             self._closing = True
             self._cond.notify()
@@ -673,23 +811,54 @@ class QueuedEventLog:
         self.close()
 
     def _run(self) -> None:
-        wait = min(self.log.flush_interval, 1.0)  # the timed flush and age rotation need a wake-up
+        wait = min(self.log.flush_interval, 1.0)  # the timed flush, age rotation and rollup need a wake-up
+        rollup = self._rollup
         while True:
             with self._cond:
-                if not self._queue and not self._closing:
+                if not self._queue and not self._closing and not self._rollup_asked:
                     self._cond.wait(wait)
                 batch, self._queue = self._queue, collections.deque()
                 taken = self._queued_bytes
                 closing = self._closing
+                rolled = None
+                if rollup is not None:
+                    now = self.log.clock()
+                    # A clock that stepped backwards rolls up too, rather than waiting for it to catch up.
+                    if closing or self._rollup_asked or not 0 <= now - self._last_rollup < self.rollup_seconds:
+                        # Taken with the queue, under one lock: every record lands after the lines
+                        # queued before it and before any ConnectionClosed queued after it.
+                        rolled = rollup.take()
+                        self._last_rollup = now
+                        self._rollup_asked = False
             for item in batch:
                 if type(item) is bytes:
                     self.log.write_line(item)
+                elif type(item) is tuple:  # an accumulator from close or eviction
+                    self._write_rollup(item)
                 else:  # a flush() marker
                     self.log.flush()
                     item.set()
+            if rolled:
+                for item in rolled:
+                    self._write_rollup(item)
             with self._cond:
                 self._queued_bytes -= taken
             if closing:  # no write is queued after _closing: this batch was the last
                 self.log.close()
                 return
             self.log.tick()
+
+    def _write_rollup(self, item: tuple[str, Accumulator]) -> None:
+        try:
+            line = encode_rollup(*item)
+        except (TypeError, ValueError) as e:
+            self.log.count_encode_error(f"cannot encode {ROLLUP_TYPE}: {e}")
+            return
+        self.rollup_records += 1
+        self.log.write_line(line)
+
+
+# What `_put_rollup` counts against the queue bound for one accumulator (measured: a Produce
+# v9 request and response entry with its buckets encode to about 90 bytes, the rest ~120).
+_ROLLUP_BASE_BYTES = 160
+_ROLLUP_ENTRY_BYTES = 100

@@ -89,6 +89,10 @@ EXAMPLES = [
                     kernel_received=None, kernel_dropped=None, kernel_if_dropped=None),
     ev.TlsSession(conn_id="c3", ts=T0, tls_version="TLSv1.3", cipher="TLS_AES_128_GCM_SHA256",
                   client_subject="CN=billing\\, eu,O=Acme"),
+    ev.RequestTally(conn_id="c1", ts=T0 + 0.02, client_id="rdkafka",
+                    requests=((0, 9, 3, 3100), (3, 12, 1, 60)),
+                    responses=((0, 9, 3, 180, (0, 1, 2) + (0,) * 13, 0.0035),),
+                    acks=((-1, False, 3),)),
 ]
 
 
@@ -129,13 +133,13 @@ def test_every_event_type_round_trips_through_a_file(tmp_path, event):
 
 def test_record_lines_are_exact():
     assert encode(EXAMPLES[1]) == (
-        b'{"schema":1,"type":"RequestSeen","ts":1795299780.251,"conn_id":"c1","api_key":18,'
+        b'{"schema":2,"type":"RequestSeen","ts":1795299780.251,"conn_id":"c1","api_key":18,'
         b'"api_name":"ApiVersions","api_version":3,"correlation_id":1,"client_id":"rdkafka","size":62}\n')
     assert encode(EXAMPLES[13]) == (
-        b'{"schema":1,"type":"Desync","ts":1795299780.259,"conn_id":"c1","direction":"FROM_CLIENT",'
+        b'{"schema":2,"type":"Desync","ts":1795299780.259,"conn_id":"c1","direction":"FROM_CLIENT",'
         b'"kind":"gap","detail":"1460 bytes lost"}\n')
     assert encode(EXAMPLES[6]) == (
-        b'{"schema":1,"type":"ApiVersionsAnswer","ts":1795299780.253,"conn_id":"c1","request_version":3,'
+        b'{"schema":2,"type":"ApiVersionsAnswer","ts":1795299780.253,"conn_id":"c1","request_version":3,'
         b'"error_code":0,"api_ranges":[[0,0,11],[1,4,17],[18,0,4]],"throttle_time_ms":0,'
         b'"supported_features":[["metadata.version",1,25]],"finalized_features_epoch":-1,'
         b'"finalized_features":[["metadata.version",25,25]],"zk_migration_ready":false,'
@@ -394,7 +398,8 @@ def test_cannot_open_a_new_file_is_counted_and_retried(tmp_path):
     (b'{"schema":1,"type":"X","ts":1.0', "not JSON"),
     (b"[1,2]", "not a JSON object"),
     (b'{"type":"X","ts":1.0,"conn_id":"c"}', "no schema field"),
-    (b'{"schema":2,"type":"X","ts":1.0,"conn_id":"c"}', "unknown schema version 2"),
+    (b'{"schema":3,"type":"X","ts":1.0,"conn_id":"c"}', r"unknown schema version 3 \(this reader knows 1, 2\)"),
+    (b'{"schema":0,"type":"X","ts":1.0,"conn_id":"c"}', "unknown schema version 0"),
     (b'{"schema":true,"type":"X","ts":1.0,"conn_id":"c"}', "unknown schema version True"),
     (b'{"schema":1,"ts":1.0,"conn_id":"c"}', "type missing"),
     (b'{"schema":1,"type":"X","ts":"now","conn_id":"c"}', "ts missing or not a number"),
@@ -406,9 +411,17 @@ def test_parse_line_says_what_is_wrong(line, reason):
         parse_line(line)
 
 
+def test_parse_line_reads_both_schema_versions():
+    """Old logs exist: a schema 1 line reads back to the same event as its schema 2 line."""
+    for event in EXAMPLES:
+        old, new = parse_line(encode(event, schema=1)), parse_line(encode(event))
+        assert (old["schema"], new["schema"]) == (1, 2) and SCHEMA_VERSION == 2
+        assert to_event(old) == to_event(new) == event
+
+
 def test_parse_line_accepts_an_unknown_type_and_extra_fields():
     """Compatible schema growth: a newer writer's new event or field does not break old readers."""
-    rec = parse_line('{"schema":1,"type":"FutureEvent","ts":2,"conn_id":"c","new":[1]}\n')
+    rec = parse_line('{"schema":2,"type":"FutureEvent","ts":2,"conn_id":"c","new":[1]}\n')
     assert rec["type"] == "FutureEvent" and rec["new"] == [1]
     with pytest.raises(ValueError, match="unknown event type 'FutureEvent'"):
         to_event(rec)
@@ -488,3 +501,168 @@ def test_close_from_another_thread_while_writing(tmp_path):
     ids = [r["correlation_id"] for r in _all_records(tmp_path)]
     assert ids == list(range(log.written))  # every accepted event is on disk, in order
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".active")]
+
+
+# --- schema 2: request traffic rolled up per connection (exporter/rollup.py) ----------------------
+
+from exporter.eventlog import QueuedEventLog, encode_rollup  # noqa: E402
+from exporter.rollup import MAX_ACKS, MAX_PAIRS, Rollup, rolled  # noqa: E402
+from tests.census import wait_for  # noqa: E402
+
+ROLLUP_KEYS = ["schema", "type", "ts", "conn_id", "client_id", "requests", "responses", "acks", "folded"]
+
+
+def _opened(conn_id: str, ts: float = T0) -> ev.ConnectionOpened:
+    return dataclasses.replace(EXAMPLES[0], conn_id=conn_id, ts=ts)
+
+
+def _produce(conn_id: str, ts: float, corr: int, *, client_id: str | None = "rdkafka", latency: float = 0.002,
+             version: int = 9) -> list[ev.Event]:
+    """One Produce request as the core reports it without tally mode."""
+    return [ev.RequestSeen(conn_id=conn_id, ts=ts, api_key=0, api_name="Produce", api_version=version,
+                           correlation_id=corr, client_id=client_id, size=1000 + corr),
+            ev.ProduceAcks(conn_id=conn_id, ts=ts, api_version=version, correlation_id=corr, acks=-1,
+                           transactional=False),
+            ev.ResponseSeen(conn_id=conn_id, ts=ts + latency, api_key=0, api_name="Produce", api_version=version,
+                            correlation_id=corr, size=60, latency=latency)]
+
+
+def _closed(conn_id: str, ts: float) -> ev.ConnectionClosed:
+    return ev.ConnectionClosed(conn_id=conn_id, ts=ts, reason="fin", pending_requests=0)
+
+
+def test_a_rollup_record_is_exact_and_reads_back_as_the_tally_it_equals():
+    rollup = Rollup()
+    for event in _produce("c1", T0, 1, latency=0.0004) + _produce("c1", T0 + 1, 2, client_id=None, latency=0.003):
+        assert rollup.add(event) is None
+    rollup.add(EXAMPLES[-1])  # a RequestTally run of the same connection merges into the same counts
+    [(conn_id, acc)] = rollup.take()
+    assert len(rollup) == 0 and conn_id == "c1"
+    line = encode_rollup(conn_id, acc)
+    buckets = [1, 1, 2, 1] + [0] * 12  # 0.0004 <= 0.0005; the tally's (0, 1, 2); 0.0025 < 0.003 <= 0.005
+    assert line == (b'{"schema":2,"type":"ConnectionRollup","ts":1795299781.253,"conn_id":"c1","client_id":"rdkafka",'
+                    b'"requests":[[0,9,5,5103],[3,12,1,60]],'
+                    b'"responses":[[0,9,5,300,' + json.dumps(buckets, separators=(",", ":")).encode()
+                    + b',' + repr(0.0004 + 0.003 + 0.0035).encode() + b']],'
+                    b'"acks":[[-1,false,5]],"folded":0}\n')
+    rec = parse_line(line)
+    assert list(rec) == ROLLUP_KEYS  # counts and the client_id only: nothing else from the wire
+    assert to_event(rec) == ev.RequestTally(
+        conn_id="c1", ts=T0 + 1.003, client_id="rdkafka", requests=((0, 9, 5, 5103), (3, 12, 1, 60)),
+        responses=((0, 9, 5, 300, tuple(buckets), 0.0004 + 0.003 + 0.0035),), acks=((-1, False, 5),))
+    bad = dict(rec, requests=[[0, 9]])
+    with pytest.raises(ValueError, match="ConnectionRollup"):
+        to_event(bad)
+
+
+def test_rolled_puts_each_connections_rollup_before_its_close_and_rounds_by_event_time():
+    events = [_opened("a"), _opened("b"), *_produce("a", T0 + 1, 1), *_produce("b", T0 + 2, 1),
+              _closed("a", T0 + 3), *_produce("b", T0 + 70, 2), *_produce("b", T0 + 75, 3), _closed("b", T0 + 80)]
+    out = [(item[0], item[1].requests[(0, 9)][0]) if type(item) is tuple else type(item).__name__
+           for item in rolled(events, interval=60)]
+    # b's first request is taken out by the round at T0+70 (an interval of event time later),
+    # the two after it at its close: deltas, never counted twice.
+    assert out == ["ConnectionOpened", "ConnectionOpened", ("a", 1), "ConnectionClosed", ("b", 1), ("b", 2),
+                   "ConnectionClosed"]
+
+
+def _log(tmp_path, clock, **options) -> QueuedEventLog:
+    return QueuedEventLog(EventLog(tmp_path, clock=clock, host="h"), rollup_seconds=60, **options)
+
+
+def test_the_queued_log_writes_connections_not_requests(tmp_path):
+    log = _log(tmp_path, FakeClock())
+    log.write(_opened("c1"))
+    for corr in range(1, 1001):
+        for event in _produce("c1", T0 + corr / 1000, corr):
+            log.write(event)
+    log.write(EXAMPLES[-1])  # and a tally run
+    log.write(_closed("c1", T0 + 2))
+    log.write(_opened("c2", T0 + 3))  # no traffic: no rollup
+    log.close()
+    recs = _all_records(tmp_path)
+    assert [r["type"] for r in recs] == ["ConnectionOpened", "ConnectionRollup", "ConnectionClosed",
+                                         "ConnectionOpened"]
+    rollup = recs[1]
+    assert rollup["requests"] == [[0, 9, 1003, sum(1000 + c for c in range(1, 1001)) + 3100], [3, 12, 1, 60]]
+    assert rollup["acks"] == [[-1, False, 1003]] and rollup["responses"][0][:4] == [0, 9, 1003, 60 * 1000 + 180]
+    assert rollup["ts"] == T0 + 1.002 and rollup["client_id"] == "rdkafka"
+    health = log.health()
+    assert (health["event_log_written"], health["event_log_rollup_records"]) == (4, 1)
+    assert (health["event_log_rollup_evicted"], health["event_log_rollup_folded"]) == (0, 0)
+    assert log.dropped == 0
+
+
+def test_rollups_are_deltas_written_every_interval_of_the_logs_clock(tmp_path):
+    clock = FakeClock()
+    log = _log(tmp_path, clock)
+    log.write(_opened("c1"))
+    for event in _produce("c1", T0 + 1, 1) + _produce("c1", T0 + 2, 2):
+        log.write(event)
+
+    def rollups():
+        log.flush()
+        return [r for r in _all_active(tmp_path) if r["type"] == "ConnectionRollup"]
+
+    assert not rollups()  # held until the interval passes
+    clock.now += 60
+    first = wait_for("the writer's round at the interval", rollups)
+    for event in _produce("c1", T0 + 61, 3):
+        log.write(event)
+    log.write(_closed("c1", T0 + 62))
+    log.close()
+    recs = [r for r in _all_records(tmp_path) if r["type"] == "ConnectionRollup"]
+    assert recs[0] == first[0] and len(recs) == 2
+    assert [r["requests"] for r in recs] == [[[0, 9, 2, 2003]], [[0, 9, 1, 1003]]]  # deltas, summing to 3
+    log2 = _log(tmp_path / "asked", FakeClock())
+    for event in _produce("c9", T0, 1):
+        log2.write(event)
+    log2.rollup_now()  # without the clock: an operator's or a test's round
+    wait_for("the asked-for round", lambda: log2.rollup_records == 1)
+    log2.close()
+
+
+def _all_active(directory) -> list[dict]:
+    """Records of the finished files and of the one being written (flushed first)."""
+    out = []
+    for name in sorted(os.listdir(directory)):
+        if name.endswith((".ndjson", ".ndjson.active")):
+            out.extend(parse_line(line) for line in _lines(os.path.join(directory, name)))
+    return out
+
+
+def test_rollup_state_is_bounded_and_what_a_bound_does_is_counted(tmp_path):
+    log = _log(tmp_path, FakeClock(), max_rollup_connections=2)
+    for i, conn in enumerate(("a", "b", "c")):  # c takes a's place: a's counts are written early
+        for event in _produce(conn, T0 + i, 1):
+            log.write(event)
+    assert len(log.rollup) == 2
+    many = [ev.RequestSeen(conn_id="b", ts=T0 + 5, api_key=1000 + k, api_name=None, api_version=0,
+                           correlation_id=k, client_id=None, size=10) for k in range(MAX_PAIRS + 6)]
+    for event in many:
+        log.write(event)
+    for acks in range(MAX_ACKS + 2):
+        log.write(ev.ProduceAcks(conn_id="c", ts=T0 + 6, api_version=9, correlation_id=acks, acks=acks,
+                                 transactional=True))
+    log.close()
+    recs = {r["conn_id"]: r for r in _all_records(tmp_path)}
+    assert list(recs) == ["a", "b", "c"]  # a evicted first, then the rest at close
+    assert len(recs["b"]["requests"]) == MAX_PAIRS and recs["b"]["folded"] == 7  # Produce v9 + 69 bogus keys
+    assert len(recs["c"]["acks"]) == MAX_ACKS and recs["c"]["folded"] == 3  # -1 and 0..9, 8 itemised
+    health = log.health()
+    assert (health["event_log_rollup_evicted"], health["event_log_rollup_folded"]) == (1, 10)
+    assert health["event_log_rollup_records"] == 3 and log.dropped == 0
+
+
+def test_traffic_after_close_is_dropped_and_counted(tmp_path):
+    log = _log(tmp_path, FakeClock())
+    log.close()
+    for event in _produce("c1", T0, 1):
+        log.write(event)
+    assert log.drops["closed"] == 3 and not _all_records(tmp_path)
+
+
+def test_rollup_seconds_is_validated():
+    for bad in (0, -1, 3601, float("nan")):
+        with pytest.raises(ValueError, match="rollup_seconds"):
+            QueuedEventLog(EventLog.__new__(EventLog), rollup_seconds=bad)

@@ -1,0 +1,250 @@
+"""Per-connection rollups of request traffic: what event log v2 writes instead of one line per request.
+
+Owns `Rollup` (the accumulator: per connection, per (api_key, api_version), request and
+response counts, bytes and latency buckets, plus Produce acks counts), `record` (one
+accumulator as a `ConnectionRollup` record, schema 2, see exporter/eventlog.py's docstring),
+`Roller` and `rolled` (an event stream -> the same stream with its traffic rolled up, for batch writers:
+`pipeline.pcaps` and tests) and `TRAFFIC` (the event types a rollup absorbs). Imports only
+`capture.events` and the standard library; `exporter.eventlog` imports it, never the reverse.
+
+Semantics: a rollup record holds **deltas**: what the connection did since its previous
+`ConnectionRollup` record (or since it opened), never running totals; a reader sums them. An
+accumulator is created by the first traffic event of a connection after its last record and
+taken out whole (at the interval, at `ConnectionClosed`, or early at the connection bound), so
+a record is never empty and counts are never written twice.
+
+Bounds (whatever the wire says): at most `max_connections` accumulators (the exporter passes
+`--max-connections`, the registry's bound of open connections); a new connection past it takes
+the place of the oldest, whose record is handed out to be written early (`evicted`, nothing is
+lost). Per connection at most `MAX_PAIRS` (api_key, api_version) entries each for requests and
+responses and `MAX_ACKS` (acks, transactional) entries: a real client uses a dozen or two pairs,
+the generated API table has 361; what falls outside is not itemised but counted, in the record
+(`folded`) and in `folded` here (the exporter's `event_log_rollup_folded_total`). Memory: an
+entry is about 150 bytes (a response's with its buckets about 350), so a connection holds at
+most about 32 KiB, and only connections with traffic in the current interval are held.
+
+Cost on the capture thread: a `RequestTally` (what the serving commands' core hands on at each
+sweep) is merged in place (a few dict updates per (api, version) of the run); a `RequestSeen` /
+`ResponseSeen` / `ProduceAcks` (the library default) is one dict update each. Nothing is
+encoded per request.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+from capture.events import (
+    LATENCY_BUCKETS,
+    ConnectionClosed,
+    Event,
+    ProduceAcks,
+    RequestSeen,
+    RequestTally,
+    ResponseSeen,
+)
+
+ROLLUP_TYPE = "ConnectionRollup"
+ROLLUP_SCHEMA = 2
+TRAFFIC = frozenset({RequestSeen, ResponseSeen, ProduceAcks, RequestTally})
+MAX_PAIRS = 64  # (api_key, api_version) entries per connection, for requests and for responses
+MAX_ACKS = 8  # (acks, transactional) entries per connection; a real producer has one or two
+DEFAULT_MAX_CONNECTIONS = 100_000  # exporter.registry.DEFAULT_MAX_OPEN, without importing it
+DEFAULT_INTERVAL = 60.0
+_NBUCKETS = len(LATENCY_BUCKETS) + 1
+
+
+class Accumulator:
+    """One connection's traffic since its last record. `ts`: the latest request or response
+    counted; `client_id`: the last non-null client_id of a request counted."""
+
+    __slots__ = ("ts", "client_id", "requests", "responses", "acks", "folded")
+
+    def __init__(self) -> None:
+        self.ts = 0.0
+        self.client_id: str | None = None
+        self.requests: dict[tuple[int, int], list] = {}  # -> [count, bytes]
+        self.responses: dict[tuple[int, int], list] = {}  # -> [count, bytes, latency sum, buckets]
+        self.acks: dict[tuple[int, bool], int] = {}
+        self.folded = 0
+
+    def entries(self) -> int:
+        return len(self.requests) + len(self.responses) + len(self.acks)
+
+
+class Rollup:
+    """The accumulators of every connection with traffic since its last record.
+
+    Not thread-safe: the owner serialises `add`, `pop` and `take` (QueuedEventLog holds its
+    queue lock). `add` returns the (conn_id, Accumulator) evicted at the connection bound, to be
+    written now, or None."""
+
+    def __init__(self, *, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        self.max_connections = max_connections
+        self.conns: dict[str, Accumulator] = {}
+        self.evicted = 0  # accumulators written early at the connection bound
+        self.folded = 0  # requests, responses and acks not itemised (MAX_PAIRS, MAX_ACKS)
+
+    def __len__(self) -> int:
+        return len(self.conns)
+
+    def add(self, event: Event) -> tuple[str, Accumulator] | None:
+        """Count one traffic event (a type in TRAFFIC)."""
+        conns = self.conns
+        acc = conns.get(event.conn_id)
+        evicted = None
+        if acc is None:
+            if len(conns) >= self.max_connections:
+                oldest = next(iter(conns))  # insertion order: the longest held
+                evicted = (oldest, conns.pop(oldest))
+                self.evicted += 1
+            acc = conns[event.conn_id] = Accumulator()
+        cls = type(event)
+        if cls is RequestTally:
+            self._tally(acc, event)
+        elif cls is RequestSeen:
+            key = (event.api_key, event.api_version)
+            counts = acc.requests.get(key)
+            if counts is not None:
+                counts[0] += 1
+                counts[1] += event.size
+            elif len(acc.requests) < MAX_PAIRS:
+                acc.requests[key] = [1, event.size]
+            else:
+                acc.folded += 1
+                self.folded += 1
+            if event.client_id is not None:
+                acc.client_id = event.client_id
+        elif cls is ResponseSeen:
+            self._response(acc, (event.api_key, event.api_version), 1, event.size, event.latency,
+                           bisect_left(LATENCY_BUCKETS, event.latency), None)
+        elif cls is ProduceAcks:
+            self._acks(acc, (event.acks, event.transactional), 1)
+        else:
+            raise TypeError(f"not traffic: {cls.__name__}")
+        if event.ts > acc.ts:
+            acc.ts = event.ts
+        return evicted
+
+    def pop(self, conn_id: str) -> tuple[str, Accumulator] | None:
+        """The connection's accumulator, taken out (at its ConnectionClosed), or None."""
+        acc = self.conns.pop(conn_id, None)
+        return None if acc is None else (conn_id, acc)
+
+    def take(self) -> list[tuple[str, Accumulator]]:
+        """Every accumulator, taken out (at the interval, at close): O(1) under the owner's lock
+        but the list, which the writer builds records from."""
+        conns, self.conns = self.conns, {}
+        return list(conns.items())
+
+    # -- merging ----------------------------------------------------------------------------
+
+    def _tally(self, acc: Accumulator, ev: RequestTally) -> None:
+        requests = acc.requests
+        for api_key, api_version, n, size in ev.requests:
+            key = (api_key, api_version)
+            counts = requests.get(key)
+            if counts is not None:
+                counts[0] += n
+                counts[1] += size
+            elif len(requests) < MAX_PAIRS:
+                requests[key] = [n, size]
+            else:
+                acc.folded += n
+                self.folded += n
+        for api_key, api_version, n, size, buckets, total in ev.responses:
+            self._response(acc, (api_key, api_version), n, size, total, None, buckets)
+        for acks, transactional, n in ev.acks:
+            self._acks(acc, (acks, transactional), n)
+        if ev.client_id is not None:
+            acc.client_id = ev.client_id
+
+    def _response(self, acc: Accumulator, key, n: int, size: int, latency: float, bucket: int | None,
+                  buckets) -> None:
+        counts = acc.responses.get(key)
+        if counts is None:
+            if len(acc.responses) >= MAX_PAIRS:
+                acc.folded += n
+                self.folded += n
+                return
+            counts = acc.responses[key] = [0, 0, 0.0, [0] * _NBUCKETS]
+        counts[0] += n
+        counts[1] += size
+        counts[2] += latency
+        if bucket is not None:
+            counts[3][bucket] += 1
+        else:
+            mine = counts[3]
+            for i, c in enumerate(buckets[:_NBUCKETS]):
+                if c:
+                    mine[i] += c
+
+    def _acks(self, acc: Accumulator, key, n: int) -> None:
+        if key in acc.acks:
+            acc.acks[key] += n
+        elif len(acc.acks) < MAX_ACKS:
+            acc.acks[key] = n
+        else:
+            acc.folded += n
+            self.folded += n
+
+
+def record(conn_id: str, acc: Accumulator) -> dict:
+    """The `ConnectionRollup` record of one accumulator (JSON-ready; arrays sorted by key)."""
+    return {
+        "schema": ROLLUP_SCHEMA, "type": ROLLUP_TYPE, "ts": acc.ts, "conn_id": conn_id,
+        "client_id": acc.client_id,
+        "requests": [[k, v, c[0], c[1]] for (k, v), c in sorted(acc.requests.items())],
+        "responses": [[k, v, c[0], c[1], c[3], c[2]] for (k, v), c in sorted(acc.responses.items())],
+        "acks": [[a, t, n] for (a, t), n in sorted(acc.acks.items())],
+        "folded": acc.folded,
+    }
+
+
+class Roller:
+    """Push-style `rolled`: `feed(event)` returns what to write for it (a list of events and
+    `(conn_id, Accumulator)` pairs, in order), `finish()` what is left at the end."""
+
+    def __init__(self, *, interval: float = DEFAULT_INTERVAL, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+        if not interval > 0:
+            raise ValueError("interval must be positive")
+        self.interval = interval
+        self.rollup = Rollup(max_connections=max_connections)
+        self._last: float | None = None
+
+    def feed(self, event: Event) -> list:
+        out = []
+        if self._last is None:
+            self._last = event.ts
+        elif not 0 <= event.ts - self._last < self.interval:
+            self._last = event.ts
+            out.extend(self.rollup.take())
+        cls = type(event)
+        if cls in TRAFFIC:
+            evicted = self.rollup.add(event)
+            if evicted is not None:
+                out.append(evicted)
+            return out
+        if cls is ConnectionClosed:
+            taken = self.rollup.pop(event.conn_id)
+            if taken is not None:
+                out.append(taken)
+        out.append(event)
+        return out
+
+    def finish(self) -> list:
+        return self.rollup.take()
+
+
+def rolled(events, *, interval: float = DEFAULT_INTERVAL, max_connections: int = DEFAULT_MAX_CONNECTIONS):
+    """`events` (an iterable of capture events, in order) with their traffic rolled up, as a
+    batch writer (`pipeline.pcaps`, tests) needs it: yields the other events unchanged and,
+    as `(conn_id, Accumulator)` pairs, each connection's rollup just before its
+    ConnectionClosed, all of them whenever `interval` seconds of event time have passed since
+    the last such round, and what is left at the end. The event stream's own time (packet
+    time) drives the interval, so a replay gives the same records however fast it runs."""
+    roller = Roller(interval=interval, max_connections=max_connections)
+    for event in events:
+        yield from roller.feed(event)
+    yield from roller.finish()
