@@ -20,10 +20,16 @@ reading until it drains, so a slow reader slows its writer instead of growing th
     tls_handshake_failed              the client's TLS handshake failed or timed out
     shutdown                          the proxy stopped
 
-The loop is asyncio's own. uvloop (`event_loop="uvloop"`, a pinned dependency) costs less CPU
-per forwarded request (bench/proxy.py), but uvloop 0.23 loses a half-closed connection's answer
-and differs in TLS termination (tests/test_proxy.py and test_proxy_tls.py fail under it), so it
-is opt-in and refused with TLS termination until those pass.
+The loop is uvloop where it can be imported (`event_loop="auto"`; a pinned dependency), else
+asyncio's own: uvloop costs about a quarter less CPU per small request pair (bench/proxy.py).
+One difference between them matters here: uvloop starts reading an accepted transport after
+connection_made() even when the protocol paused it there (asyncio honours the pause). So a
+client's first bytes, its FIN, or a TLS ClientHello could arrive before the upstream (or before
+loop.start_tls) was ready, which lost a half-closed connection's answer and TLS handshakes. The
+proxy does not depend on that pause any more: early bytes wait in `pending` with reading paused,
+an early FIN is passed on once the upstream is there, and TLS routes accept the socket
+themselves and hand it to the loop's TLS from the first byte (`_accept_tls`). The proxy tests
+run on both loops.
 
 Imports `capture.kafka`, `capture.events`, the buffer budget's constants of `capture.flows`, the
 standard library (asyncio, ssl) and, optionally, uvloop; never `exporter`: events leave through
@@ -59,7 +65,7 @@ DEFAULT_MAX_CONNECTIONS = 10_000
 TLS_HANDSHAKE_TIMEOUT = 10.0
 SHUTDOWN_GRACE = 5.0
 OVER_LIMIT = "over_limit"  # a drop reason: connections refused at --max-connections
-EVENT_LOOPS = ("asyncio", "uvloop")  # --event-loop; the first is the default (module docstring)
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")  # --event-loop; auto (the default): uvloop if importable
 
 FROM_CLIENT, FROM_BROKER = Direction.FROM_CLIENT, Direction.FROM_BROKER
 
@@ -133,7 +139,9 @@ def event_loop_factory(choice: str):
     try:
         import uvloop
     except ImportError as exc:
-        raise ProxyError(f"--event-loop uvloop: cannot import uvloop ({exc})") from None
+        if choice == "uvloop":
+            raise ProxyError(f"--event-loop uvloop: cannot import uvloop ({exc})") from None
+        return None, "asyncio (uvloop cannot be imported)"
     return uvloop.new_event_loop, f"uvloop {uvloop.__version__}"
 
 
@@ -251,7 +259,10 @@ class _ClientSide(_Side):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
-        self.proxy._accept(self)
+        if self.conn is None:  # plaintext, accepted by the loop's server
+            self.proxy._accept(self)
+        else:  # TLS, after the handshake (_open): nothing to read until the upstream is there
+            transport.pause_reading()
 
 
 class _Conn:
@@ -282,7 +293,11 @@ class _Conn:
     def forward(self, side: _Side, data: bytes) -> None:
         peer = self.upstream if side is self.client else self.client
         if peer is None:
+            # Only uvloop gets here: it starts reading after connection_made() even though
+            # _accept paused the transport (see _accept). Hold the chunk and stop reading now,
+            # so that what waits for the upstream stays one read.
             self.pending.append(data)
+            side.transport.pause_reading()
             return
         if not peer.lost:
             peer.transport.write(data)  # first: decoding never delays forwarding
@@ -311,7 +326,9 @@ class _Conn:
         if self.first_eof is None:
             self.first_eof = side.name
         peer = self.peer(side)
-        if peer is None:  # the client left before the upstream was ready
+        if peer is None:  # FIN before the upstream was ready (uvloop reads that early: see forward)
+            if not side.tls:
+                return True  # a half-close: _open passes it on once the upstream is there
             self.reason = self.reason or "client_closed"
             if self.task is not None:
                 self.task.cancel()
@@ -355,7 +372,7 @@ class _Conn:
         """The connection cannot go on: close the client at once. Finished here, because after
         a failed TLS handshake asyncio may never report the client transport's loss."""
         self.reason = self.reason or reason
-        if not self.client.lost:
+        if self.client.transport is not None and not self.client.lost:
             self.client.transport.abort()
         self.finish()
 
@@ -383,7 +400,7 @@ class Proxy:
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, high_water: int = DEFAULT_HIGH_WATER,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS, update_interval: float = 1.0,
                  max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES, name: str = "proxy",
-                 event_loop: str = "asyncio", tally: bool = False) -> None:
+                 event_loop: str = "auto", tally: bool = False) -> None:
         if (connect_timeout <= 0 or high_water < 1 or max_connections < 1 or update_interval <= 0
                 or max_buffer_bytes < 1):
             raise ValueError("connect_timeout, high_water, max_connections and update_interval must be positive")
@@ -445,10 +462,14 @@ class Proxy:
     async def _main(self, stop, tick) -> None:
         loop = asyncio.get_running_loop()
         servers = []
+        accepting = []  # TLS routes: accept loops (see _accept_tls)
         try:
             for route, sock in zip(self.routes, self._socks):
-                servers.append(await loop.create_server(
-                    lambda route=route: _ClientSide(self, route), sock=sock, backlog=1024))
+                if self._server_ctx is not None:
+                    accepting.append(loop.create_task(self._accept_tls(route, sock)))
+                else:
+                    servers.append(await loop.create_server(
+                        lambda route=route: _ClientSide(self, route), sock=sock, backlog=1024))
             next_tick = loop.time() + self.update_interval
             while not stop.is_set():
                 await asyncio.sleep(min(0.1, max(0.0, next_tick - loop.time())))
@@ -460,10 +481,15 @@ class Proxy:
         finally:
             for server in servers:
                 server.close()
+            for task in accepting:
+                task.cancel()
+            await asyncio.gather(*accepting, return_exceptions=True)
             await self._shutdown()
             for server in servers:
                 await server.wait_closed()
-            self._socks.clear()  # the servers closed them
+            if accepting:
+                self.close_sockets()  # the accept loops' sockets; the servers closed theirs
+            self._socks.clear()
             if tick is not None:
                 tick(self)
 
@@ -473,7 +499,7 @@ class Proxy:
             if conn.task is not None and not conn.task.done():
                 conn.task.cancel()
             for side in (conn.client, conn.upstream):
-                if side is not None and not side.lost:
+                if side is not None and side.transport is not None and not side.lost:
                     side.transport.abort()
         deadline = time.monotonic() + SHUTDOWN_GRACE
         while self.conns and time.monotonic() < deadline:
@@ -513,16 +539,51 @@ class Proxy:
             c.buffered = held
 
     def _accept(self, side: _ClientSide) -> None:
+        """A plaintext client, accepted by the loop's server."""
         transport = side.transport
-        route = side.route
         if len(self.conns) >= self.max_connections:
             self.drops[OVER_LIMIT] += 1
             transport.abort()
             return
-        transport.pause_reading()  # until the upstream is there to take the bytes
+        # Until the upstream is there to take the bytes. asyncio honours this; uvloop (0.23)
+        # starts reading after connection_made() all the same (uvloop/handles/basetransport.pyx,
+        # _call_connection_made; asyncio fixed the same in CPython gh-103607), so forward() and
+        # eof() also handle bytes and a FIN that come before the upstream.
+        transport.pause_reading()
         transport.set_write_buffer_limits(high=self.high_water)
-        client = transport.get_extra_info("peername")
-        local = transport.get_extra_info("sockname")
+        conn = self._new_conn(side, transport.get_extra_info("peername"), transport.get_extra_info("sockname"))
+        conn.task = asyncio.get_running_loop().create_task(self._open(conn, side.route))
+
+    async def _accept_tls(self, route: Route, lsock: socket.socket) -> None:
+        """Accept loop of a TLS-terminating route. The TLS handshake is the loop's own, from the
+        first byte (connect_accepted_socket in _open): a handshake started on a transport that
+        was already reading (loop.start_tls after accept) loses a ClientHello that came first,
+        which is what uvloop, reading before it is asked to, did. Accepting here rather than in
+        the loop's TLS server keeps a failed handshake a connection the registry can name."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(lsock)
+            except OSError as exc:  # out of descriptors or buffers: as asyncio's server, wait a little
+                log.warning("accept on %s:%s failed: %s", route.listen_host, route.listen_port, _reason(exc))
+                await asyncio.sleep(1.0)
+                continue
+            try:
+                client, local = sock.getpeername(), sock.getsockname()
+            except OSError:  # already gone
+                sock.close()
+                continue
+            if len(self.conns) >= self.max_connections:
+                self.drops[OVER_LIMIT] += 1
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                sock.close()  # RST, as the plaintext path's abort
+                continue
+            side = _ClientSide(self, route)
+            conn = self._new_conn(side, client, local)
+            conn.task = loop.create_task(self._open(conn, route, sock))
+
+    def _new_conn(self, side: _ClientSide, client, local) -> _Conn:
+        route = side.route
         self._seq += 1
         # The broker's own connection-id form; the broker end is the address clients dialled.
         conn_id = f"{local[0]}:{local[1]}-{client[0]}:{client[1]}-{self._seq}"
@@ -535,24 +596,26 @@ class Proxy:
             conn_id=conn_id, ts=now, client_address=client[0], client_port=client[1],
             broker_address=local[0], broker_port=local[1], listener=route.listener,
             security_protocol=route.security_protocol, mid_stream=False, source="proxy"))
-        conn.task = asyncio.get_running_loop().create_task(self._open(conn, route))
+        return conn
 
-    async def _open(self, conn: _Conn, route: Route) -> None:
+    async def _open(self, conn: _Conn, route: Route, sock: socket.socket | None = None) -> None:
+        """Connect the upstream (after the client's TLS handshake when `sock`, an accepted
+        socket of a TLS route, is given), then let the bytes flow."""
         loop = asyncio.get_running_loop()
         client = conn.client
         server_ctx, upstream_ctx = self._server_ctx, self._upstream_ctx
         try:
-            if server_ctx is not None:
+            if sock is not None:
                 try:
-                    tls = await loop.start_tls(client.transport, client, server_ctx, server_side=True,
-                                               ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
+                    await loop.connect_accepted_socket(lambda: client, sock, ssl=server_ctx,
+                                                       ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
                 except (OSError, ssl.SSLError, ConnectionError, asyncio.TimeoutError) as exc:
+                    # Both loops close the transport, and with it the socket, when the handshake fails.
                     log.debug("TLS handshake from %s failed: %s", conn.id, _reason(exc))
                     conn.fail("tls_handshake_failed")
                     return
-                client.transport = tls
+                tls = client.transport  # set, and paused, by connection_made
                 client.tls = True
-                tls.pause_reading()
                 tls.set_write_buffer_limits(high=self.high_water)
                 obj = tls.get_extra_info("ssl_object")
                 self.emit(TlsSession(conn_id=conn.id, ts=time.time(), tls_version=obj.version() or "",
@@ -577,6 +640,8 @@ class Proxy:
                 conn.fail("upstream_unreachable")
                 return
         except asyncio.CancelledError:
+            if client.transport is None:  # cancelled in the TLS handshake (the loop closes the socket):
+                conn.finish()  # no transport will report a loss
             return  # the client left, or shutdown: whoever cancelled finishes the connection
         upstream.tls = upstream_ctx is not None
         upstream.transport.set_write_buffer_limits(high=self.high_water)

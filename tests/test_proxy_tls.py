@@ -49,6 +49,9 @@ MAX_CONNECTIONS = "1000"
 #: How a client's connection may end. librdkafka sometimes closes with a response still unread
 #: (a Fetch in flight), and its kernel then sends RST: "client_reset", with or without TLS.
 CLIENT_ENDED = ("client_closed", "client_reset")
+#: The TLS-terminating tests run on both event loops: uvloop (the default) and asyncio's own take
+#: different paths into the handshake (capture/proxy.py, _accept_tls).
+LOOPS = ("uvloop", "asyncio")
 
 
 @pytest.fixture(scope="module")
@@ -264,14 +267,16 @@ def by_client_port(conns: list[dict], port: int, after: str | None = None) -> di
 
 
 # --------------------------------------------------------------------------- 1: TLS termination
-def test_real_clients_through_tls_terminating_proxy(pki, tmp_path):
+@pytest.mark.parametrize("loop", LOOPS)
+def test_real_clients_through_tls_terminating_proxy(pki, tmp_path, loop):
     """confluent-kafka, kafka-python, aiokafka and kafkajs speak TLS to the proxy (checking its
     certificate and host name); the proxy decodes them and speaks plaintext Kafka to Tansu."""
     _require(*TLS_CLIENTS)
     proxy_port = peers.free_port()
     pcap = tmp_path / "hops.pcap"
     with peers.start_tansu(advertised_port=proxy_port) as broker, \
-            running_proxy(proxy_port, broker.bootstrap, "--listener", "EXTERNAL", *tls_flags(pki.server)) as proxy:
+            running_proxy(proxy_port, broker.bootstrap, "--listener", "EXTERNAL", "--event-loop", loop,
+                          *tls_flags(pki.server)) as proxy:
         with oracles.tcpdump_capture("lo", f"tcp port {proxy_port} or tcp port {broker.port}", pcap):
             for name in TLS_CLIENTS:
                 run_client(name, proxy_port, client_tls_args(pki.ca.ca_path), broker)
@@ -336,7 +341,8 @@ def test_real_clients_through_tls_terminating_proxy(pki, tmp_path):
 
 
 # --------------------------------------------------------------------------- 2: mutual TLS
-def test_mutual_tls_principal_is_the_rfc4514_subject(pki):
+@pytest.mark.parametrize("loop", LOOPS)
+def test_mutual_tls_principal_is_the_rfc4514_subject(pki, loop):
     """With --tls-client-ca a certificate is required; its subject, in RFC 4514 form (escapes,
     most specific first) is the principal. `cryptography` writes the expected form."""
     clients = {"confluent-kafka": pki.billing, "kafka-python": pki.odd, "kafkajs": pki.odd}
@@ -344,7 +350,7 @@ def test_mutual_tls_principal_is_the_rfc4514_subject(pki):
     assert pki.billing.subject == r"CN=billing-service,OU=payments,O=Acme Corp\, Inc.,C=DE"
     proxy_port = peers.free_port()
     with peers.start_tansu(advertised_port=proxy_port) as broker, \
-            running_proxy(proxy_port, broker.bootstrap, "--listener", "MTLS",
+            running_proxy(proxy_port, broker.bootstrap, "--listener", "MTLS", "--event-loop", loop,
                           *tls_flags(pki.server, client_ca=pki.ca.ca_path)) as proxy:
         for name, issued in clients.items():
             run_client(name, proxy_port, client_tls_args(pki.ca.ca_path, issued), broker)
