@@ -7,7 +7,13 @@ model: one listen port per broker, and the broker advertises the proxy's address
 connection a client makes to the cluster goes through a proxy.
 
 Forwarding never waits for decoding: each chunk is handed to the other side's transport first
-(asyncio writes it to the socket at once when its buffer is empty) and decoded after. Memory per
+(the loop writes it to the socket at once when its buffer is empty) and queued into the
+decoder after, with the time it was read. The queue is decoded in batches: every
+`DECODE_DELAY` (20 ms), or at once when a connection has `DECODE_BATCH_BYTES` queued or all
+together `DECODE_BATCH_TOTAL`, and always before a connection's traffic is reported or it
+closes. The census is the same (every chunk keeps its own timestamp); decoding a run of chunks
+in one go costs about a quarter less CPU per small request than one chunk per wake-up
+(bench/proxy.py), and the REST API and /metrics see a request at most 20 ms late. Memory per
 connection is bounded: when one side's write buffer passes `high_water`, the other side stops
 reading until it drains, so a slow reader slows its writer instead of growing the proxy.
 
@@ -65,6 +71,9 @@ DEFAULT_MAX_CONNECTIONS = 10_000
 TLS_HANDSHAKE_TIMEOUT = 10.0
 SHUTDOWN_GRACE = 5.0
 OVER_LIMIT = "over_limit"  # a drop reason: connections refused at --max-connections
+DECODE_DELAY = 0.02  # a queued chunk is decoded at most this late (module docstring)
+DECODE_BATCH_BYTES = 64 * 1024  # ... or at once when its connection has this much queued
+DECODE_BATCH_TOTAL = 1 << 20  # ... or all connections together: the bound on what waits undecoded
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")  # --event-loop; auto (the default): uvloop if importable
 
 FROM_CLIENT, FROM_BROKER = Direction.FROM_CLIENT, Direction.FROM_BROKER
@@ -269,7 +278,7 @@ class _Conn:
     """One client connection and its upstream connection."""
 
     __slots__ = ("proxy", "id", "client", "upstream", "kafka", "pending", "task", "first_eof", "reason",
-                 "finished", "bytes", "segments", "last_seen", "buffered")
+                 "finished", "bytes", "segments", "last_seen", "buffered", "queued")
 
     def __init__(self, proxy: Proxy, conn_id: str, client: _ClientSide, ts: float) -> None:
         self.proxy = proxy
@@ -286,6 +295,7 @@ class _Conn:
         self.segments = [0, 0]
         self.last_seen = ts
         self.buffered = 0  # what the decoder held when last drained (part of the proxy's total)
+        self.queued = 0  # bytes received but not decoded yet (part of the proxy's _undecoded_bytes)
 
     def peer(self, side: _Side) -> _Side | None:
         return self.upstream if side is self.client else self.client
@@ -304,17 +314,35 @@ class _Conn:
         self._decode(side.direction, data)
 
     def _decode(self, direction: Direction, data: bytes) -> None:
-        self.bytes[direction] += len(data)
+        """Count the chunk and queue it for the decoder, stamped now; decode in batches (module
+        docstring)."""
+        n = len(data)
+        self.bytes[direction] += n
         self.segments[direction] += 1
         self.last_seen = now = time.time()
         proxy = self.proxy
         proxy._dirty.add(self)
         proxy.reads += 1
-        proxy.read_bytes += len(data)
-        kafka = self.kafka
-        kafka.receive(direction, data, now)
+        proxy.read_bytes += n
+        self.kafka.receive(direction, data, now)
+        self.queued += n
+        proxy._undecoded_bytes += n
+        proxy._undecoded.add(self)
+        if self.queued >= DECODE_BATCH_BYTES:
+            self.drain(now)
+        elif proxy._undecoded_bytes >= DECODE_BATCH_TOTAL:
+            proxy.drain()
+        elif proxy._drain_handle is None:
+            proxy._drain_handle = proxy._loop.call_later(DECODE_DELAY, proxy._drain_due)
+
+    def drain(self, now: float) -> None:
+        """Decode what is queued; its events go out."""
+        proxy = self.proxy
+        proxy._undecoded_bytes -= self.queued
+        self.queued = 0
+        proxy._undecoded.discard(self)
         emit = proxy.emit
-        for ev in kafka.events():
+        for ev in self.kafka.events():
             if ev.__class__ is TlsDetected:  # TLS through a proxy that does not terminate it
                 proxy.tls_flows += 1
             emit(ev)
@@ -419,6 +447,10 @@ class Proxy:
         self.tally = tally  # the decoders count ordinary requests in place (see FlowTracker)
         self.conns: set[_Conn] = set()
         self._dirty: set[_Conn] = set()
+        self._undecoded: set[_Conn] = set()  # connections with bytes queued for their decoder
+        self._undecoded_bytes = 0
+        self._drain_handle: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._socks: list[socket.socket] = []
         self._seq = 0
         self.reads = 0
@@ -460,7 +492,7 @@ class Proxy:
             runner.run(self._main(stop, tick))
 
     async def _main(self, stop, tick) -> None:
-        loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         servers = []
         accepting = []  # TLS routes: accept loops (see _accept_tls)
         try:
@@ -485,6 +517,9 @@ class Proxy:
                 task.cancel()
             await asyncio.gather(*accepting, return_exceptions=True)
             await self._shutdown()
+            if self._drain_handle is not None:
+                self._drain_handle.cancel()
+                self._drain_handle = None
             for server in servers:
                 await server.wait_closed()
             if accepting:
@@ -661,7 +696,22 @@ class Proxy:
 
     # --- reporting ------------------------------------------------------------------------
 
+    def _drain_due(self) -> None:
+        self._drain_handle = None  # fired: nothing to cancel
+        self.drain()
+
+    def drain(self) -> None:
+        """Decode every connection's queued bytes (the DECODE_DELAY timer, or past DECODE_BATCH_TOTAL)."""
+        if self._drain_handle is not None:
+            self._drain_handle.cancel()
+            self._drain_handle = None
+        now = time.time()
+        for conn in list(self._undecoded):
+            conn.drain(now)
+
     def _traffic(self, conn: _Conn) -> None:
+        if conn.queued:  # what was read is decoded before it is reported
+            conn.drain(time.time())
         if self.tally:  # the run counted since the last sweep first, as FlowTracker does
             conn.kafka.flush_tally()
             for ev in conn.kafka.events():
