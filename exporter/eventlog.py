@@ -2,7 +2,7 @@
 
 Owns `EventLog` (the writer behind `--event-log DIR`), `QueuedEventLog` (its writer thread and
 bounded queue, for the serving commands, and there the per-connection rollup of request
-traffic), the record format (`SCHEMA_VERSION`, `to_record`, `encode`, `encode_rollup`) and the
+traffic), the record format (`SCHEMA_VERSION`, `to_record`, `encode`, `rollup_lines`) and the
 reader side (`parse_line`, `read_events`, `list_logs`, `to_event`), which reads schema 1 and 2.
 Imports only `capture.events` (the event contract), `exporter.rollup` and the standard library.
 
@@ -23,7 +23,10 @@ Request traffic (RequestSeen, ResponseSeen, ProduceAcks, and the core's RequestT
 no longer written per request or per run: `QueuedEventLog` accumulates it per connection
 (exporter/rollup.py) and writes one `ConnectionRollup` record per connection with traffic, at
 its close (just before its ConnectionClosed) and every `rollup_seconds`
-(`--event-log-rollup-seconds`, default 60) for the connections still open:
+(`--event-log-rollup-seconds`, default 60) for the connections still open. TrafficUpdate
+(cumulative TCP byte and segment counters, one per connection and second of traffic) goes the
+same way: the latest one is held and written after the rollup, the earlier ones are dropped
+(they carry nothing the latest does not, but their time):
 
     {"schema":2,"type":"ConnectionRollup","ts":1763762640.5,"conn_id":"c1",
      "client_id":"rdkafka",
@@ -49,7 +52,11 @@ its close (just before its ConnectionClosed) and every `rollup_seconds`
 A schema 1 log has RequestSeen/ResponseSeen/ProduceAcks per request or RequestTally runs
 (tally mode), which carry the same counts; `to_event` turns a ConnectionRollup back into the
 RequestTally it equals, so a tool replaying either version into the registry reaches the
-same state. Readers (`parse_line`, the pipeline) take both versions; a version-1 reader
+same state, if it applies the records in `ts` order (a stable sort): a rollup is written when
+its round comes, so in the file it can follow later records of its connection (a
+TrafficUpdate, an identity), never its ConnectionClosed. Within one rollup the order of its
+requests relative to the connection's other events is lost (that is the saving); the
+pipeline's tables do not depend on it. Readers (`parse_line`, the pipeline) take both versions; a version-1 reader
 refuses schema 2 lines (rather than silently counting no requests).
 
 Files: `events-<UTC start>-<host>-<seq>.ndjson`, e.g. `events-20261121T220300Z-node-7-0003.ndjson`.
@@ -178,9 +185,20 @@ def encode(event: Event, schema: int = SCHEMA_VERSION) -> bytes:
     return (_dumps(to_record(event, schema)) + "\n").encode("utf-8")
 
 
+def rollup_lines(conn_id: str, acc: Accumulator) -> list[bytes]:
+    """The record lines of one accumulator (exporter.rollup), each with its newline: its
+    ConnectionRollup (if it counted requests) and its latest TrafficUpdate (if it holds one).
+    Raises as `encode` does."""
+    rec = record(conn_id, acc)
+    lines = [] if rec is None else [(_dumps(rec) + "\n").encode("utf-8")]
+    if acc.traffic is not None:
+        lines.append(encode(acc.traffic))
+    return lines
+
+
 def encode_rollup(conn_id: str, acc: Accumulator) -> bytes:
-    """The ConnectionRollup record line of one accumulator (exporter.rollup), newline included."""
-    return (_dumps(record(conn_id, acc)) + "\n").encode("utf-8")
+    """`rollup_lines` joined: one or two whole lines."""
+    return b"".join(rollup_lines(conn_id, acc))
 
 
 def parse_line(line: bytes | str) -> dict:
@@ -850,12 +868,14 @@ class QueuedEventLog:
 
     def _write_rollup(self, item: tuple[str, Accumulator]) -> None:
         try:
-            line = encode_rollup(*item)
+            lines = rollup_lines(*item)
         except (TypeError, ValueError) as e:
             self.log.count_encode_error(f"cannot encode {ROLLUP_TYPE}: {e}")
             return
-        self.rollup_records += 1
-        self.log.write_line(line)
+        if item[1].counted():
+            self.rollup_records += 1
+        for line in lines:
+            self.log.write_line(line)
 
 
 # What `_put_rollup` counts against the queue bound for one accumulator (measured: a Produce

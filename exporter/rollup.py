@@ -2,7 +2,7 @@
 
 Owns `Rollup` (the accumulator: per connection, per (api_key, api_version), request and
 response counts, bytes and latency buckets, plus Produce acks counts), `record` (one
-accumulator as a `ConnectionRollup` record, schema 2, see exporter/eventlog.py's docstring),
+accumulator as a `ConnectionRollup` record (plus its connection's latest TrafficUpdate), schema 2, see exporter/eventlog.py's docstring),
 `Roller` and `rolled` (an event stream -> the same stream with its traffic rolled up, for batch writers:
 `pipeline.pcaps` and tests) and `TRAFFIC` (the event types a rollup absorbs). Imports only
 `capture.events` and the standard library; `exporter.eventlog` imports it, never the reverse.
@@ -41,11 +41,14 @@ from capture.events import (
     RequestSeen,
     RequestTally,
     ResponseSeen,
+    TrafficUpdate,
 )
 
 ROLLUP_TYPE = "ConnectionRollup"
 ROLLUP_SCHEMA = 2
-TRAFFIC = frozenset({RequestSeen, ResponseSeen, ProduceAcks, RequestTally})
+# What a rollup absorbs. TrafficUpdate (cumulative TCP counters, one per connection per second
+# of traffic) is not summed but kept, the latest one, and written after the rollup record.
+TRAFFIC = frozenset({RequestSeen, ResponseSeen, ProduceAcks, RequestTally, TrafficUpdate})
 MAX_PAIRS = 64  # (api_key, api_version) entries per connection, for requests and for responses
 MAX_ACKS = 8  # (acks, transactional) entries per connection; a real producer has one or two
 DEFAULT_MAX_CONNECTIONS = 100_000  # exporter.registry.DEFAULT_MAX_OPEN, without importing it
@@ -55,9 +58,10 @@ _NBUCKETS = len(LATENCY_BUCKETS) + 1
 
 class Accumulator:
     """One connection's traffic since its last record. `ts`: the latest request or response
-    counted; `client_id`: the last non-null client_id of a request counted."""
+    counted; `client_id`: the last non-null client_id of a request counted; `traffic`: the
+    latest TrafficUpdate (its counters are cumulative: the earlier ones say nothing more)."""
 
-    __slots__ = ("ts", "client_id", "requests", "responses", "acks", "folded")
+    __slots__ = ("ts", "client_id", "requests", "responses", "acks", "folded", "traffic")
 
     def __init__(self) -> None:
         self.ts = 0.0
@@ -66,9 +70,14 @@ class Accumulator:
         self.responses: dict[tuple[int, int], list] = {}  # -> [count, bytes, latency sum, buckets]
         self.acks: dict[tuple[int, bool], int] = {}
         self.folded = 0
+        self.traffic: TrafficUpdate | None = None
 
     def entries(self) -> int:
         return len(self.requests) + len(self.responses) + len(self.acks)
+
+    def counted(self) -> bool:
+        """Anything for a ConnectionRollup record (else only a TrafficUpdate is held)."""
+        return bool(self.requests or self.responses or self.acks or self.folded)
 
 
 class Rollup:
@@ -101,6 +110,9 @@ class Rollup:
                 self.evicted += 1
             acc = conns[event.conn_id] = Accumulator()
         cls = type(event)
+        if cls is TrafficUpdate:
+            acc.traffic = event
+            return evicted
         if cls is RequestTally:
             self._tally(acc, event)
         elif cls is RequestSeen:
@@ -190,8 +202,11 @@ class Rollup:
             self.folded += n
 
 
-def record(conn_id: str, acc: Accumulator) -> dict:
-    """The `ConnectionRollup` record of one accumulator (JSON-ready; arrays sorted by key)."""
+def record(conn_id: str, acc: Accumulator) -> dict | None:
+    """The `ConnectionRollup` record of one accumulator (JSON-ready; arrays sorted by key), or
+    None when it holds only a TrafficUpdate."""
+    if not acc.counted():
+        return None
     return {
         "schema": ROLLUP_SCHEMA, "type": ROLLUP_TYPE, "ts": acc.ts, "conn_id": conn_id,
         "client_id": acc.client_id,

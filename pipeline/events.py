@@ -7,6 +7,14 @@ version, a count). Parsing runs in the executors with `exporter.eventlog.parse_l
 reader the exporter's tests use, so the pipeline and the writer cannot disagree on the format.
 Imports pyspark, `exporter.eventlog` and the generated API table; nothing imports `pipeline`.
 
+Both schema versions are read, and give the same tables for the same traffic (tests/
+test_eventlog_versions.py): requests are counted from a schema 1 log's RequestSeen lines (one
+per request) or RequestTally runs (what the serving commands wrote in tally mode), and from a
+schema 2 log's ConnectionRollup deltas; each becomes one row whose `requests` array holds
+(api_key, api_name, api_version, n). A connection's last_seen is its latest record of a used
+type, traffic included (a ResponseSeen, a tally's or rollup's `ts`: the latest request or
+response it counted). `--since/--until` cut a rollup at its `ts`, so at the rollup interval.
+
 A connection is keyed by (source, conn_id): `source` is the event log file's host part
 (`events-<start>-<host>-<seq>.ndjson`), so two sidecars' ids never collide.
 """
@@ -20,7 +28,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from exporter.eventlog import SCHEMA_VERSION, parse_line
+from capture.kafka.api_table import API_TABLE
+from exporter.eventlog import READABLE_SCHEMAS, parse_line
 
 # Only what the jobs read; every other field stays in the log.
 EVENT_SCHEMA = T.StructType([
@@ -43,15 +52,25 @@ EVENT_SCHEMA = T.StructType([
     T.StructField("mechanism", T.StringType()),
     T.StructField("outcome", T.StringType()),
     T.StructField("reason", T.StringType()),
+    # requests counted by this record: one entry for a RequestSeen, one per (api, version) for a
+    # RequestTally or ConnectionRollup, null for other types
+    T.StructField("requests", T.ArrayType(T.StructType([
+        T.StructField("api_key", T.IntegerType()),
+        T.StructField("api_name", T.StringType()),
+        T.StructField("api_version", T.IntegerType()),
+        T.StructField("n", T.LongType()),
+    ]))),
 ])
 QUARANTINE_SCHEMA = T.StructType([
     T.StructField("file", T.StringType()),
     T.StructField("reason", T.StringType()),
     T.StructField("line", T.StringType()),
 ])
-# Event types the jobs use; the others (responses, traffic, capture health...) are skipped early.
-USED_TYPES = frozenset({"ConnectionOpened", "ClientSoftware", "RequestSeen", "SaslIdentity", "TlsSession",
-                        "ConnectionClosed"})
+# Record types the jobs use; the others (acks, traffic, capture health...) are skipped early.
+# ResponseSeen only for last_seen: a tally's or rollup's ts counts responses too.
+REQUEST_TYPES = frozenset({"RequestSeen", "RequestTally", "ConnectionRollup"})
+USED_TYPES = frozenset({"ConnectionOpened", "ClientSoftware", "SaslIdentity", "TlsSession", "ConnectionClosed",
+                        "ResponseSeen", *REQUEST_TYPES})
 _HOST = re.compile(r"events-[0-9TZ]+-(?P<host>.+)-[0-9]+\.ndjson(?:\.active)?$")
 _SOURCE_DIR = re.compile(r"/source=(?P<source>[^/]+)/[^/]+$")  # pcap-decode's partitioned output
 MAX_QUARANTINED_LINE = 2000  # characters of a bad line kept in the quarantine output
@@ -83,6 +102,36 @@ def _check(rec: dict, field: str, kind: type):
     raise TypeError(f"field {field}: {type(value).__name__} where {kind.__name__} was expected")
 
 
+def _int(value, what: str, bits: int = 32) -> int:
+    if type(value) is not int or not -2**(bits - 1) <= value < 2**(bits - 1):
+        raise TypeError(f"{what}: {value!r} is not a {bits}-bit integer")
+    return value
+
+
+def _api_name(api_key: int) -> str | None:
+    spec = API_TABLE.get(api_key)
+    return None if spec is None else spec.name  # as the core names a RequestSeen
+
+
+def _requests(t: str, rec: dict):
+    """The `requests` column: (api_key, api_name, api_version, n) entries, or None."""
+    if t == "RequestSeen":
+        return [(_check(rec, "api_key", int), _check(rec, "api_name", str), _check(rec, "api_version", int), 1)]
+    if t not in REQUEST_TYPES:
+        return None
+    entries = rec.get("requests")
+    if type(entries) is not list:
+        raise TypeError(f"field requests: {type(entries).__name__} where list was expected")
+    out = []
+    for entry in entries:
+        if type(entry) is not list or len(entry) != 4:
+            raise TypeError(f"field requests: entry {entry!r} is not [api_key, api_version, count, bytes]")
+        key = _int(entry[0], "field requests: api_key")
+        out.append((key, _api_name(key), _int(entry[1], "field requests: api_version"),
+                    _int(entry[2], "field requests: count", 64)))
+    return out
+
+
 def _row(source: str, rec: dict):
     t = rec["type"]
     broker = None
@@ -97,7 +146,8 @@ def _row(source: str, rec: dict):
             _check(rec, "api_name", str), _check(rec, "api_version", int),
             # a TLS client certificate's subject is a principal too (the proxy's TlsSession)
             _check(rec, "client_subject" if t == "TlsSession" else "principal", str),
-            _check(rec, "mechanism", str), _check(rec, "outcome", str), _check(rec, "reason", str))
+            _check(rec, "mechanism", str), _check(rec, "outcome", str), _check(rec, "reason", str),
+            _requests(t, rec))
 
 
 def _parse_partition(rows):
@@ -137,8 +187,8 @@ def schema_mismatch(quarantine: DataFrame) -> str | None:
     bad = quarantine.filter(F.col("reason").startswith("unknown schema version")).limit(1).collect()
     if not bad:
         return None
-    return (f"{bad[0]['file']}: {bad[0]['reason']}; this pipeline reads schema {SCHEMA_VERSION} "
-            "(upgrade kafka-census to read newer logs)")
+    return (f"{bad[0]['file']}: {bad[0]['reason']}; this pipeline reads schema "
+            f"{' and '.join(map(str, READABLE_SCHEMAS))} (upgrade kafka-census to read newer logs)")
 
 
 def within(events: DataFrame, since: float | None, until: float | None) -> DataFrame:
@@ -161,7 +211,7 @@ def connections(events: DataFrame) -> DataFrame:
     seen = events.groupBy(key).agg(F.max("ts").alias("last_seen"))
     ident = (events.filter((F.col("type") == "ClientSoftware") & F.col("accepted"))
              .groupBy(key).agg(F.max_by(F.struct("software_name", "software_version"), "ts").alias("sw")))
-    cid = (events.filter((F.col("type") == "RequestSeen") & F.col("client_id").isNotNull())
+    cid = (events.filter(F.col("type").isin(*REQUEST_TYPES) & F.col("client_id").isNotNull())
            .groupBy(key).agg(F.max_by("client_id", "ts").alias("client_id")))
     sasl = (events.filter((F.col("type") == "SaslIdentity") & (F.col("outcome") == "success"))
             .groupBy(key).agg(F.max_by("principal", "ts").alias("sasl_principal")))
@@ -177,10 +227,13 @@ def connections(events: DataFrame) -> DataFrame:
 
 
 def requests(events: DataFrame) -> DataFrame:
-    """(source, conn_id, api_key, api, api_version, requests)."""
-    return (events.filter(F.col("type") == "RequestSeen")
+    """(source, conn_id, api_key, api, api_version, requests): RequestSeen lines counted, tally
+    and rollup counts summed."""
+    return (events.filter(F.col("requests").isNotNull())
+            .select("source", "conn_id", F.explode("requests").alias("r"))
+            .select("source", "conn_id", "r.api_key", "r.api_name", "r.api_version", "r.n")
             .groupBy("source", "conn_id", "api_key", "api_version")
-            .agg(F.count(F.lit(1)).alias("requests"), F.first("api_name", ignorenulls=True).alias("api"))
+            .agg(F.sum("n").alias("requests"), F.first("api_name", ignorenulls=True).alias("api"))
             .withColumn("api", F.coalesce("api", F.concat(F.lit("api_"), F.col("api_key").cast("string")))))
 
 

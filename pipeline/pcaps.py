@@ -2,7 +2,8 @@
 
 Owns listing the inputs (files, directories searched recursively for `*.pcap`, `*.pcapng`,
 `*.cap`, each optionally `.gz`; any Hadoop URI, globs too), one decode per file
-(`capture.replay.replay` into `exporter.eventlog.encode`, the exporter's own record format),
+(`capture.replay.replay` into `exporter.eventlog.encode`, the exporter's own record format,
+schema 2: request traffic rolled up per connection by `exporter.rollup.Roller`),
 the quarantine of files that could not be read whole, and the per-file summary. Imports
 pyspark, `capture` (replay, listeners, the CaptureError family) and `exporter.eventlog`;
 nothing imports it but `pipeline.cli`.
@@ -245,28 +246,37 @@ class _Decoded:
     def _replay(self, batch: list[str]) -> None:
         from capture.replay import replay
         from capture.sources import CaptureError
-        from exporter.eventlog import encode
+        from exporter.eventlog import encode, rollup_lines
+        from exporter.rollup import Roller
 
         since, until = self.since, self.until
+        # Schema 2, as the exporter writes: request traffic rolled up per connection, at its
+        # close and every DEFAULT_INTERVAL seconds of packet time (exporter/rollup.py).
+        roller = Roller()
 
-        def emit(event) -> None:
-            if not since <= event.ts < until:
-                return
-            try:
-                line = encode(event)
-            except (TypeError, ValueError):
-                self.encode_errors += 1
-                return
-            batch.append(line[:-1].decode("utf-8"))
+        def write(items) -> None:
+            for item in items:
+                try:
+                    lines = rollup_lines(*item) if type(item) is tuple else [encode(item)]
+                except (TypeError, ValueError):
+                    self.encode_errors += 1
+                    continue
+                batch.extend(line[:-1].decode("utf-8") for line in lines)
             if len(batch) >= _BATCH_LINES:
                 self._put(list(batch))
                 batch.clear()
+
+        def emit(event) -> None:
+            if since <= event.ts < until:
+                write(roller.feed(event))
 
         try:
             self.result = replay(self.path, self.listeners, emit)
         except CaptureError as exc:
             self.error = str(exc)
             return
+        finally:
+            write(roller.finish())  # a cut file's open connections keep their counts too
         stats = dataclasses.replace(self.result.stats, conn_id=self.source)
         batch.append(encode(stats)[:-1].decode("utf-8"))
 

@@ -666,3 +666,28 @@ def test_rollup_seconds_is_validated():
     for bad in (0, -1, 3601, float("nan")):
         with pytest.raises(ValueError, match="rollup_seconds"):
             QueuedEventLog(EventLog.__new__(EventLog), rollup_seconds=bad)
+
+
+def _traffic(conn_id: str, ts: float, n: int) -> ev.TrafficUpdate:
+    return ev.TrafficUpdate(conn_id=conn_id, ts=ts, bytes_from_client=100 * n, bytes_from_broker=10 * n,
+                            segments_from_client=n, segments_from_broker=n)
+
+
+def test_only_the_latest_traffic_update_is_written_after_the_rollup(tmp_path):
+    """TrafficUpdate counters are cumulative: schema 2 keeps the latest per connection and round."""
+    log = _log(tmp_path, FakeClock())
+    log.write(_opened("c1"))
+    log.write(_opened("idle"))
+    for second in range(1, 6):
+        for event in _produce("c1", T0 + second, second):
+            log.write(event)
+        log.write(_traffic("c1", T0 + second + 0.5, second))
+    log.write(_traffic("idle", T0 + 3, 1))  # traffic without a request: no rollup record for it
+    log.write(_closed("c1", T0 + 6))
+    log.close()
+    recs = _all_records(tmp_path)
+    assert [(r["type"], r["conn_id"]) for r in recs] == [
+        ("ConnectionOpened", "c1"), ("ConnectionOpened", "idle"), ("ConnectionRollup", "c1"),
+        ("TrafficUpdate", "c1"), ("ConnectionClosed", "c1"), ("TrafficUpdate", "idle")]
+    assert to_event(recs[3]) == _traffic("c1", T0 + 5.5, 5)
+    assert log.rollup_records == 1 and log.written == 6

@@ -4,8 +4,10 @@ Two inputs, both event logs as `kafka-census` writes them:
 
 * a REAL one: `kafka-census capture -i lo --event-log DIR` (the real command, a subprocess)
   watching Tansu, four real clients and a raw Produce v2 request, stopped with SIGTERM;
-* a generated fleet: three brokers (sources) over three UTC days, written by
-  `exporter.eventlog.EventLog` from `capture.events` objects (fixed seed): SASL principals,
+* a generated fleet: three brokers (sources) over three UTC days from `capture.events` objects
+  (fixed seed), a fleet in the middle of an upgrade: broker-1's sidecar still writes schema 1
+  (one line per request), broker-2's and broker-3's write schema 2 through the serving
+  commands' `QueuedEventLog` (request traffic in per-connection rollups): SASL principals,
   Produce v2 / Fetch v3 / ListOffsets v0 users, connections without ApiVersions, one
   ClientSoftware refused then accepted at v0, a connection across midnight, events of a
   connection whose ConnectionOpened is not in the input, the same conn ids on every broker.
@@ -39,14 +41,16 @@ import pytest
 
 from capture import events as ev
 from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4
-from exporter.eventlog import EventLog, parse_line, read_events
+from exporter.eventlog import EventLog, QueuedEventLog, encode, parse_line, read_events
 from tests import peers
 from tests.test_exporter_e2e import Exporter, old_and_odd_clients
 
 CENSUS = Path(sys.executable).parent / "kafka-census"
 KEY = ("client_software_name", "client_software_version", "client_id", "principal", "client_address", "listener",
        "broker")  # an inventory row's client
-USED_TYPES = {"ConnectionOpened", "ClientSoftware", "RequestSeen", "SaslIdentity", "TlsSession", "ConnectionClosed"}
+USED_TYPES = {"ConnectionOpened", "ClientSoftware", "RequestSeen", "SaslIdentity", "TlsSession", "ConnectionClosed",
+              "ResponseSeen", "RequestTally", "ConnectionRollup"}
+ROLLED = ("RequestTally", "ConnectionRollup")  # request counts per (api_key, api_version): schema 1 tally, schema 2
 REAL_CLIENTS = ("confluent-kafka", "kafka-python", "kafkajs", "platformatic")
 DAY0 = datetime(2026, 11, 20, tzinfo=timezone.utc).timestamp()
 DAY = 86400.0
@@ -202,19 +206,35 @@ def fleet_events(seed: int = 20261120, per_host: int = 100) -> dict[str, list]:
     return out
 
 
+class SchemaOneLog(EventLog):
+    """An EventLog whose records carry the schema 1 envelope: an old sidecar's writer."""
+
+    def encode(self, event):
+        return encode(event, schema=1)
+
+
 def write_fleet(root: Path) -> None:
-    """The fleet as the exporter writes it: EventLog per host with a clock at event time (files
-    rotate every 6 h), one host in a subdirectory, plus an unfinished `.active` file."""
+    """The fleet as the exporter writes it, with a clock at event time (files rotate every 6 h):
+    broker-1 by a schema 1 writer, the others by the serving commands' schema 2 writer (rollups
+    every 60 s of that clock, taken whenever its writer thread comes round); one host in a
+    subdirectory, plus an unfinished `.active` file."""
     for host, events in fleet_events().items():
         now = [events[0].ts]
         directory = root / "gathered" / host if host == "broker-3" else root
-        log = EventLog(directory, host=host, clock=lambda: now[0], max_age_seconds=6 * 3600,
-                       max_bytes=256 * 1024)
+        options = dict(host=host, clock=lambda: now[0], max_age_seconds=6 * 3600, max_bytes=256 * 1024)
+        if host == "broker-1":
+            log = SchemaOneLog(directory, **options)
+        else:
+            log = QueuedEventLog(EventLog(directory, **options), rollup_seconds=60)
         for event in events:
             now[0] = event.ts
             log.write(event)
         log.close()
-        assert log.written == len(events) and not log.dropped
+        assert not log.dropped
+        if host == "broker-1":
+            assert log.written == len(events)
+        else:
+            assert log.rollup_records and log.written < len(events)
     # A file still being written: readers of finished files never see it.
     active = root / "events-20261122T230000Z-broker-9-0000.ndjson.active"
     active.write_text(json.dumps({"schema": 1, "type": "ConnectionOpened", "ts": DAY0 + 2.5 * DAY,
@@ -293,6 +313,13 @@ def oracle_connections(recs, since: float | None = None, until: float | None = N
             c.requests[(r["api_key"], r["api_version"])] += 1
             if r["api_name"] is not None:
                 c.api_names[r["api_key"]] = r["api_name"]
+            if r["client_id"] is not None:
+                c.client_id = _latest(c.client_id, ts, r["client_id"])
+        elif r["type"] in ROLLED:  # counts since the previous one (deltas)
+            for key, version, n, _ in r["requests"]:
+                c.requests[(key, version)] += n
+                if key in API_TABLE:
+                    c.api_names[key] = API_TABLE[key].name
             if r["client_id"] is not None:
                 c.client_id = _latest(c.client_id, ts, r["client_id"])
         elif r["type"] == "SaslIdentity" and r["outcome"] == "success":
@@ -406,7 +433,7 @@ BAD_LINES = [
     ('{"schema":1,"type":"RequestSeen","ts":', "not JSON"),
     ("GET / HTTP/1.1", "not JSON"),
     ("[1,2,3]", "not a JSON object"),
-    ('{"schema":2,"type":"RequestSeen","ts":1795300000.5,"conn_id":"c1","api_key":0}', "unknown schema version 2"),
+    ('{"schema":3,"type":"RequestSeen","ts":1795300000.5,"conn_id":"c1","api_key":0}', "unknown schema version 3"),
     ('{"type":"RequestSeen","ts":1795300000.5,"conn_id":"c1"}', "no schema field"),
     ('{"schema":1,"type":"RequestSeen","ts":"yesterday","conn_id":"c1"}', "ts missing or not a number"),
 ]
@@ -443,17 +470,17 @@ def cli_runs(request, tmp, fleet, bad_dir):
     if not any(item.name.startswith("test_cli_") for item in request.session.items):
         yield {}
         return
-    schema2 = tmp / "schema2"
-    schema2.mkdir()
-    (schema2 / "events-20261120T000000Z-future-0000.ndjson").write_text("".join(
-        json.dumps({"schema": 2, "type": "RequestSeen", "ts": DAY0 + i, "conn_id": f"c{i}"}) + "\n"
+    schema3 = tmp / "schema3"
+    schema3.mkdir()
+    (schema3 / "events-20261120T000000Z-future-0000.ndjson").write_text("".join(
+        json.dumps({"schema": 3, "type": "RequestSeen", "ts": DAY0 + i, "conn_id": f"c{i}"}) + "\n"
         for i in range(5)))
     empty = tmp / "empty"
     empty.mkdir()
     runs = {
         "full": CliRun(tmp, "full", ["inventory", "--input", str(fleet), str(bad_dir),
                                      "--since", SINCE, "--until", UNTIL]),
-        "schema2": CliRun(tmp, "schema2", ["upgrade-readiness", "--input", str(schema2)]),
+        "schema3": CliRun(tmp, "schema3", ["upgrade-readiness", "--input", str(schema3)]),
         "empty": CliRun(tmp, "empty", ["adoption", "--input", str(empty)]),
         "missing": CliRun(tmp, "missing", ["api-usage", "--input", str(tmp / "no-such-dir")]),
     }
@@ -672,6 +699,8 @@ WRONGLY_TYPED = {  # field -> a record that parses as JSON but holds it with the
                  "error_code": 0, "accepted": "yes"},
     "client_id": {"type": "RequestSeen", "api_key": 0, "api_name": "Produce", "api_version": 3,
                   "correlation_id": 1, "client_id": 5, "size": 10},
+    "requests": {"type": "ConnectionRollup", "client_id": "x", "requests": [[0, "9", 1, 10]], "responses": [],
+                 "acks": [], "folded": 0},
 }
 
 
@@ -735,16 +764,16 @@ def test_cli_quarantines_bad_lines_with_their_reason(cli_runs, bad_dir):
     assert len(quarantined) == len(reasons) and set(reasons) == {line for line, _ in BAD_LINES}
     assert all(reasons[line].startswith(reason) for line, reason in BAD_LINES), reasons
     assert all(q["file"].endswith("events-20261120T000000Z-broker-bad-0000.ndjson") for q in quarantined)
-    schema = next(q for q in quarantined if '"schema":2' in q["line"])
-    assert schema["reason"] == "unknown schema version 2 (this reader knows 1)"
+    schema = next(q for q in quarantined if '"schema":3' in q["line"])
+    assert schema["reason"] == "unknown schema version 3 (this reader knows 1, 2)"
 
 
 def test_cli_only_another_schema_version_is_a_clear_error(cli_runs):
-    code, out, err = cli_runs["schema2"].result()
+    code, out, err = cli_runs["schema3"].result()
     assert code == 1 and not out
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, err
-    assert "unknown schema version 2" in errors[0] and "reads schema 1" in errors[0]
+    assert "unknown schema version 3" in errors[0] and "reads schema 1 and 2" in errors[0]
     assert "events-20261120T000000Z-future-0000.ndjson" in errors[0]
     assert "Traceback" not in err
 

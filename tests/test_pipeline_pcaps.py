@@ -3,8 +3,9 @@
 A real pcap: tcpdump on `lo` while the confluent-kafka client runs against Tansu. Next to it
 in the input directory: a copy cut in the middle of a packet, a file of random bytes and a
 text file. The Spark job must give, for each readable pcap, exactly the records that
-`replay` + `exporter.eventlog.encode` give for the same file in this process (in capture
-order, plus the file's CaptureStats), quarantine the cut file (keeping its events) and the
+`replay` + `exporter.rollup.rolled` + `exporter.eventlog.encode` give for the same file in this
+process (schema 2: request traffic rolled up per connection; in capture order, plus the file's
+CaptureStats), quarantine the cut file (keeping its events) and the
 random one with their reasons, skip the text file, and leave an event log that
 `pipeline.events` reads back with the pcap as the source. The binaryFiles path (what non-local
 URIs take) is run too, on a name Hadoop would read as a glob and split at its comma.
@@ -27,7 +28,8 @@ pytest.importorskip("pyspark")
 from capture.events import ConnectionOpened  # noqa: E402
 from capture.listeners import ListenerMap  # noqa: E402
 from capture.replay import replay  # noqa: E402
-from exporter.eventlog import encode, parse_line  # noqa: E402
+from exporter.eventlog import encode, parse_line, rollup_lines  # noqa: E402
+from exporter.rollup import rolled  # noqa: E402
 from pipeline import events as pev  # noqa: E402
 from pipeline import pcaps  # noqa: E402
 from pipeline.cli import InputError, build_parser  # noqa: E402
@@ -35,10 +37,13 @@ from tests import oracles, peers  # noqa: E402
 
 
 def replayed(path, port, since=None) -> tuple[list[dict], object]:
-    """What `replay` gives for `path`, as event-log records, and its result."""
+    """What `replay` gives for `path`, as schema 2 event-log records, and its result."""
     events = []
     result = replay(path, ListenerMap.parse([f"PLAINTEXT={port}"]), events.append)
-    records = [parse_line(encode(e)) for e in events if since is None or e.ts >= since]
+    kept = [e for e in events if since is None or e.ts >= since]
+    records = [parse_line(line) for item in rolled(kept)
+               for line in (rollup_lines(*item) if type(item) is tuple else [encode(item)])]
+    assert not any(r["type"] == "RequestSeen" for r in records)
     return records, result
 
 
@@ -141,6 +146,7 @@ def test_binaryfiles_path_and_since(spark, archive, tmp_path):
     shutil.copy(archive["in"] / "real.pcap", tmp_path / "a_b [1]{x}.pcap")  # what `?` for the comma also matches
     all_records, _ = replayed(weird, port)
     since = sorted(r["ts"] for r in all_records)[len(all_records) // 2]
+    expected, _ = replayed(weird, port, since)
     inputs, _, _ = pcaps.list_pcaps(spark, [str(weird)])
     inputs = [dataclasses.replace(p, local_path=None) for p in inputs]
     per_file = pcaps.decode_pcaps(spark, inputs, str(tmp_path / "events"), [f"PLAINTEXT={port}"], since, None,
@@ -149,7 +155,6 @@ def test_binaryfiles_path_and_since(spark, archive, tmp_path):
     assert source == "a,b__1__x_.pcap"  # a comma survives Spark's partition naming
     got = decoded(tmp_path / "events", source)
     assert got.pop()["type"] == "CaptureStats"
-    expected = [r for r in all_records if r["ts"] >= since]
     assert 0 < len(expected) < len(all_records)
     assert by_connection(got) == by_connection(expected)
     assert [s["events"] for s in per_file] == [len(expected)]

@@ -1,0 +1,223 @@
+"""Event log schema 1 and schema 2 of the same traffic give the same pipeline tables and the same
+registry (issue 14 item 3: "the pipeline jobs give the same tables from a v1 log and from the
+v2 log of the same traffic").
+
+The traffic is real: `real_clients_capture` (tests/conftest.py), the six real clients against
+Tansu recorded by tcpdump, replayed through the flow tracker. From it, four logs, all under
+the same host name (the pipeline's `source`):
+
+* v1, one line per request: the library's default events (RequestSeen, ResponseSeen,
+  ProduceAcks per request), every one encoded with the schema 1 envelope: a schema 1 writer;
+* v1 tally: the core in tally mode (RequestTally runs), schema 1: what the serving commands
+  wrote before schema 2;
+* v2: the tally-mode events through the real writer, `QueuedEventLog(rollup_seconds=60)` (the
+  serving commands' path), with extra rounds asked for while writing so that connections get
+  several delta records, some taken concurrently with the writes;
+* v2 fine: the per-request events through `exporter.rollup.rolled` with a 10 ms interval of
+  packet time (many deltas per connection, deterministic).
+
+Every table job (`inventory`, `adoption`, `api_usage`, `upgrade_readiness`) and the
+`connections`/`requests` models must be equal across the four, and non-trivial. The registry
+fed the v1 events and the registry fed the v2 log read back (`to_event`) must show the same
+connections, clients and metrics. Needs root (tcpdump) and Java, as `make test` has.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from capture.listeners import ListenerMap
+from capture.replay import replay
+from exporter import cli
+from exporter.eventlog import EventLog, QueuedEventLog, encode, encode_rollup, list_logs, read_events, to_event
+from exporter.registry import ConnectionRegistry
+from exporter.rollup import rolled
+
+HOST = "sidecar-1"
+NAME = f"events-20261121T222300Z-{HOST}-0000.ndjson"
+
+
+def _replay(path, port, tally: bool) -> list:
+    events = []
+    result = replay(path, ListenerMap.parse([f"PLAINTEXT={port}"]), events.append, tally=tally)
+    assert result.truncated is None
+    return events
+
+
+def _write_v1(directory: Path, events) -> Path:
+    directory.mkdir()
+    (directory / NAME).write_bytes(b"".join(encode(e, schema=1) for e in events))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def logs(real_clients_capture, tmp_path_factory) -> dict[str, Path]:
+    path, port = real_clients_capture
+    tmp = tmp_path_factory.mktemp("versions")
+    per_request = _replay(path, port, tally=False)
+    tally = _replay(path, port, tally=True)
+    kinds = Counter(type(e).__name__ for e in per_request)
+    assert kinds["RequestSeen"] > 100 and kinds["ProduceAcks"] and kinds["ClientSoftware"] >= 6
+    assert not Counter(type(e).__name__ for e in tally)["RequestSeen"]
+
+    out = {"v1": _write_v1(tmp / "v1", per_request), "v1-tally": _write_v1(tmp / "v1-tally", tally)}
+
+    # v2 through the serving commands' writer, its clock at event time.
+    now = [tally[0].ts]
+    log = QueuedEventLog(EventLog(tmp / "v2", host=HOST, clock=lambda: now[0]), rollup_seconds=60)
+    for i, event in enumerate(tally):
+        now[0] = event.ts
+        log.write(event)
+        if i % 5 == 0:
+            log.rollup_now()  # a round (deltas) while the capture goes on writing
+            if i % 10 == 0:
+                log.flush()  # the round is done by the time what was queued before is written
+    log.close()
+    assert log.dropped == 0 and log.rollup_records > len({e.conn_id for e in tally if type(e).__name__ == "RequestTally"})
+    out["v2"] = tmp / "v2"
+
+    fine = tmp / "v2-fine"
+    fine.mkdir()
+    (fine / NAME).write_bytes(b"".join(encode_rollup(*item) if type(item) is tuple else encode(item)
+                                       for item in rolled(per_request, interval=0.01)))
+    out["v2-fine"] = fine
+    return out
+
+
+def _records(directory: Path) -> list[dict]:
+    return [rec for path in list_logs(directory) for rec in read_events(path)]
+
+
+def test_the_logs_are_of_the_versions_they_claim(logs):
+    types = {name: Counter(r["type"] for r in _records(d)) for name, d in logs.items()}
+    assert {r["schema"] for r in _records(logs["v1"])} == {1} and types["v1"]["RequestSeen"]
+    assert {r["schema"] for r in _records(logs["v2"])} == {2}
+    for name in ("v2", "v2-fine"):
+        assert not types[name].keys() & {"RequestSeen", "ResponseSeen", "ProduceAcks", "RequestTally"}
+        assert types[name]["ConnectionRollup"] > types[name]["ConnectionClosed"]  # several deltas
+    # Everything else is the same events, record for record, but TrafficUpdate: its counters are
+    # cumulative, and schema 2 keeps the latest per connection and round.
+    skip = ("RequestSeen", "ResponseSeen", "ProduceAcks", "RequestTally", "ConnectionRollup", "TrafficUpdate")
+    lifecycle = {k: v for k, v in types["v1"].items() if k not in skip}
+    assert lifecycle["ConnectionOpened"] and lifecycle["ClientSoftware"]
+    for name in ("v1-tally", "v2", "v2-fine"):
+        assert {k: v for k, v in types[name].items() if k not in skip} == lifecycle, name
+    last_traffic = {name: {r["conn_id"]: r for r in _records(d) if r["type"] == "TrafficUpdate"}
+                    for name, d in logs.items()}
+    assert last_traffic["v2"] == last_traffic["v2-fine"] == {
+        c: dict(r, schema=2) for c, r in last_traffic["v1"].items()}
+    assert types["v2"]["TrafficUpdate"] <= types["v1"]["TrafficUpdate"]
+    # (Volume is bench/eventlog_volume.py's: these clients send a few hundred requests, and
+    # the rounds asked for above write more deltas than a 60 s interval would.)
+
+
+def _rows(df) -> list[tuple]:
+    return sorted((tuple(r) for r in df.collect()), key=repr)
+
+
+@pytest.fixture(scope="module")
+def tables(logs, spark) -> dict[str, dict[str, list]]:
+    from pipeline import events as pev
+    from pipeline import jobs
+
+    out = {}
+    for name, directory in logs.items():
+        events, quarantine = pev.load_events(spark, [str(directory)])
+        assert quarantine.count() == 0
+        conns, reqs = pev.connections(events).cache(), pev.requests(events).cache()
+        out[name] = {
+            "connections": _rows(conns), "requests": _rows(reqs),
+            "inventory": _rows(jobs.inventory(conns, reqs)), "adoption": _rows(jobs.adoption(conns)),
+            "api_usage": _rows(jobs.api_usage(conns, reqs)),
+            "upgrade_readiness": _rows(jobs.upgrade_readiness(spark, conns, reqs, "4.0")),
+        }
+    return out
+
+
+@pytest.mark.parametrize("version", ["v1-tally", "v2", "v2-fine"])
+@pytest.mark.parametrize("table", ["connections", "requests", "inventory", "adoption", "api_usage",
+                                   "upgrade_readiness"])
+def test_every_table_is_the_same_from_either_version(tables, version, table):
+    assert tables[version][table] == tables["v1"][table]
+
+
+def test_the_tables_are_not_trivially_equal(tables, logs):
+    v1 = tables["v1"]
+    requests = sum(1 for r in _records(logs["v1"]) if r["type"] == "RequestSeen")
+    assert sum(row[4] for row in v1["requests"]) == requests  # (source, conn_id, key, version, requests, api)
+    assert len(v1["connections"]) >= 6 and len(v1["api_usage"]) > 10
+    software = {row[8] for row in v1["connections"] if row[8]}  # client_software_name
+    assert {"confluent-kafka-python", "kafka-python"} <= software
+
+
+# --- the registry: a replay tool reading either version reaches the same state -----------------
+
+
+def _census(events) -> dict:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from exporter.metrics import CensusCollector
+
+    registry = ConnectionRegistry(clock=lambda: 2e9, closed_ttl=1e12)
+    for event in events:
+        registry.apply(event)
+    prom = CollectorRegistry()
+    prom.register(CensusCollector(registry))
+    metrics = {}
+    for line in generate_latest(prom).decode().splitlines():
+        if line.startswith("#") or line.startswith(("kafka_census_scrape_duration", "kafka_census_registry_apply",
+                                                    "kafka_census_build_info")):
+            continue
+        name, _, value = line.rpartition(" ")
+        metrics[name] = float(value)
+    return {"connections": sorted(registry.connections(), key=lambda c: c["id"]), "clients": registry.clients(),
+            "metrics": metrics}
+
+
+def test_the_registry_reaches_the_same_state_from_either_version(logs, real_clients_capture):
+    path, port = real_clients_capture
+    want = _census(_replay(path, port, tally=False))
+    for name in ("v1", "v2", "v2-fine"):
+        # In ts order (a stable sort), as exporter/eventlog.py says a replay tool applies a log: a
+        # rollup is written when its round comes, after later records of its connection.
+        got = _census(to_event(rec) for rec in sorted(_records(logs[name]), key=lambda r: r["ts"]))
+        assert got["connections"] == want["connections"], name
+        assert got["clients"] == want["clients"], name
+        assert got["metrics"].keys() == want["metrics"].keys(), name
+        for key, value in want["metrics"].items():  # latency sums are added in another order
+            assert math.isclose(got["metrics"][key], value, rel_tol=1e-9), (name, key)
+
+
+# --- the setting ----------------------------------------------------------------------------------
+
+
+def test_rollup_seconds_setting_from_flag_environment_and_config(tmp_path, monkeypatch):
+    config = tmp_path / "c.yaml"
+    config.write_text("event-log-rollup-seconds: 15\n")
+    parser = cli.build_parser()
+
+    def resolved(argv, environ=None):
+        args = parser.parse_args(argv)
+        cli.resolve_settings(args, environ or {})
+        return args.event_log_rollup_seconds
+
+    base = ["capture", "-i", "lo"]
+    assert resolved(base) == 60.0
+    assert resolved([*base, "--config", str(config)]) == 15.0
+    assert resolved([*base, "--config", str(config)], {"KAFKA_CENSUS_EVENT_LOG_ROLLUP_SECONDS": "30"}) == 30.0
+    assert resolved([*base, "--event-log-rollup-seconds", "5", "--config", str(config)]) == 5.0
+    with pytest.raises(cli.UsageError, match="KAFKA_CENSUS_EVENT_LOG_ROLLUP_SECONDS: bad value"):
+        resolved(base, {"KAFKA_CENSUS_EVENT_LOG_ROLLUP_SECONDS": "soon"})
+
+
+@pytest.mark.parametrize("value", ["0", "0.5", "3601", "nan", "inf", "-60"])
+def test_rollup_seconds_out_of_bounds_is_a_usage_error(tmp_path, capsys, value):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["capture", "-i", "lo", "--event-log", str(tmp_path),
+                  "--event-log-rollup-seconds", value])
+    assert info.value.code == 2
+    assert "--event-log-rollup-seconds must be between 1 and 3600" in capsys.readouterr().err
