@@ -738,7 +738,7 @@ class QueuedEventLog:
         health = {**self.log.health(), "event_log_dropped": self.drops}
         if self._rollup is not None:
             health["event_log_rollup_records"] = self.rollup_records
-            health["event_log_rollup_evicted"] = self._rollup.evicted  # written early at the connection bound
+            health["event_log_rollup_evicted"] = self._rollup.evicted  # written early at the connection/entry bound
             health["event_log_rollup_folded"] = self._rollup.folded  # not itemised past the per-connection bound
         return health
 
@@ -755,7 +755,8 @@ class QueuedEventLog:
                         return
                     evicted = rollup.add(event)
                     if evicted is not None:
-                        self._put_rollup(evicted)
+                        for item in evicted:
+                            self._put_rollup(item)
                 return
             if cls is ConnectionClosed:
                 with self._cond:

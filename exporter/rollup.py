@@ -14,14 +14,15 @@ taken out whole (at the interval, at `ConnectionClosed`, or early at the connect
 a record is never empty and counts are never written twice.
 
 Bounds (whatever the wire says): at most `max_connections` accumulators (the exporter passes
-`--max-connections`, the registry's bound of open connections); a new connection past it takes
-the place of the oldest, whose record is handed out to be written early (`evicted`, nothing is
-lost). Per connection at most `MAX_PAIRS` (api_key, api_version) entries each for requests and
+`--max-connections`, the registry's bound of open connections) and `max_entries` entries in
+all (200,000, about 56 MiB); a new connection or entry past them takes the place of the oldest
+accumulator, whose record is handed out to be written early (`evicted`, nothing is lost: the
+connection's next record is a delta from there). Per connection at most `MAX_PAIRS` (api_key, api_version) entries each for requests and
 responses and `MAX_ACKS` (acks, transactional) entries: a real client uses a dozen or two pairs,
 the generated API table has 361; what falls outside is not itemised but counted, in the record
 (`folded`) and in `folded` here (the exporter's `event_log_rollup_folded_total`). Memory: an
-entry is about 150 bytes (a response's with its buckets about 350), so a connection holds at
-most about 32 KiB, and only connections with traffic in the current interval are held.
+entry is about 150 bytes (a response's with its buckets about 400), so a connection holds at
+most about 36 KiB, and only connections with traffic in the current interval are held.
 
 Cost on the capture thread: a `RequestTally` (what the serving commands' core hands on at each
 sweep) is merged in place (a few dict updates per (api, version) of the run); a `RequestSeen` /
@@ -52,6 +53,11 @@ TRAFFIC = frozenset({RequestSeen, ResponseSeen, ProduceAcks, RequestTally, Traff
 MAX_PAIRS = 64  # (api_key, api_version) entries per connection, for requests and for responses
 MAX_ACKS = 8  # (acks, transactional) entries per connection; a real producer has one or two
 DEFAULT_MAX_CONNECTIONS = 100_000  # exporter.registry.DEFAULT_MAX_OPEN, without importing it
+# Entries held in all (measured: ~280 bytes each on average with a typical client's mix, the
+# response's bucket list included): about 56 MiB at the bound. A typical client holds ~20
+# (10 pairs, requests and responses), so the bound starts evicting past ~10,000 connections
+# with traffic in one interval; an eviction writes a record early, it loses nothing.
+DEFAULT_MAX_ENTRIES = 200_000
 DEFAULT_INTERVAL = 60.0
 _NBUCKETS = len(LATENCY_BUCKETS) + 1
 
@@ -84,35 +90,62 @@ class Rollup:
     """The accumulators of every connection with traffic since its last record.
 
     Not thread-safe: the owner serialises `add`, `pop` and `take` (QueuedEventLog holds its
-    queue lock). `add` returns the (conn_id, Accumulator) evicted at the connection bound, to be
-    written now, or None."""
+    queue lock). `add` returns None, or a list of the (conn_id, Accumulator) evicted at the
+    connection or entry bound (the longest held first), to be written now."""
 
-    def __init__(self, *, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
-        if max_connections < 1:
-            raise ValueError("max_connections must be at least 1")
+    def __init__(self, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        if max_connections < 1 or max_entries < MAX_PAIRS * 2 + MAX_ACKS:
+            raise ValueError("max_connections must be at least 1 and max_entries at least one connection's")
         self.max_connections = max_connections
+        self.max_entries = max_entries
         self.conns: dict[str, Accumulator] = {}
-        self.evicted = 0  # accumulators written early at the connection bound
+        self.entries = 0  # (api, version) and acks entries held, all connections
+        self.evicted = 0  # accumulators written early at the connection or entry bound
         self.folded = 0  # requests, responses and acks not itemised (MAX_PAIRS, MAX_ACKS)
+        self._out: list[tuple[str, Accumulator]] = []
 
     def __len__(self) -> int:
         return len(self.conns)
 
-    def add(self, event: Event) -> tuple[str, Accumulator] | None:
+    def add(self, event: Event) -> list[tuple[str, Accumulator]] | None:
         """Count one traffic event (a type in TRAFFIC)."""
         conns = self.conns
         acc = conns.get(event.conn_id)
-        evicted = None
         if acc is None:
             if len(conns) >= self.max_connections:
-                oldest = next(iter(conns))  # insertion order: the longest held
-                evicted = (oldest, conns.pop(oldest))
-                self.evicted += 1
+                self._evict_oldest()
             acc = conns[event.conn_id] = Accumulator()
         cls = type(event)
         if cls is TrafficUpdate:
             acc.traffic = event
-            return evicted
+        else:
+            self._count(acc, cls, event)
+        if self._out:
+            out, self._out = self._out, []
+            return out
+        return None
+
+    def _evict_oldest(self, keep: Accumulator | None = None) -> bool:
+        """Hand out the longest-held accumulator (insertion order) but `keep`; False if none."""
+        for conn_id, acc in self.conns.items():
+            if acc is not keep:
+                break
+        else:
+            return False
+        del self.conns[conn_id]
+        self.entries -= acc.entries()
+        self.evicted += 1
+        self._out.append((conn_id, acc))
+        return True
+
+    def _entry(self, acc: Accumulator) -> None:
+        """A new entry is about to be made in `acc`: keep the total within `max_entries`."""
+        self.entries += 1
+        while self.entries > self.max_entries and self._evict_oldest(acc):
+            pass
+
+    def _count(self, acc: Accumulator, cls, event) -> None:
         if cls is RequestTally:
             self._tally(acc, event)
         elif cls is RequestSeen:
@@ -122,6 +155,7 @@ class Rollup:
                 counts[0] += 1
                 counts[1] += event.size
             elif len(acc.requests) < MAX_PAIRS:
+                self._entry(acc)
                 acc.requests[key] = [1, event.size]
             else:
                 acc.folded += 1
@@ -137,17 +171,20 @@ class Rollup:
             raise TypeError(f"not traffic: {cls.__name__}")
         if event.ts > acc.ts:
             acc.ts = event.ts
-        return evicted
 
     def pop(self, conn_id: str) -> tuple[str, Accumulator] | None:
         """The connection's accumulator, taken out (at its ConnectionClosed), or None."""
         acc = self.conns.pop(conn_id, None)
-        return None if acc is None else (conn_id, acc)
+        if acc is None:
+            return None
+        self.entries -= acc.entries()
+        return (conn_id, acc)
 
     def take(self) -> list[tuple[str, Accumulator]]:
         """Every accumulator, taken out (at the interval, at close): O(1) under the owner's lock
         but the list, which the writer builds records from."""
         conns, self.conns = self.conns, {}
+        self.entries = 0
         return list(conns.items())
 
     # -- merging ----------------------------------------------------------------------------
@@ -161,6 +198,7 @@ class Rollup:
                 counts[0] += n
                 counts[1] += size
             elif len(requests) < MAX_PAIRS:
+                self._entry(acc)
                 requests[key] = [n, size]
             else:
                 acc.folded += n
@@ -180,6 +218,7 @@ class Rollup:
                 acc.folded += n
                 self.folded += n
                 return
+            self._entry(acc)
             counts = acc.responses[key] = [0, 0, 0.0, [0] * _NBUCKETS]
         counts[0] += n
         counts[1] += size
@@ -196,6 +235,7 @@ class Rollup:
         if key in acc.acks:
             acc.acks[key] += n
         elif len(acc.acks) < MAX_ACKS:
+            self._entry(acc)
             acc.acks[key] = n
         else:
             acc.folded += n
@@ -239,7 +279,7 @@ class Roller:
         if cls in TRAFFIC:
             evicted = self.rollup.add(event)
             if evicted is not None:
-                out.append(evicted)
+                out.extend(evicted)
             return out
         if cls is ConnectionClosed:
             taken = self.rollup.pop(event.conn_id)

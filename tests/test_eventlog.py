@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -691,3 +692,31 @@ def test_only_the_latest_traffic_update_is_written_after_the_rollup(tmp_path):
         ("TrafficUpdate", "c1"), ("ConnectionClosed", "c1"), ("TrafficUpdate", "idle")]
     assert to_event(recs[3]) == _traffic("c1", T0 + 5.5, 5)
     assert log.rollup_records == 1 and log.written == 6
+
+
+def test_the_entry_budget_evicts_the_longest_held_connection_and_loses_nothing():
+    rollup = Rollup(max_connections=100, max_entries=2 * MAX_PAIRS + MAX_ACKS)
+    written = []
+
+    def add(event):
+        evicted = rollup.add(event)
+        written.extend(evicted or ())
+
+    for conn, pairs in (("a", 50), ("b", 40), ("c", 30)):
+        for k in range(pairs):
+            for event in _produce(conn, T0 + k, k, version=k):  # a request, acks and a response entry
+                add(event)
+        for k in range(pairs):  # counted again: no new entry
+            add(_produce(conn, T0 + 100 + k, k, version=k)[0])
+    # a: 101 entries; b's 81 pass the bound of 136 with a held: a goes; c's 61 with b's: b goes.
+    assert [conn for conn, _ in written] == ["a", "b"] and rollup.evicted == 2
+    assert rollup.entries == 61 == sum(acc.entries() for acc in rollup.conns.values())
+    written.extend(rollup.take())
+    assert rollup.entries == 0 and not rollup.conns
+    totals = Counter()
+    for conn, acc in written:
+        for (_, version), (n, _) in acc.requests.items():
+            totals[conn] += n
+    assert totals == {"a": 100, "b": 80, "c": 60}  # every request in some record
+    with pytest.raises(ValueError):
+        Rollup(max_entries=10)
