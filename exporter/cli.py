@@ -781,8 +781,8 @@ def build_parser() -> argparse.ArgumentParser:
     prx.add_argument("--connect-timeout", type=_float, metavar="SECONDS",
                      help="give up connecting to the broker after this long (default 10)")
     prx.add_argument("--event-loop", type=str.lower, choices=EVENT_LOOPS, default=None,
-                     help="the proxy's asyncio loop: auto is uvloop when it can be imported (about a quarter less "
-                     "CPU per request), else asyncio's own; the log says which runs (default auto)")
+                     help="the proxy's asyncio loop: auto is uvloop when it can be imported (less CPU per "
+                     "request), else asyncio's own; the log says which runs (default auto)")
     _add_buffer_budget_option(prx)
     _add_event_log_options(prx)
     _add_service_options(prx)
