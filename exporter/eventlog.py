@@ -17,8 +17,8 @@ must ignore what they do not know); renaming, removing or retyping a field, or m
 record carries elsewhere, bumps it.
 
 Schema 2 (this writer) records connections, not requests. Lifecycle (ConnectionOpened,
-TrafficUpdate, ConnectionClosed), identity (ClientSoftware, ApiVersionsAnswer, TlsSession),
-SASL, groups, errors, desyncs and capture health stay one record per event, as in schema 1.
+ConnectionClosed), identity (ClientSoftware, ApiVersionsAnswer, TlsSession), SASL, groups,
+errors, desyncs and capture health stay one record per event, as in schema 1.
 Request traffic (RequestSeen, ResponseSeen, ProduceAcks, and the core's RequestTally runs) is
 no longer written per request or per run: `QueuedEventLog` accumulates it per connection
 (exporter/rollup.py) and writes one `ConnectionRollup` record per connection with traffic, at
@@ -49,6 +49,13 @@ same way: the latest one is held and written after the rollup, the earlier ones 
 - `folded`: requests, responses and acks of this delta not itemised because the connection
   passed the per-connection bound (exporter/rollup.py: 64 (api, version) pairs, 8 acks
   pairs); 0 for every real client seen so far.
+- the rollup state is bounded (exporter/rollup.py: connections and entries); past a bound the
+  longest-held connection's record is written early, so a connection may get more records
+  than its rounds, never fewer counts. A crash loses the counts of the current round.
+`EventLog` itself writes whatever event it is given as one record (the schema 2 envelope);
+only `QueuedEventLog(rollup_seconds=...)`, what the CLI builds, and `pipeline.pcaps` (through
+`exporter.rollup.Roller`) roll traffic up.
+
 A schema 1 log has RequestSeen/ResponseSeen/ProduceAcks per request or RequestTally runs
 (tally mode), which carry the same counts; `to_event` turns a ConnectionRollup back into the
 RequestTally it equals, so a tool replaying either version into the registry reaches the
@@ -56,8 +63,9 @@ same state, if it applies the records in `ts` order (a stable sort): a rollup is
 its round comes, so in the file it can follow later records of its connection (a
 TrafficUpdate, an identity), never its ConnectionClosed. Within one rollup the order of its
 requests relative to the connection's other events is lost (that is the saving); the
-pipeline's tables do not depend on it. Readers (`parse_line`, the pipeline) take both versions; a version-1 reader
-refuses schema 2 lines (rather than silently counting no requests).
+pipeline's tables do not depend on it. Readers (`parse_line`, the pipeline) take both
+versions; a version-1 reader refuses schema 2 lines (rather than silently counting no
+requests).
 
 Files: `events-<UTC start>-<host>-<seq>.ndjson`, e.g. `events-20261121T220300Z-node-7-0003.ndjson`.
 The file being written is named `.ndjson.active`, so a reader that lists `*.ndjson` (as
@@ -686,11 +694,11 @@ class QueuedEventLog:
     the writer thread takes every accumulator out every `rollup_seconds` of the log's clock
     (and at close) and encodes the ConnectionRollup records itself, so the capture thread
     never builds a rollup line. Measured (bench/eventlog_volume.py --cpu, per traffic event):
-    counting in place costs the capture thread 0.7 us (a RequestSeen) to 2.2 us (a tally
-    run); queueing the event for the writer to count would cost it 0.7 / 0.5 us but the
-    process 1.4 / 2.1 us in all (the threads share the core under the GIL), hold the events
-    in the queue and lose counts when it is full; encoding a schema 1 line cost 5-7 us. `rollup_seconds=None` writes every event as it comes (the
-    library's behaviour and schema 1's shape)."""
+    counting in place costs the capture thread 0.7 us (a RequestSeen) to 2.2 us (a tally run);
+    queueing the event for the writer to count would cost it 0.7 / 0.5 us but the process 1.4 /
+    2.1 us in all (the threads share the core under the GIL), hold the events in the queue and
+    lose counts when it is full; encoding a schema 1 line cost 5-7 us. `rollup_seconds=None`
+    writes every event as it comes (the library's behaviour and schema 1's shape)."""
 
     def __init__(self, log: EventLog, *, max_queue_bytes: int = DEFAULT_QUEUE_BYTES,
                  rollup_seconds: float | None = None, max_rollup_connections: int | None = None) -> None:

@@ -1,33 +1,36 @@
-"""Per-connection rollups of request traffic: what event log v2 writes instead of one line per request.
+"""Per-connection rollups of request traffic: what event log v2 writes instead of one line per
+request.
 
-Owns `Rollup` (the accumulator: per connection, per (api_key, api_version), request and
-response counts, bytes and latency buckets, plus Produce acks counts), `record` (one
-accumulator as a `ConnectionRollup` record (plus its connection's latest TrafficUpdate), schema 2, see exporter/eventlog.py's docstring),
-`Roller` and `rolled` (an event stream -> the same stream with its traffic rolled up, for batch writers:
-`pipeline.pcaps` and tests) and `TRAFFIC` (the event types a rollup absorbs). Imports only
-`capture.events` and the standard library; `exporter.eventlog` imports it, never the reverse.
+Owns `Rollup` (the accumulator: per connection, per (api_key, api_version), request and response
+counts, bytes and latency buckets, plus Produce acks counts), `record` (one accumulator as a
+`ConnectionRollup` record (plus its connection's latest TrafficUpdate), schema 2, see
+exporter/eventlog.py's docstring), `Roller` and `rolled` (an event stream -> the same stream
+with its traffic rolled up, for batch writers: `pipeline.pcaps` and tests) and `TRAFFIC` (the
+event types a rollup absorbs). Imports only `capture.events` and the standard library;
+`exporter.eventlog` imports it, never the reverse.
 
 Semantics: a rollup record holds **deltas**: what the connection did since its previous
 `ConnectionRollup` record (or since it opened), never running totals; a reader sums them. An
 accumulator is created by the first traffic event of a connection after its last record and
-taken out whole (at the interval, at `ConnectionClosed`, or early at the connection bound), so
-a record is never empty and counts are never written twice.
+taken out whole (at the interval, at `ConnectionClosed`, or early at the connection bound), so a
+record is never empty and counts are never written twice.
 
 Bounds (whatever the wire says): at most `max_connections` accumulators (the exporter passes
-`--max-connections`, the registry's bound of open connections) and `max_entries` entries in
-all (200,000, about 56 MiB); a new connection or entry past them takes the place of the oldest
+`--max-connections`, the registry's bound of open connections) and `max_entries` entries in all
+(200,000, about 56 MiB); a new connection or entry past them takes the place of the oldest
 accumulator, whose record is handed out to be written early (`evicted`, nothing is lost: the
-connection's next record is a delta from there). Per connection at most `MAX_PAIRS` (api_key, api_version) entries each for requests and
-responses and `MAX_ACKS` (acks, transactional) entries: a real client uses a dozen or two pairs,
-the generated API table has 361; what falls outside is not itemised but counted, in the record
-(`folded`) and in `folded` here (the exporter's `event_log_rollup_folded_total`). Memory: an
-entry is about 150 bytes (a response's with its buckets about 400), so a connection holds at
-most about 36 KiB, and only connections with traffic in the current interval are held.
+connection's next record is a delta from there). Per connection at most `MAX_PAIRS` (api_key,
+api_version) entries each for requests and responses and `MAX_ACKS` (acks, transactional)
+entries: a real client uses a dozen or two pairs, the generated API table has 361; what falls
+outside is not itemised but counted, in the record (`folded`) and in `folded` here (the
+exporter's `event_log_rollup_folded_total`). Memory: an entry is about 150 bytes (a response's
+with its buckets about 400), so a connection holds at most about 36 KiB, and only connections
+with traffic in the current interval are held.
 
 Cost on the capture thread: a `RequestTally` (what the serving commands' core hands on at each
 sweep) is merged in place (a few dict updates per (api, version) of the run); a `RequestSeen` /
-`ResponseSeen` / `ProduceAcks` (the library default) is one dict update each. Nothing is
-encoded per request.
+`ResponseSeen` / `ProduceAcks` (the library default) is one dict update each. Nothing is encoded
+per request.
 """
 
 from __future__ import annotations
