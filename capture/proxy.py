@@ -28,7 +28,7 @@ reading until it drains, so a slow reader slows its writer instead of growing th
     shutdown                          the proxy stopped
 
 The loop is uvloop where it can be imported (`event_loop="auto"`; a pinned dependency), else
-asyncio's own: uvloop costs 15-25% less CPU per small request pair (bench/proxy.py).
+asyncio's own: uvloop costs 15-40% less CPU per small request pair (bench/proxy.py).
 One difference between them matters here: uvloop starts reading an accepted transport after
 connection_made() even when the protocol paused it there (asyncio honours the pause). So a
 client's first bytes, its FIN, or a TLS ClientHello could arrive before the upstream (or before
