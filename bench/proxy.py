@@ -19,7 +19,12 @@ the proxy's, so that every connection the producer makes goes through the proxy.
   message's delivery latency (produce() to delivery report) and librdkafka's rtt.
 * Ping-pong: one socket per path, one request at a time (ApiVersions v3 with a software name, and
   Metadata v1 asking for no topic), `--pings` of each, direct vs forwarder vs proxy vs TLS proxy,
-  interleaved in rotations so that what else runs on the machine hits all paths alike.
+  interleaved in rotations so that what else runs on the machine hits all paths alike. Its last
+  table is issue 14's row: the middle's CPU per small request pair (from each thread's
+  schedstat), every proxy row beside the bare forwarder on the same event loop.
+
+Every middle runs on asyncio's loop and on uvloop (`-uvloop` rows; `--no-uvloop` skips them):
+the proxy's default is uvloop, so both are measured. `--pingpong-only` skips the producer rounds.
 
 Tansu speaks no TLS, so the TLS rows compare TLS client -> proxy -> plaintext broker with
 plaintext direct: they show what TLS termination plus the proxy cost a client (the client's own
@@ -39,6 +44,7 @@ Targets (from the issue): at most 10% throughput loss, at most 1 ms added p99 wi
 Anchor: Kroxylicious reports about -3% producer throughput and +0.2 ms average latency.
 
     python -m bench.proxy [--messages 500000] [--rounds 5] [--pings 5000] [--no-tls] [--no-pin]
+                          [--no-uvloop] [--pingpong-only] [--ping-layout both|shared|own]
 
 Prints Markdown tables and writes bench/results/proxy.json. Every loop is bounded in count and
 time; every child (brokers, proxies, producers) is stopped, or killed, at the end.
