@@ -30,7 +30,6 @@ after an RST would open a ghost "mid-stream" connection; the closing ACKs are no
 from __future__ import annotations
 
 import socket
-import struct
 from collections import Counter, OrderedDict
 
 from capture.events import (
@@ -42,7 +41,8 @@ from capture.events import (
     TrafficUpdate,
 )
 from capture.kafka import KafkaConnection
-from capture.packets import ACK, FIN, RST, SYN, segment_parser
+from capture import packets
+from capture.packets import ACK, DROP_REASONS, FIN, RST, SYN, Segment, segment_parser
 
 FROM_CLIENT, FROM_BROKER = Direction.FROM_CLIENT, Direction.FROM_BROKER
 
@@ -68,7 +68,15 @@ BUFFER_BUDGET = "buffer_budget"  # a buffer dropped because all of them together
 
 _SLOW_FLAGS = SYN | FIN | RST
 _MAX_AHEAD = 1 << 30  # a segment this far past the expected sequence is garbage, not reordering
-_meta_records = struct.Struct("=IIII").iter_unpack
+_MASK64 = 0xFFFFFFFFFFFFFFFF
+_MIX1, _MIX2 = 0x1E3779B97F4A7C15, 0x3F58476D1CE4E5B9  # odd multipliers (golden ratio, splitmix64)
+
+
+def _flow_hash(client_ip: int, client_port: int, broker_ip: int, broker_port: int) -> int:
+    """The fast index's key of an IPv4 flow (module `FlowTracker._index`): 64 bits mixed from its
+    4-tuple, computed alike in Python and compiled (C arithmetic wraps at 64 bits). A hit is
+    checked against the flow's own addresses and ports, so a collision only costs speed."""
+    return ((client_ip * _MIX1 + broker_ip) * _MIX2 + ((client_port << 16) | broker_port)) & _MASK64
 
 
 def _signed32(x: int) -> int:
@@ -96,7 +104,8 @@ class _Stream:
 
 class _Flow:
     __slots__ = ("key", "conn_id", "conn", "listener", "client", "broker", "first_seen", "last_seen",
-                 "syn_isn", "tls", "buffered", "proven")
+                 "syn_isn", "tls", "buffered", "proven", "dirty", "indexed", "client_ip4", "broker_ip4",
+                 "client_port", "broker_port")
 
     def __init__(self, key, conn_id: str, conn: KafkaConnection | None, listener, ts: float) -> None:
         self.key = key
@@ -111,59 +120,118 @@ class _Flow:
         self.tls = listener.tls
         self.buffered = 0  # bytes the decoder held when last drained (part of the tracker's total)
         self.proven = False  # the broker answered a request on it (see eviction, module docstring)
+        self.dirty = False  # in the tracker's _dirty set (a flag: the batch loop tests it, not the set)
+        self.indexed = False  # in the tracker's fast index (IPv4 only, and not on a hash collision)
+        self.client_ip4 = self.broker_ip4 = 0  # an IPv4 flow's 4-tuple as the batch loop compares it
+        self.client_port, self.broker_port = key[1], key[3]
 
 
-def _feed_batch(tracker: FlowTracker, parse, buf, meta) -> tuple[int, int]:
+def _feed_batch(tracker: FlowTracker, linktype: int, buf, meta) -> tuple[int, int]:
     """FlowTracker.feed's loop, a function so that the compiled build can type its locals
-    (flows.pxd); returns (packets, captured bytes)."""
-    segment = tracker.segment
+    (flows.pxd); returns (packets, captured bytes). Compiled, a packet continuing an IPv4 flow in
+    order costs no Python object but the payload's view and the index key."""
+    seg = tracker._seg
+    data = buf  # compiled: a typed byte view (flows.pxd); `buf` stays the object segment() takes
+    size = len(buf)
+    words = memoryview(meta).cast("I")  # per packet: sec, usec, offset, caplen (native order)
     drops = tracker.drops
-    ports, flows = tracker._ports, tracker.flows
-    get, touch, dirty = flows.get, flows.move_to_end, tracker._dirty.add
+    listener_ports = tracker._port_map
+    index, flows = tracker._index, tracker.flows
+    touch, dirty = flows.move_to_end, tracker._dirty.add
+    next_expiry = tracker._next_expiry
+    last = tracker._last
     mv = memoryview(buf)
     n = nbytes = 0
-    for sec, usec, off, caplen in _meta_records(meta):
+    for i in range(0, len(words), 4):
+        off = words[i + 2]
+        caplen = words[i + 3]
         n += 1
         nbytes += caplen
-        r = parse(buf, off, off + caplen)
-        if r.__class__ is str:
-            drops[r] += 1
+        end = off + caplen
+        if end > size:  # a record claiming more than the batch holds: parse what is there
+            end = size
+        code = packets.parse_into(linktype, data, off, end, seg)
+        if code:
+            drops[DROP_REASONS[code - 1]] += 1
             continue
-        ts = sec + usec * 1e-6
-        src, sport, dst, dport, seq, ack, flags, po, pe = r
-        if flags & _SLOW_FLAGS or ts >= tracker._next_expiry or po == pe:
-            segment(ts, buf, *r)
+        ts = words[i] + words[i + 1] * 1e-6
+        flags = seg.flags
+        po = seg.po
+        pe = seg.pe
+        flow = None
+        if not (flags & _SLOW_FLAGS or ts >= next_expiry or seg.v6):
+            sport = seg.sport
+            dport = seg.dport
+            if listener_ports[dport]:
+                flow = index.get(_flow_hash(seg.src4, sport, seg.dst4, dport))
+                if flow is not None and (flow.client_port != sport or flow.broker_port != dport
+                                         or flow.client_ip4 != seg.src4 or flow.broker_ip4 != seg.dst4):
+                    flow = None
+                if flow is not None:
+                    stream, peer = flow.client, flow.broker
+            else:
+                flow = index.get(_flow_hash(seg.dst4, dport, seg.src4, sport))
+                if flow is not None and (flow.client_port != dport or flow.broker_port != sport
+                                         or flow.client_ip4 != seg.dst4 or flow.broker_ip4 != seg.src4):
+                    flow = None
+                if flow is not None:
+                    stream, peer = flow.broker, flow.client
+            if flow is not None:
+                nxt = stream.next
+                if po == pe:  # a pure ACK: it only refreshes the flow unless a FIN, hole or unseen start waits
+                    if peer.next is None or peer.held or stream.fin_at is not None or peer.fin_at is not None:
+                        flow = None
+                elif (nxt is None or nxt & 0xFFFFFFFF != seg.seq or stream.held or peer.held
+                        or stream.fin_at is not None or peer.fin_at is not None
+                        or peer.next is None):  # what segment() does with the ACK
+                    flow = None
+        if flow is None:  # everything else: segment() has every rule
+            src, dst = seg.addresses()
+            tracker.segment(ts, buf, src, seg.sport, dst, seg.dport, seg.seq, seg.ack, flags, po, pe)
+            next_expiry = tracker._next_expiry
+            last = tracker._last
             continue
-        if dport in ports:
-            key = (src, sport, dst, dport)
-            flow = get(key)
-            if flow is None:
-                segment(ts, buf, *r)
-                continue
-            stream, peer = flow.client, flow.broker
-        else:
-            key = (dst, dport, src, sport)
-            flow = get(key)
-            if flow is None:
-                segment(ts, buf, *r)
-                continue
-            stream, peer = flow.broker, flow.client
-        nxt = stream.next
-        if (nxt is None or nxt & 0xFFFFFFFF != seq or stream.held or peer.held or stream.fin_at is not None
-                or peer.fin_at is not None or peer.next is None):  # what segment() does with the ACK
-            segment(ts, buf, *r)
-            continue
-        touch(key)
-        dirty(key)
+        key = flow.key
+        if flow is not last:  # moving the most recent flow to the end changes nothing
+            touch(key)
+            tracker._last = last = flow
+        if not flow.dirty:
+            flow.dirty = True
+            dirty(key)
         tracker.last_ts = flow.last_seen = ts
+        if po == pe:
+            continue
         stream.next = nxt + pe - po
         stream.bytes += pe - po
         stream.segments += 1
         conn = flow.conn
         if conn is not None:
             conn.receive(stream.direction, mv[po:pe], ts)
-            tracker._drain_events(flow)
+            _drain(tracker, flow)
     return n, nbytes
+
+
+def _drain(tracker: FlowTracker, flow: _Flow) -> None:
+    """FlowTracker._drain_events (a function: the batch loop calls it at C level compiled)."""
+    emit = tracker.emit
+    conn = flow.conn
+    for ev in conn.events():
+        if ev.__class__ is TlsDetected:
+            flow.tls = True
+            tracker.tls_flows += 1
+        emit(ev)
+    n = conn.held_bytes
+    if n != flow.buffered:
+        tracker._decoder_total += n - flow.buffered
+        flow.buffered = n
+        if tracker._decoder_total + tracker._held_total > tracker._buffer_limit:
+            tracker._enforce_budget(tracker.last_ts)
+    if not flow.proven:
+        if conn.responses:
+            flow.proven = True
+            tracker._unproven.pop(flow.key, None)
+        elif flow.key in tracker._unproven:  # not while closing
+            tracker._unproven.move_to_end(flow.key)  # least recently active first, as `flows`
 
 
 class FlowTracker:
@@ -204,6 +272,15 @@ class FlowTracker:
         # TrafficUpdate. False, the reference: one event per request.
         self.tally = tally
         self.flows: OrderedDict[tuple, _Flow] = OrderedDict()  # least recently active first
+        # The batch loop's view of `flows`: IPv4 flows by _flow_hash (one per hash: a colliding
+        # flow is left to segment()), the listener ports as a 64 KiB byte map, the flow last
+        # moved to the end of `flows` (None when unknown), and one reused parse result.
+        self._index: dict[int, _Flow] = {}
+        self._port_map = bytearray(65536)
+        for port in self._ports:
+            self._port_map[port] = 1
+        self._last: _Flow | None = None
+        self._seg = Segment()
         self._tombstones: OrderedDict[tuple, float] = OrderedDict()
         self._dirty: set[tuple] = set()  # flows with traffic not yet reported in a TrafficUpdate
         self._next_expiry = float("-inf")
@@ -231,7 +308,8 @@ class FlowTracker:
         Most packets continue a tracked flow in order with no control flag: those are handled
         inline (`_feed_batch`, the same steps as `segment` + `_data`); everything else takes
         `segment`."""
-        n, nbytes = _feed_batch(self, segment_parser(linktype), buf, meta)
+        segment_parser(linktype)  # UnsupportedLinkType before any packet
+        n, nbytes = _feed_batch(self, linktype, buf, meta)
         self.packets += n
         self.bytes += nbytes
 
@@ -267,6 +345,7 @@ class FlowTracker:
                 return
         else:
             flows.move_to_end(key)
+            self._last = flow
             if flags & SYN and from_client and not flags & ACK and flow.syn_isn != seq:
                 # A new connection on a tracked 4-tuple: the old one ended unseen.
                 self._close(key, flow, "reused", ts)
@@ -274,7 +353,9 @@ class FlowTracker:
                 if flow is None:
                     return
         flow.last_seen = ts
-        self._dirty.add(key)
+        if not flow.dirty:
+            flow.dirty = True
+            self._dirty.add(key)
         if from_client:
             stream, peer = flow.client, flow.broker
         else:
@@ -490,6 +571,14 @@ class FlowTracker:
         else:
             self._unproven[key] = None
         self.flows[key] = flow
+        self._last = flow
+        if len(client_ip) == 4:
+            flow.client_ip4 = int.from_bytes(client_ip, "big")
+            flow.broker_ip4 = int.from_bytes(broker_ip, "big")
+            h = _flow_hash(flow.client_ip4, client_port, flow.broker_ip4, broker_port)
+            if h not in self._index:
+                self._index[h] = flow
+                flow.indexed = True
         self.flows_opened += 1
         self.emit(ConnectionOpened(
             conn_id=conn_id, ts=ts, client_address=client_addr, client_port=client_port,
@@ -501,25 +590,7 @@ class FlowTracker:
         return flow
 
     def _drain_events(self, flow: _Flow) -> None:
-        emit = self.emit
-        conn = flow.conn
-        for ev in conn.events():
-            if ev.__class__ is TlsDetected:
-                flow.tls = True
-                self.tls_flows += 1
-            emit(ev)
-        n = conn.held_bytes
-        if n != flow.buffered:
-            self._decoder_total += n - flow.buffered
-            flow.buffered = n
-            if self._decoder_total + self._held_total > self._buffer_limit:
-                self._enforce_budget(self.last_ts)
-        if not flow.proven:
-            if conn.responses:
-                flow.proven = True
-                self._unproven.pop(flow.key, None)
-            elif flow.key in self._unproven:  # not while closing
-                self._unproven.move_to_end(flow.key)  # least recently active first, as `flows`
+        _drain(self, flow)
 
     def _traffic(self, flow: _Flow, ts: float) -> None:
         conn = flow.conn
@@ -537,6 +608,11 @@ class FlowTracker:
     def _close(self, key, flow: _Flow, reason: str, ts: float) -> None:
         del self.flows[key]
         self._dirty.discard(key)
+        if flow is self._last:
+            self._last = None
+        if flow.indexed:
+            flow.indexed = False
+            del self._index[_flow_hash(flow.client_ip4, flow.client_port, flow.broker_ip4, flow.broker_port)]
         self._unproven.pop(key, None)
         for s in (flow.client, flow.broker):
             self._give_up_holes(flow, s, ts)
@@ -560,7 +636,9 @@ class FlowTracker:
         if self._dirty:
             flows = self.flows
             for key in self._dirty:
-                self._traffic(flows[key], now)
+                flow = flows[key]
+                flow.dirty = False
+                self._traffic(flow, now)
             self._dirty.clear()
         cutoff = now - self.idle_timeout
         flows = self.flows

@@ -4,7 +4,15 @@ Owns `PcapFile`, `LiveCapture` and `CaptureError`. Packets arrive in batches exa
 pcapy-ng's `next_batch` returns them (one bytes buffer plus packed (sec, usec, offset, caplen)
 records), so there is no Python object per packet until a parser looks at it. Every libpcap
 failure becomes a one-line `CaptureError` an operator can act on. Imports pcapy and
-`capture.packets`/`capture.listeners` only.
+`capture.packets`/`capture.listeners` only (and `capture._native`, to know which path runs).
+
+Files: with the compiled hot path, a classic pcap file (microsecond, version 2.4, either byte
+order) is read in large windows by `os.pread` and its records walked in C
+(`capture.packets.pcap_records`): a batch is then the window itself, where libpcap copies every
+packet twice (into its buffer, then into pcapy-ng's). libpcap still opens and checks every
+file, reads pcapng and the other variants, and takes over from the first record it would cut
+or refuse (and a damaged tail), so the batches are the ones libpcap gives
+(tests/test_capture_pcapfile.py compares them).
 
 Live capture: libpcap with a kernel BPF filter built from the listener ports and a large
 kernel buffer. pcapy-ng 2.1.0 does not expose pcap_set_immediate_mode, so a short read
@@ -22,12 +30,16 @@ from __future__ import annotations
 
 import os
 import select
+import struct
 
 import pcapy
 
-from capture.packets import LINKTYPE_ETHERNET, UnsupportedLinkType, segment_parser
+from capture import _native
+from capture.packets import LINKTYPE_ETHERNET, MAX_SNAPLEN, UnsupportedLinkType, pcap_records, segment_parser
 
 BATCH = 4096  # packets per next_batch call: amortizes the C/Python boundary
+WINDOW = 8 << 20  # bytes of a pcap file read at once by the compiled reader (> 16 + MAX_SNAPLEN)
+WINDOW_RECORDS = 16_384  # records per batch at most, as a bound on the batch's bookkeeping
 
 
 # pcap_activate's negative statuses (pcap/pcap.h).
@@ -57,7 +69,9 @@ def _check_linktype(linktype: int, what: str) -> None:
 class PcapFile:
     """A pcap or pcapng file. `truncated` says why reading stopped early, if it did."""
 
-    def __init__(self, path) -> None:
+    def __init__(self, path, *, own_reader: bool | None = None) -> None:
+        """`own_reader`: walk classic pcap records in C (see the module docstring); None (the
+        default) when the hot path runs compiled, where it is faster than libpcap."""
         self.path = str(path)
         if not os.path.exists(self.path):
             raise CaptureError(f"{self.path}: no such file")
@@ -69,6 +83,28 @@ class PcapFile:
         _check_linktype(self.linktype, self.path)
         self.truncated: str | None = None
         self.packets = 0
+        if own_reader is None:
+            own_reader = _native.native_modules().get("capture.packets") == _native.COMPILED
+        self._own = self._own_format() if own_reader else None
+
+    def _own_format(self) -> tuple[bool, int] | None:
+        """(little-endian, libpcap's snapshot length) of a file the own reader walks; None for
+        pcapng and every other variant (libpcap reads those)."""
+        with open(self.path, "rb") as f:
+            head = f.read(24)
+        if len(head) < 24:
+            return None
+        if head[:4] == b"\xd4\xc3\xb2\xa1":
+            little = True
+        elif head[:4] == b"\xa1\xb2\xc3\xd4":
+            little = False
+        else:
+            return None
+        major, minor, snaplen = struct.unpack_from("<HHxxxxxxxxI" if little else ">HHxxxxxxxxI", head, 4)
+        if (major, minor) != (2, 4):
+            return None
+        # pcap_check_header: a snaplen of 0 or above the link type's maximum becomes that maximum.
+        return little, snaplen if 0 < snaplen <= MAX_SNAPLEN else MAX_SNAPLEN
 
     def _open(self):
         try:
@@ -79,6 +115,13 @@ class PcapFile:
     def batches(self):
         """Yield (buf, meta) until the end of the file. A damaged tail ends the iteration with
         `truncated` set; every whole packet before the damage is still yielded."""
+        if self._own is not None:
+            if (yield from self._own_batches()):
+                return
+            done = self.packets  # libpcap takes over at the first record the own reader left
+            while done:
+                _, meta = self._pcap.next_batch(min(done, BATCH))
+                done -= len(meta) // 16
         while True:
             try:
                 buf, meta = self._pcap.next_batch(BATCH)
@@ -91,6 +134,33 @@ class PcapFile:
                 return
             self.packets += len(meta) // 16
             yield buf, meta
+
+    def _own_batches(self):
+        """The compiled reader's batches; returns True at the end of the file, False where libpcap
+        must go on (a record it would cut or refuse, or a partial record at the end)."""
+        little, snapshot = self._own
+        fd = os.open(self.path, os.O_RDONLY)
+        pos = 24
+        try:
+            # Buffers sized by the file (a small file allocates little), read to its current end.
+            meta = bytearray(min(WINDOW_RECORDS, os.fstat(fd).st_size // 16 + 1) * 16)
+            words = memoryview(meta).cast("I")
+            while True:
+                want = min(WINDOW, os.fstat(fd).st_size - pos)
+                if want <= 0:
+                    return True
+                window = os.pread(fd, want, pos)
+                if not window:
+                    return True
+                n, used, stopped = pcap_records(window, 0, little, snapshot, words)
+                if n:
+                    self.packets += n
+                    pos += used
+                    yield window, memoryview(meta)[:n * 16].tobytes()
+                if stopped or not n:
+                    return False
+        finally:
+            os.close(fd)
 
     def _salvage(self):
         pcap = self._open()
