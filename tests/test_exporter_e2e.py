@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.eventlog import list_logs, read_events
+from exporter.eventlog import SCHEMA_VERSION, list_logs, read_events
 from tests import peers, prom
 from tests.census import Census, wait_for
 from tests.kafka_frames import produce_v0_2, raw_request
@@ -308,5 +308,8 @@ def test_zz_sigterm_flushes_a_readable_event_log(run):
     opened = {r["conn_id"] for r in records if r["type"] == "ConnectionOpened"}
     closed = {r["conn_id"] for r in records if r["type"] == "ConnectionClosed"}
     assert {c["id"] for c in rows} <= opened and {c["id"] for c in rows if c["state"] == "closed"} <= closed
-    assert all(r["schema"] == 1 for r in records)
+    # Schema 2: request traffic only as per-connection rollups, never a line per request.
+    assert all(r["schema"] == SCHEMA_VERSION == 2 for r in records)
+    assert not any(r["type"] in ("RequestSeen", "ResponseSeen", "RequestTally") for r in records)
+    assert any(r["type"] == "ConnectionRollup" for r in records)
     assert any(r["type"] == "ClientSoftware" and r["name"] == "kafka-ts" for r in records)
