@@ -275,7 +275,9 @@ class Roller:
         out = []
         if self._last is None:
             self._last = event.ts
-        elif not 0 <= event.ts - self._last < self.interval:
+        elif not -self.interval < event.ts - self._last < self.interval:
+            # A capture's timestamps may step back a little (packets of several queues): only a
+            # step back of a whole interval (a clock reset) starts a round early.
             self._last = event.ts
             out.extend(self.rollup.take())
         cls = type(event)

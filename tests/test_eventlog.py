@@ -720,3 +720,12 @@ def test_the_entry_budget_evicts_the_longest_held_connection_and_loses_nothing()
     assert totals == {"a": 100, "b": 80, "c": 60}  # every request in some record
     with pytest.raises(ValueError):
         Rollup(max_entries=10)
+
+
+def test_rolled_packet_time_jitter_does_not_start_rounds():
+    events = [*_produce("a", T0 + 10, 1), *_produce("a", T0 + 9.5, 2), *_produce("a", T0 + 20, 3),
+              _closed("a", T0 + 21)]
+    out = [item for item in rolled(events, interval=60) if type(item) is tuple]
+    assert len(out) == 1 and out[0][1].requests[(0, 9)][0] == 3
+    back = [*_produce("b", T0 + 1000, 1), *_produce("b", T0, 2)]  # a clock reset: a round
+    assert [acc.requests[(0, 9)][0] for _, acc in rolled(back, interval=60)] == [1, 1]
