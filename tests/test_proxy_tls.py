@@ -540,3 +540,29 @@ def test_start_up_errors(pki, tmp_path, case):
     with socket.socket() as s:  # the listen port was released
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))
+
+
+# --------------------------------------------------------------------------- 6: the TLS accept loop
+@pytest.mark.parametrize("loop", LOOPS)
+def test_tls_connections_over_the_limit_are_refused_and_counted(pki, loop):
+    """A TLS route accepts its sockets itself (capture/proxy.py, _accept_tls), so it keeps the
+    connection bound itself: with room for one, a served TLS client stays served and the next
+    connection is closed before any handshake, and counted. In-process, as tests/test_proxy.py."""
+    from capture.proxy import TlsSettings
+    from tests.test_proxy import running
+
+    tls = TlsSettings(cert=str(pki.server.cert_path), key=str(pki.server.key_path))
+    ctx = ssl.create_default_context(cafile=str(pki.ca.ca_path))
+    with peers.start_tansu() as broker, running(broker.port, max_connections=1, tls=tls, event_loop=loop) as r:
+        with socket.create_connection(("127.0.0.1", r.port), timeout=10) as raw, \
+                ctx.wrap_socket(raw, server_hostname="127.0.0.1") as kept:
+            kept.sendall(api_versions_v0())
+            answer = kept.recv(65536)
+            assert answer[4:8] == struct.pack(">i", 7), answer  # Tansu's answer, through the proxy
+            # Refused with a reset, which may come before connect() has returned.
+            with contextlib.suppress(ConnectionResetError), \
+                    socket.create_connection(("127.0.0.1", r.port), timeout=10) as extra:
+                assert extra.recv(100) == b""
+            r.wait(lambda: r.proxy.drops["over_limit"] == 1)
+            r.wait(lambda: [c["client_id"] for c in r.rows("open")] == ["census-probe"])  # decoded in batches
+            assert r.rows("open")[0]["client_port"] == kept.getsockname()[1]
