@@ -36,6 +36,7 @@ per request.
 from __future__ import annotations
 
 from bisect import bisect_left
+from operator import add as _add
 
 from capture.events import (
     LATENCY_BUCKETS,
@@ -228,11 +229,12 @@ class Rollup:
         counts[2] += latency
         if bucket is not None:
             counts[3][bucket] += 1
+        elif len(buckets) == _NBUCKETS:  # a tally's (the core's buckets): added in C
+            counts[3] = list(map(_add, counts[3], buckets))
         else:
             mine = counts[3]
             for i, c in enumerate(buckets[:_NBUCKETS]):
-                if c:
-                    mine[i] += c
+                mine[i] += c
 
     def _acks(self, acc: Accumulator, key, n: int) -> None:
         if key in acc.acks:
