@@ -104,6 +104,73 @@ def test_null_and_non_ascii_client_ids():
     assert [r.client_id for r in of(events, RequestSeen)] == [None, "zähler-ü"]
 
 
+def _frame_with_rule_header(api_key: int, api_version: int, spec, corr: int, client_id: bytes) -> bytes:
+    """A request whose header is the version request_header_version gives, body 8 zero bytes."""
+    version = request_header_version(api_key, api_version, spec)
+    header = struct.pack(">hhi", api_key, api_version, corr)
+    if version >= 1:
+        header += struct.pack(">h", len(client_id)) + client_id
+    if version == 2:
+        header += b"\x00"  # no tagged fields
+    return sized(header + b"\x00" * 8)
+
+
+def test_every_version_of_every_api_is_framed_by_the_header_rule():
+    """The frame loop looks the header version up in a table built at import from the rule: for
+    every (key, version) of the table, and one version past it, the client_id is where the rule
+    puts it, and a version outside the table yields none (issue 13)."""
+    sasl = {17, 36}  # their frames change the connection's state (tests below)
+    for key, spec in API_TABLE.items():
+        if key in sasl:
+            continue
+        for version in range(spec.min_version, spec.max_version + 2):
+            _, events = run([(C, _frame_with_rule_header(key, version, spec, 7, b"cid-%d" % key))], close=False)
+            [req] = of(events, RequestSeen)
+            known = version <= spec.max_version
+            expected_cid = None if not known or request_header_version(key, version, spec) == 0 else f"cid-{key}"
+            assert (req.api_key, req.api_name, req.api_version, req.correlation_id, req.client_id) == (
+                key, spec.name, version, 7, expected_cid), (key, version)
+            unknown = [e for e in of(events, DecodeError) if e.kind == Kind.UNKNOWN_API_VERSION]
+            assert len(unknown) == (0 if known else 1), (key, version)
+
+
+def test_tally_runs_equal_the_events_they_replace_and_end_before_other_events():
+    """Tally mode counts runs of one (api, version, acks) in place: the tallies hold exactly the
+    requests and acks the per-request events show, and a run ends before any other event."""
+    produce = struct.pack(">h", -1) + struct.pack(">hi", 1, 1000) + struct.pack(">i", 0)  # v3-8: txn id null, acks 1
+    frames = ([raw_request(0, 8, i, "p", produce) for i in range(3)]
+              + [raw_request(0, 8, 3, "p", struct.pack(">hhi", -1, -1, 1000) + struct.pack(">i", 0))]  # acks -1
+              + [raw_request(0, 7, 4, "p", produce), metadata(5)]
+              + [raw_request(200, 0, 6, "q", b"")]  # not in the table: a DecodeError, which ends the run
+              + [raw_request(0, 8, 7, "p", produce), metadata(8, client_id="last")])
+    per_event = KafkaConnection("e")
+    tally = KafkaConnection("t", tally=True)
+    for conn in (per_event, tally):
+        for i, frame in enumerate(frames):
+            conn.receive(C, frame, float(i))
+    events = per_event.events()
+    tallied = tally.events()
+    tally.flush_tally()  # the sweep: the run counted since the DecodeError
+    tallied += tally.events()
+    kinds = [type(e).__name__ for e in tallied]
+    assert kinds == ["RequestTally", "DecodeError", "RequestTally"], kinds
+    first, _, second = tallied
+    assert first.requests == ((0, 7, 1, len(frames[4]) - 4), (0, 8, 4, sum(len(f) - 4 for f in frames[:4])),
+                              (3, 12, 1, len(frames[5]) - 4))
+    assert first.acks == ((-1, False, 1), (1, False, 4)) and first.client_id == "app-1"
+    assert second.requests[-1][:3] == (200, 0, 1) and second.acks == ((1, False, 1),)
+    assert second.client_id == "last"
+    counted = {}
+    for t in (first, second):
+        for key, version, n, _size in t.requests:
+            counted[key, version] = counted.get((key, version), 0) + n
+    seen = {}
+    for r in of(events, RequestSeen):
+        seen[r.api_key, r.api_version] = seen.get((r.api_key, r.api_version), 0) + 1
+    assert counted == seen
+    assert sum(n for t in (first, second) for *_, n in t.acks) == len(of(events, ProduceAcks)) == 6
+
+
 # --- requests and responses ---------------------------------------------------------------
 
 
@@ -194,6 +261,37 @@ def test_v0_exchange_gives_an_accepted_identity_without_software_fields():
     _, events = run([(C, request_frame(AvReq0(), 1)), (B, _av0_response(ErrorCode.none, 1))])
     [offer] = of(events, ClientSoftware)
     assert (offer.name, offer.version, offer.valid, offer.accepted) == (None, None, None, True)
+
+
+def test_answers_of_two_brokers_in_turn_each_reach_their_connection():
+    """The core parses each distinct ApiVersions answer once (bodies.py) and checks the last one
+    first: connections to two brokers in turn must each get their own broker's ranges."""
+    from kio.schema.api_versions.v3 import response as av3
+
+    def answer(top: int) -> bytes:
+        return response_frame(av3.ApiVersionsResponse(
+            error_code=ErrorCode.none, throttle_time=datetime.timedelta(0),
+            api_keys=tuple(av3.ApiVersion(api_key=i16(k), min_version=i16(0), max_version=i16(top)) for k in range(3))), 1)
+
+    request = request_frame(AvReq3(client_software_name="librdkafka", client_software_version="2.16.1"), 1)
+    for i in range(6):
+        top = 4 + i % 2
+        _, events = run([(C, request), (B, answer(top))])
+        [ranges] = [e.api_ranges for e in events if type(e).__name__ == "ApiVersionsAnswer"]
+        assert ranges == ((0, 0, top), (1, 0, top), (2, 0, top)), i
+
+
+def test_software_verdicts_are_remembered_within_a_bound():
+    from capture.kafka import bodies
+
+    assert bodies.software_field_valid("librdkafka") and not bodies.software_field_valid("lib rdkafka")
+    assert not bodies.software_field_valid("lib rdkafka")  # a remembered False is still False
+    assert not bodies.software_field_valid(None)
+    long = "a" * (bodies.SOFTWARE_VERDICT_MAX_LEN + 1)
+    assert bodies.software_field_valid(long) and long not in bodies._verdicts
+    for i in range(bodies.SOFTWARE_VERDICTS + 10):
+        assert bodies.software_field_valid(f"client-{i}")
+    assert len(bodies._verdicts) <= bodies.SOFTWARE_VERDICTS
 
 
 # --- SASL ----------------------------------------------------------------------------------

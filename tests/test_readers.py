@@ -125,6 +125,17 @@ def test_int16(value):
 
 
 @FAST
+@given(I16)
+def test_int16_at_is_read_int16_without_the_offset(value):
+    encoded = kio(kw.write_int16, value)
+    for buf in (encoded + TRAILER, bytearray(LEADER + encoded), memoryview(encoded)):
+        off = len(LEADER) if isinstance(buf, bytearray) else 0
+        assert r.int16_at(buf, off, off + 2) == value == r.read_int16(buf, off, off + 2)[0]
+    expect_error(Kind.TRUNCATED, r.int16_at, encoded[:1])
+    expect_error(Kind.TRUNCATED, r.int16_at, encoded + TRAILER, 0, 1)  # `end`, not the buffer, bounds it
+
+
+@FAST
 @given(I32)
 def test_int32(value):
     feed_three_ways(r.read_int32, kio(kw.write_int32, value), value)

@@ -14,6 +14,7 @@ import struct
 
 from .errors import Kind, ProtocolError
 from .readers import (
+    int16_at,
     read_array_length,
     read_bool,
     read_bytes_span,
@@ -42,10 +43,26 @@ MAX_UNKNOWN_TAGS = 32
 # ("[a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?"), applied to name and version with matches().
 # An invalid pair gets INVALID_REQUEST (42) and registers nothing.
 _SOFTWARE_FIELD = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+# Verdicts of the pattern on the short values seen (real clients send a handful of distinct ones:
+# one lookup, where the match cost more than the rest of an ApiVersions exchange). Bounded: at
+# the bound it starts again; a longer value is matched each time.
+SOFTWARE_VERDICTS = 1024
+SOFTWARE_VERDICT_MAX_LEN = 64
+_verdicts: dict[str, bool] = {}
 
 
 def software_field_valid(value: str | None) -> bool:
-    return value is not None and _SOFTWARE_FIELD.fullmatch(value) is not None
+    if value is None:
+        return False
+    verdicts = _verdicts  # a local: compiled, typed as a dict (bodies.pxd)
+    verdict = verdicts.get(value)
+    if verdict is None:
+        verdict = _SOFTWARE_FIELD.fullmatch(value) is not None
+        if len(value) <= SOFTWARE_VERDICT_MAX_LEN:
+            if len(verdicts) >= SOFTWARE_VERDICTS:
+                verdicts.clear()
+            verdicts[value] = verdict
+    return verdict
 
 
 # --- ApiVersions (key 18) -------------------------------------------------------------------
@@ -60,6 +77,28 @@ def read_api_versions_request(buf, off: int, end: int, version: int) -> tuple[st
     sw_version, off = read_compact_string(buf, off, end)
     skip_tagged_fields(buf, off, end)
     return name, sw_version
+
+
+# Clients of one kind send the same ApiVersions request body, byte for byte: parsed once per
+# distinct body (as the answers below). Bounded as they are; a ProtocolError is not kept.
+API_VERSIONS_REQUEST_CACHE = 64
+API_VERSIONS_REQUEST_CACHED_BYTES = 256  # two software fields; a longer body is parsed each time
+_offers: dict[tuple[bytes, int], tuple[str | None, str | None]] = {}
+
+
+def read_api_versions_request_cached(buf, off: int, end: int, version: int) -> tuple[str | None, str | None]:
+    """`read_api_versions_request`, memoized by the body's bytes."""
+    if version < 3 or end - off > API_VERSIONS_REQUEST_CACHED_BYTES:
+        return read_api_versions_request(buf, off, end, version)
+    offers = _offers  # a local: compiled, typed as a dict (bodies.pxd)
+    key = (bytes(buf[off:end]), version)
+    offer = offers.get(key)
+    if offer is None:
+        offer = read_api_versions_request(buf, off, end, version)
+        if len(offers) >= API_VERSIONS_REQUEST_CACHE:
+            offers.pop(next(iter(offers), None), None)
+        offers[key] = offer
+    return offer
 
 
 # (api_key, min, max) entries: 6 bytes, + 1 tagged-field byte when flexible.
@@ -124,19 +163,30 @@ def read_api_versions_response(buf, off: int, end: int, request_version: int) ->
 API_VERSIONS_ANSWER_CACHE = 64
 API_VERSIONS_ANSWER_CACHED_BYTES = 16 * 1024  # a real answer is a few hundred bytes; a larger one is parsed each time
 _answers: dict[tuple[bytes, int], dict] = {}
+# The last answer returned, checked first by comparing bytes: hashing a 75-range body cost more
+# than the rest of the lookup, and the next connection usually meets the same broker's answer.
+_last_answer: tuple | None = None  # (body, request_version, answer)
 
 
 def read_api_versions_response_cached(buf, off: int, end: int, request_version: int) -> dict:
     """`read_api_versions_response`, memoized by the body's bytes; a ProtocolError is not kept."""
+    global _last_answer
     if end - off > API_VERSIONS_ANSWER_CACHED_BYTES:
         return read_api_versions_response(buf, off, end, request_version)
-    key = (bytes(buf[off:end]), request_version)
-    answer = _answers.get(key)
+    last = _last_answer
+    if (last is not None and last[1] == request_version and len(last[0]) == end - off
+            and isinstance(buf, (bytes, bytearray)) and buf.startswith(last[0], off)):
+        return last[2]  # compared in place: no copy
+    body = bytes(buf[off:end])
+    key = (body, request_version)
+    answers = _answers  # a local: compiled, typed as a dict (bodies.pxd)
+    answer = answers.get(key)
     if answer is None:
         answer = read_api_versions_response(buf, off, end, request_version)
-        if len(_answers) >= API_VERSIONS_ANSWER_CACHE:
-            _answers.pop(next(iter(_answers), None), None)
-        _answers[key] = answer
+        if len(answers) >= API_VERSIONS_ANSWER_CACHE:
+            answers.pop(next(iter(answers), None), None)
+        answers[key] = answer
+    _last_answer = (body, request_version, answer)
     return answer
 
 
@@ -194,7 +244,7 @@ def read_sasl_authenticate_request(buf, off: int, end: int, version: int) -> tup
 def read_sasl_authenticate_response(buf, off: int, end: int, version: int) -> int:
     """SaslAuthenticateResponse.json: ErrorCode first. The rest (message, server token,
     session lifetime) is not needed."""
-    return read_int16(buf, off, end)[0]
+    return int16_at(buf, off, end)
 
 
 # --- Produce (key 0) and JoinGroup (key 11) ----------------------------------------------------
@@ -214,8 +264,7 @@ def read_produce_prefix(buf, off: int, end: int, version: int, flexible: bool) -
             reader = read_compact_nullable_string if flexible else read_nullable_string
             txn, off = reader(buf, off, end)
             transactional = txn is not None
-    acks, off = read_int16(buf, off, end)
-    return acks, transactional
+    return int16_at(buf, off, end), transactional  # Acks
 
 
 def read_join_group_group_id(buf, off: int, end: int, version: int, flexible: bool) -> str:

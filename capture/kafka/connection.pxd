@@ -5,6 +5,20 @@
 # (a test that spies on one subclasses instead). Keep it in step with connection.py's
 # attributes (tests/test_differential.py and the core tests fail otherwise).
 cimport cython
+# C calls into the rules the frame loops apply per frame (the .py imports the same names itself).
+from capture.kafka.bodies cimport (
+    read_api_versions_request_cached,
+    read_api_versions_response_cached,
+    read_join_group_group_id,
+    read_produce_prefix,
+    read_sasl_authenticate_request,
+    read_sasl_authenticate_response,
+    read_sasl_handshake_request,
+    read_sasl_handshake_response,
+    software_field_valid,
+)
+from capture.kafka.headers cimport request_header_version, skip_response_header
+from capture.kafka.readers cimport int16_at, skip_tagged_fields
 
 cdef class _Half:
     cdef public object direction
@@ -16,18 +30,48 @@ cdef class _Half:
     cdef public Py_ssize_t tokens
     cdef public bytes cid_raw
     cdef public str cid_str
+    cpdef _setup(self, direction, state)
     @cython.locals(n=Py_ssize_t)
     cpdef feed(self, data)
     @cython.locals(end=Py_ssize_t)
     cpdef consume_frame(self, Py_ssize_t frame_end)
 
+# Numbers and str only: an object the cyclic GC does not track (Cython leaves out GC support for
+# a type whose object attributes cannot be part of a cycle).
 cdef class _InFlight:
     cdef public Py_ssize_t seq
     cdef public int api_key
     cdef public int api_version
-    cdef public object spec
     cdef public double ts
-    cdef public object detail
+    cdef public bint unconfirmed
+    cdef public str software_name
+    cdef public str software_version
+    cdef public str mechanism
+
+cdef class _EventBuilder:
+    cdef object cls
+    cdef tuple setters
+
+# Module constants the frame loops compare with, as C values (not visible to Python importers).
+cdef int PRODUCE, JOIN_GROUP, SASL_HANDSHAKE, SASL_AUTHENTICATE
+cdef int _NO_CLIENT_ID, _NO_ACKS, _KEY_SLOTS, _VERSION_SLOTS
+cdef Py_ssize_t _BATCH, _SCAN_KEEP
+cdef frozenset _DECODED_REQUESTS, _DECODED_RESPONSES
+cdef bytes _HEADER_OF
+cdef bint _COMPILED
+cdef list _SPECS
+
+cdef object _spec_of(int api_key)
+@cython.locals(value=Py_ssize_t)
+cdef Py_ssize_t _int32_at(bytearray buf, Py_ssize_t i) except? -1
+@cython.locals(value=int)
+cdef int _int16_at(bytearray buf, Py_ssize_t i) except? -1
+@cython.locals(patterns=dict)
+cpdef object _request_scan_pattern(Py_ssize_t max_frame_size)
+@cython.locals(half=_Half)
+cdef _Half _new_half(direction, state)
+@cython.locals(entry=_InFlight)
+cdef _InFlight _new_in_flight(Py_ssize_t seq, int api_key, int api_version, double ts)
 
 cdef class KafkaConnection:
     cdef public object conn_id
@@ -63,16 +107,36 @@ cdef class KafkaConnection:
     cdef public dict _tally_acks
     cdef public object _tally_client_id
     cdef public double _tally_ts
+    cdef public Py_ssize_t _run_count
+    cdef public Py_ssize_t _run_bytes
+    cdef public int _run_api_key
+    cdef public int _run_api_version
+    cdef public int _run_acks
+    cdef public bint _run_transactional
     cdef object __weakref__
 
     cpdef receive(self, direction, data, double ts)
+    cpdef list events(self)
     @cython.locals(half=_Half)
     cpdef bint _pump(self)
     cpdef bint _step(self, _Half half)
+    cpdef _emit(self, event)
+    cpdef _flush_tally(self)
+    @cython.locals(n=Py_ssize_t)
+    cpdef _fold_run(self)
+    cpdef _desync(self, _Half half, kind, detail)
+    cpdef _decode_error(self, _Half half, kind, api_key, api_version, detail)
     @cython.locals(pos=Py_ssize_t, end=Py_ssize_t, avail=Py_ssize_t, size=Py_ssize_t, frame_end=Py_ssize_t,
-                   complete=bint, api_key=int, api_version=int, body=object, known=bint, header_version=int,
-                   done=Py_ssize_t, max_frame_size=Py_ssize_t, tally=bint, buf=bytearray, max_in_flight=Py_ssize_t)
+                   complete=bint, api_key=int, api_version=int, cid_len=int, body=Py_ssize_t, known=bint,
+                   header_version=int, done=Py_ssize_t, max_frame_size=Py_ssize_t, tally=bint, buf=bytearray,
+                   max_in_flight=Py_ssize_t, header_of=bytes, specs=list, lim=Py_ssize_t, off=Py_ssize_t,
+                   ts=double, entry=_InFlight, in_flight=dict, acks=int, transactional=bint)
     cpdef bint _client_frames(self, _Half half)
+    cpdef _request_body(self, _Half half, int api_key, int api_version, int header_version, Py_ssize_t off,
+                        Py_ssize_t end)
     @cython.locals(pos=Py_ssize_t, size=Py_ssize_t, frame_end=Py_ssize_t, api_key=int, entry=_InFlight,
                    buf=bytearray, latency=double, ts=double, decode=bint)
     cpdef bint _broker_frame(self, _Half half)
+    cpdef _InFlight _match(self, _Half half, corr)
+    @cython.locals(api_key=int, version=int, off=Py_ssize_t, ts=double)
+    cpdef _response_body(self, _Half half, _InFlight entry, Py_ssize_t pos, Py_ssize_t frame_end)

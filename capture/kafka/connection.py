@@ -45,10 +45,11 @@ import re
 import struct
 from bisect import bisect_left
 from collections import deque
+from dataclasses import fields
 
 from .api_table import API_TABLE, ApiSpec
 from .bodies import (
-    read_api_versions_request,
+    read_api_versions_request_cached,
     read_api_versions_response_cached,
     read_join_group_group_id,
     read_produce_prefix,
@@ -80,7 +81,7 @@ from .events import (
     positional_maker,
 )
 from .headers import API_VERSIONS, request_header_version, skip_response_header
-from .readers import read_int16, skip_tagged_fields
+from .readers import int16_at, skip_tagged_fields
 from .sasl import CLIENT_TOKENS, principal_from_first_token
 
 # socket.request.max.bytes, the broker's default limit on a request (KafkaConfig).
@@ -109,20 +110,96 @@ _SIZE = struct.Struct(">i")
 _REQ = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
 _REQ_CID = struct.Struct(">ihhih")  # ... + client_id length
 _RESP = struct.Struct(">ii")  # size, correlation_id
+# True when this module runs as its Cython extension (setup.py), whose __file__ is the extension's.
+# The frame loops read the header integers by index when compiled (C reads, where struct's call
+# cost more than the rest of a header) and with struct as Python (one call, where fourteen
+# indexings cost more): the same bytes, the same integers, and tests/test_differential.py
+# replays every corpus through both builds and compares the results.
+_COMPILED = not __file__.endswith(".py")
+# The frame loops' readers as bound methods, looked up once (compiled, an attribute lookup and a
+# bound-method object per frame cost as much as the read).
+_read_request_header = _REQ_CID.unpack_from
+_read_response_header = _RESP.unpack_from
+
+
+def _int32_at(buf: bytearray, i: int) -> int:
+    """The big-endian int32 at i, by index (the compiled frame loops' read: see _COMPILED)."""
+    value = buf[i]
+    value = value << 24 | buf[i + 1] << 16 | buf[i + 2] << 8 | buf[i + 3]
+    return value - 0x100000000 if value >= 0x80000000 else value
+
+
+def _int16_at(buf: bytearray, i: int) -> int:
+    """The big-endian int16 at i, by index (as _int32_at)."""
+    value = buf[i] << 8 | buf[i + 1]
+    return value - 0x10000 if value >= 0x8000 else value
+_NO_CLIENT_ID = -2  # a client_id length no frame has: the frame is too short to hold one (< -1, refused)
+_NO_ACKS = -0x10000  # not an int16: the request carries no readable acks (not a Produce, or its prefix is unreadable)
 
 SYNCED, SCANNING, VERIFYING, SASL_RAW, IGNORED = "synced", "scanning", "verifying", "sasl_raw", "ignored"
 
 _OP_DATA, _OP_GAP, _OP_CLOSE, _OP_WAKE = 0, 1, 2, 3
+# The enum's members, looked up once: an attribute of an Enum class costs a metaclass lookup.
+_FROM_CLIENT, _FROM_BROKER = Direction.FROM_CLIENT, Direction.FROM_BROKER
 # Frames decoded per step: amortises the pump without letting one chunk queue unbounded events.
 _BATCH = 64
 
-# In-flight detail of a frame sent while a SaslHandshake v0 answer was unknown: a response to it
-# proves that Kafka frames resumed.
-_UNCONFIRMED = object()
+class _EventBuilder:
+    """A positional constructor of an event class: the object, then each slot through its
+    descriptor, in the dataclass's field order, as events.positional_maker's generated function
+    does. Compiled (see _COMPILED), this C loop is the faster of the two; as Python, the
+    generated function is."""
 
-_make_request_seen = positional_maker(RequestSeen)
-_make_produce_acks = positional_maker(ProduceAcks)
-_make_response_seen = positional_maker(ResponseSeen)
+    __slots__ = ("cls", "setters")
+
+    def __init__(self, cls) -> None:
+        self.cls = cls
+        self.setters = tuple(getattr(cls, f.name).__set__ for f in fields(cls))
+
+    def __call__(self, *values):
+        setters = self.setters
+        if len(values) != len(setters):
+            raise TypeError(f"{self.cls.__name__} has {len(setters)} fields, got {len(values)} values")
+        event = _new_object(self.cls)
+        for i in range(len(setters)):
+            setters[i](event, values[i])
+        return event
+
+
+_new_object = object.__new__
+
+
+def _maker(cls):
+    """A positional constructor for an event class (field order): a keyword call to a frozen
+    dataclass sets each field through object.__setattr__ by name, several times slower."""
+    return _EventBuilder(cls) if _COMPILED else positional_maker(cls)
+
+
+_make_request_seen = _maker(RequestSeen)
+_make_produce_acks = _maker(ProduceAcks)
+_make_response_seen = _maker(ResponseSeen)
+_make_request_tally = _maker(RequestTally)
+_make_api_versions_answer = _maker(ApiVersionsAnswer)
+_make_client_software = _maker(ClientSoftware)
+_make_decode_error = _maker(DecodeError)
+
+# headers.request_header_version applied once, at import, to every (api_key, api_version) the
+# table describes: one byte each, the header version + 1, at api_key * _VERSION_SLOTS +
+# api_version; 0 for a version outside the table's range (the frame loop then asks the rule
+# itself). A lookup in it is what the request loop pays per frame instead of a dict lookup, two
+# range checks and a call.
+_KEY_SLOTS = max(API_TABLE) + 1
+_VERSION_SLOTS = max(spec.max_version for spec in API_TABLE.values()) + 1
+_HEADER_OF = bytes(
+    request_header_version(key, version, API_TABLE[key]) + 1
+    if key in API_TABLE and API_TABLE[key].min_version <= version <= API_TABLE[key].max_version else 0
+    for key in range(_KEY_SLOTS) for version in range(_VERSION_SLOTS))
+_SPECS = [API_TABLE.get(key) for key in range(_KEY_SLOTS)]
+
+
+def _spec_of(api_key: int) -> ApiSpec | None:
+    """API_TABLE.get(api_key), from the list above."""
+    return _SPECS[api_key] if 0 <= api_key < _KEY_SLOTS else None
 
 
 _scan_patterns: dict[int, re.Pattern] = {}
@@ -134,9 +211,10 @@ def _request_scan_pattern(max_frame_size: int) -> re.Pattern:
     C. The size is a lookbehind rather than the first item so that zero-filled bytes (padding
     in record batches) fail in C: as a leading lookahead they matched everywhere and each was
     rejected in Python (2 MB/s)."""
-    pattern = _scan_patterns.get(max_frame_size)
+    patterns = _scan_patterns  # a local: compiled, typed as a dict (connection.pxd)
+    pattern = patterns.get(max_frame_size)
     if pattern is None:
-        pattern = _scan_patterns[max_frame_size] = _compile_scan_pattern(max_frame_size)
+        pattern = patterns[max_frame_size] = _compile_scan_pattern(max_frame_size)
     return pattern
 
 
@@ -206,6 +284,9 @@ class _Half:
     __slots__ = ("direction", "buf", "pos", "skip", "state", "scan_skipped", "tokens", "cid_raw", "cid_str")
 
     def __init__(self, direction: Direction, state: str) -> None:
+        self._setup(direction, state)
+
+    def _setup(self, direction: Direction, state: str) -> None:
         self.direction = direction
         self.buf = bytearray()
         self.pos = 0  # start of the unparsed part of buf
@@ -239,16 +320,42 @@ class _Half:
             self.skip = frame_end - end
 
 
-class _InFlight:
-    __slots__ = ("seq", "api_key", "api_version", "spec", "ts", "detail")
+def _new_half(direction: Direction, state: str) -> _Half:
+    """A _Half without a call to its class (compiled: a C function filling the struct)."""
+    half = _Half.__new__(_Half)
+    half._setup(direction, state)
+    return half
 
-    def __init__(self, seq: int, api_key: int, api_version: int, spec: ApiSpec | None, ts: float, detail) -> None:
+
+class _InFlight:
+    """A request awaiting its answer. Holds numbers and strings only (its ApiSpec is the table's,
+    looked up again from api_key when the answer comes): compiled, an object the cyclic GC does
+    not track, however many requests are in flight."""
+
+    __slots__ = ("seq", "api_key", "api_version", "ts", "unconfirmed", "software_name", "software_version",
+                 "mechanism")
+
+    def __init__(self, seq: int, api_key: int, api_version: int, ts: float) -> None:
         self.seq = seq  # request order on the connection
         self.api_key = api_key
         self.api_version = api_version
-        self.spec = spec
         self.ts = ts
-        self.detail = detail  # ApiVersions: (name, version); SaslHandshake: mechanism
+        self.unconfirmed = False  # sent while a SaslHandshake v0 answer was unknown (_uncertain_frame)
+        self.software_name: str | None = None  # ApiVersions v3+: ClientSoftwareName, ClientSoftwareVersion
+        self.software_version: str | None = None
+        self.mechanism: str | None = None  # SaslHandshake
+
+
+def _new_in_flight(seq: int, api_key: int, api_version: int, ts: float) -> _InFlight:
+    """An _InFlight without a call to its class (compiled: a C function filling the struct)."""
+    entry = _InFlight.__new__(_InFlight)
+    entry.seq = seq
+    entry.api_key = api_key
+    entry.api_version = api_version
+    entry.ts = ts
+    entry.unconfirmed = False
+    entry.software_name = entry.software_version = entry.mechanism = None
+    return entry
 
 
 class _Sasl:
@@ -283,8 +390,8 @@ class KafkaConnection:
         self.max_decoded_frame = max_decoded_frame
         self.max_in_flight = max_in_flight
         start = SCANNING if mid_stream else SYNCED
-        self._client = _Half(Direction.FROM_CLIENT, start)
-        self._broker = _Half(Direction.FROM_BROKER, start)
+        self._client = _new_half(_FROM_CLIENT, start)
+        self._broker = _new_half(_FROM_BROKER, start)
         self._input: deque = deque()
         self._active: _Half | None = None
         self._events: deque = deque()
@@ -311,6 +418,15 @@ class KafkaConnection:
         # place, never replaced: the request loop holds them in locals across an _emit.
         self.tally = tally
         self._tally_requests: dict = {}  # (api_key, api_version) -> [count, bytes]
+        # The current run of requests of one (api_key, api_version) (and for Produce, one
+        # (acks, transactional)): counted in these integers, folded into the dicts above when
+        # another kind of request comes or the tally is handed over (_fold_run).
+        self._run_count = 0
+        self._run_bytes = 0
+        self._run_api_key = 0
+        self._run_api_version = 0
+        self._run_acks = _NO_ACKS
+        self._run_transactional = False
         self._tally_responses: dict = {}  # (api_key, api_version) -> [count, bytes, latency sum, buckets]
         self._tally_acks: dict = {}  # (acks, transactional) -> count
         self._tally_client_id: str | None = None  # last non-null client_id of the run
@@ -346,7 +462,7 @@ class KafkaConnection:
     def flush_tally(self) -> None:
         """Tally mode: end the current run; its `RequestTally`, if it counted anything, is the
         next event `events()` / `next_event()` return after those already decoded."""
-        if self._tally_requests or self._tally_responses:
+        if self._run_count or self._tally_requests or self._tally_responses:
             self._flush_tally()
 
     def next_event(self):
@@ -390,7 +506,7 @@ class KafkaConnection:
     def direction_buffered(self, direction: Direction) -> int:
         """What dropping this direction gives back: its buffer, and for the client direction the
         requests awaiting an answer."""
-        if direction == Direction.FROM_CLIENT:
+        if direction == _FROM_CLIENT:
             return len(self._client.buf) + len(self._in_flight) * IN_FLIGHT_BYTES
         return len(self._broker.buf)
 
@@ -414,14 +530,14 @@ class KafkaConnection:
         op, direction, payload, ts = self._input.popleft()
         self._ts = ts
         if op == _OP_DATA:
-            half = self._client if direction == Direction.FROM_CLIENT else self._broker
+            half = self._client if direction == _FROM_CLIENT else self._broker
             half.feed(payload)
             self._active = half
         elif op == _OP_WAKE:  # held client bytes are decided now: decode them before newer input
             self._wake_queued = False
             self._active = self._client
         elif op == _OP_GAP:
-            half = self._client if direction == Direction.FROM_CLIENT else self._broker
+            half = self._client if direction == _FROM_CLIENT else self._broker
             if half.state != IGNORED:
                 half.buf = bytearray()  # clear() would keep the allocation
                 half.pos = half.skip = 0
@@ -453,17 +569,36 @@ class KafkaConnection:
         return False
 
     def _emit(self, event) -> None:
-        if self._tally_requests or self._tally_responses:  # a run ends before any other event
+        if self._run_count or self._tally_requests or self._tally_responses:  # a run ends before any other event
             self._flush_tally()
         self._events.append(event)
 
+    def _fold_run(self) -> None:
+        """Add the current run of one kind of request to the tally's dicts."""
+        n = self._run_count
+        if not n:
+            return
+        key = (self._run_api_key, self._run_api_version)
+        counts = self._tally_requests.get(key)
+        if counts is None:
+            self._tally_requests[key] = [n, self._run_bytes]
+        else:
+            counts[0] += n
+            counts[1] += self._run_bytes
+        if self._run_acks != _NO_ACKS:
+            key = (self._run_acks, self._run_transactional)
+            self._tally_acks[key] = self._tally_acks.get(key, 0) + n
+        self._run_count = 0
+        self._run_bytes = 0
+
     def _flush_tally(self) -> None:
+        self._fold_run()
         requests, responses, acks = self._tally_requests, self._tally_responses, self._tally_acks
-        self._events.append(RequestTally(
-            conn_id=self.conn_id, ts=self._tally_ts, client_id=self._tally_client_id,
-            requests=tuple(sorted([(k[0], k[1], a[0], a[1]) for k, a in requests.items()])),
-            responses=tuple(sorted([(k[0], k[1], a[0], a[1], tuple(a[3]), a[2]) for k, a in responses.items()])),
-            acks=tuple(sorted([(k[0], k[1], n) for k, n in acks.items()]))))
+        self._events.append(_make_request_tally(
+            self.conn_id, self._tally_ts, self._tally_client_id,
+            tuple(sorted([(k[0], k[1], a[0], a[1]) for k, a in requests.items()])),
+            tuple(sorted([(k[0], k[1], a[0], a[1], tuple(a[3]), a[2]) for k, a in responses.items()])),
+            tuple(sorted([(k[0], k[1], n) for k, n in acks.items()]))))
         requests.clear()
         responses.clear()
         acks.clear()
@@ -477,8 +612,7 @@ class KafkaConnection:
         self._emit(Desync(conn_id=self.conn_id, ts=self._ts, direction=half.direction, kind=kind, detail=detail))
 
     def _decode_error(self, half: _Half, kind: str, api_key, api_version, detail: str) -> None:
-        self._emit(DecodeError(conn_id=self.conn_id, ts=self._ts, direction=half.direction, kind=kind,
-                               api_key=api_key, api_version=api_version, detail=detail))
+        self._emit(_make_decode_error(self.conn_id, self._ts, half.direction, kind, api_key, api_version, detail))
 
     # --- requests -----------------------------------------------------------------------
 
@@ -506,42 +640,64 @@ class KafkaConnection:
         in_flight = self._in_flight
         max_in_flight = self.max_in_flight
         tally = self.tally
-        tally_requests, tally_acks = self._tally_requests, self._tally_acks
+        header_of = _HEADER_OF
+        specs = _SPECS
         for done in range(_BATCH):
             pos = half.pos
             end = len(buf)
             avail = end - pos
-            if avail < 4:
+            if avail >= 14:  # the usual case: the header up to client_id's length in one read
+                if _COMPILED:  # the fields of _REQ_CID
+                    size = _int32_at(buf, pos)
+                    api_key = _int16_at(buf, pos + 4)
+                    api_version = _int16_at(buf, pos + 6)
+                    corr = _int32_at(buf, pos + 8)
+                    cid_len = _int16_at(buf, pos + 12)
+                else:
+                    size, api_key, api_version, corr, cid_len = _read_request_header(buf, pos)
+            elif avail >= 4:
+                size = _SIZE.unpack_from(buf, pos)[0]
+                api_key = api_version = cid_len = 0  # read below once the frame is known complete
+                corr = None
+            else:
                 return done > 0
-            size = _SIZE.unpack_from(buf, pos)[0]
             if size < 8 or size > max_frame_size:
                 self._desync(half, Kind.FRAME_SIZE, f"request size {size} outside 8..{max_frame_size}")
                 return True
             frame_end = pos + 4 + size
             complete = frame_end <= end
-            if avail < 14 and not complete:
-                return done > 0
-            if size >= 10:
-                _, api_key, api_version, corr, cid_len = _REQ_CID.unpack_from(buf, pos)
-            else:
+            if avail < 14:
+                if not complete:
+                    return done > 0
                 _, api_key, api_version, corr = _REQ.unpack_from(buf, pos)
-                cid_len = None
-            spec = API_TABLE.get(api_key)
-            known = spec is not None and spec.min_version <= api_version <= spec.max_version
+            if size < 10:  # too short for a client_id length: the next two bytes are another frame's
+                cid_len = _NO_CLIENT_ID
+            if 0 <= api_key < _KEY_SLOTS and 0 <= api_version < _VERSION_SLOTS:
+                header_version = header_of[api_key * _VERSION_SLOTS + api_version] - 1
+            else:
+                header_version = -1
+            if header_version >= 0:
+                spec = specs[api_key]
+                known = True
+            else:
+                spec = API_TABLE.get(api_key)
+                known = False
+                header_version = request_header_version(api_key, api_version, spec)
 
-            # client_id is read in place (and decoded once per distinct value).
+            # client_id is read in place (and decoded once per distinct value). body: where the
+            # body starts, -1 when the header is not read.
             body = pos + 14
-            header_version = request_header_version(api_key, api_version, spec)
             if header_version == 0:
                 client_id = None
                 body = pos + 12
-            elif cid_len is None or cid_len < -1 or 10 + cid_len > size:
+            elif cid_len < -1 or 10 + cid_len > size:  # _NO_CLIENT_ID included
                 self._desync(half, Kind.BAD_HEADER, "client_id length outside the frame")
                 return True
             elif not known:
                 # Not a request this table describes, maybe not a request at all (a raw SASL
                 # token read as one put the password in the client_id): no string from it.
-                client_id = body = None
+                client_id = None
+                body = -1
             elif cid_len == -1:
                 client_id = None
             else:
@@ -552,7 +708,7 @@ class KafkaConnection:
                     self._decode_error(half, Kind.FRAME_TOO_LARGE_TO_DECODE, api_key, api_version,
                                        "client_id longer than the decode limit")
                     client_id = None
-                    body = None
+                    body = -1
                 elif body > end:
                     return done > 0
                 elif cid_len == len(half.cid_raw) and buf.startswith(half.cid_raw, pos + 14):
@@ -562,8 +718,8 @@ class KafkaConnection:
                     half.cid_str = client_id = raw.decode("utf-8", "replace")
 
             detail = None
-            if body is None:
-                pass  # the header was not readable within the limit: the body is skipped
+            if body < 0:
+                pass  # the header was not readable (unknown, or past the limit): the body is skipped
             elif api_key == PRODUCE:
                 lim = min(frame_end, pos + 4 + self.max_decoded_frame)  # as for client_id
                 try:
@@ -600,14 +756,19 @@ class KafkaConnection:
                     and api_key != SASL_AUTHENTICATE):
                 self._sasl_done("success", None)  # the broker serves other requests only once authenticated
 
+            acks = _NO_ACKS
+            transactional = False
+            if api_key == PRODUCE and detail is not None:
+                acks, transactional = detail
+                detail = None  # nothing reads a Produce's detail once it is counted: not kept in flight
             if tally:  # counted in place (module docstring); _emit above may have ended the run
-                key = (api_key, api_version)
-                counts = tally_requests.get(key)
-                if counts is None:
-                    tally_requests[key] = [1, size]
-                else:
-                    counts[0] += 1
-                    counts[1] += size
+                if (api_key != self._run_api_key or api_version != self._run_api_version
+                        or acks != self._run_acks or transactional != self._run_transactional):
+                    self._fold_run()
+                    self._run_api_key, self._run_api_version = api_key, api_version
+                    self._run_acks, self._run_transactional = acks, transactional
+                self._run_count += 1
+                self._run_bytes += size
                 if client_id is not None:
                     self._tally_client_id = client_id
                 self._tally_ts = ts
@@ -615,18 +776,18 @@ class KafkaConnection:
                 # Positional (the dataclass's field order): compiled, a keyword call builds a dict.
                 emit(_make_request_seen(conn_id, ts, api_key, spec.name if spec is not None else None,
                                         api_version, corr, client_id, size))
-            half.consume_frame(frame_end)
-            if api_key == PRODUCE and detail is not None:
-                acks, transactional = detail
-                if tally:
-                    key = (acks, transactional)
-                    tally_acks[key] = tally_acks.get(key, 0) + 1
-                else:
+                if acks != _NO_ACKS:
                     emit(_make_produce_acks(conn_id, ts, api_version, corr, acks, transactional))
-                if acks == 0:  # no response will come (ProduceRequest.json, Acks)
-                    continue
+            half.consume_frame(frame_end)
+            if acks == 0:  # no response will come (ProduceRequest.json, Acks)
+                continue
             self._requests += 1
-            entry = _InFlight(self._requests, api_key, api_version, spec, ts, detail)
+            entry = _new_in_flight(self._requests, api_key, api_version, ts)
+            if detail is not None:
+                if api_key == API_VERSIONS:
+                    entry.software_name, entry.software_version = detail
+                elif api_key == SASL_HANDSHAKE:
+                    entry.mechanism = detail
             if corr in in_flight or len(in_flight) >= max_in_flight:
                 self._track(half, corr, entry)
             else:
@@ -663,8 +824,9 @@ class KafkaConnection:
             # Track it unannounced: a response to it proves Kafka frames resumed.
             _, api_key, api_version, corr = _REQ.unpack_from(buf, pos)
             self._requests += 1
-            self._track(half, corr, _InFlight(self._requests, api_key, api_version, API_TABLE[api_key], self._ts,
-                                              _UNCONFIRMED))
+            entry = _InFlight(self._requests, api_key, api_version, self._ts)
+            entry.unconfirmed = True  # a response to it proves that Kafka frames resumed
+            self._track(half, corr, entry)
         self._uncertain_frames += 1
         self._decode_error(half, Kind.SASL_UNCERTAIN, None, None,
                            "frame after a SaslHandshake v0 whose answer was not seen: maybe a SASL token, not read")
@@ -712,7 +874,7 @@ class KafkaConnection:
         if flexible:
             off = skip_tagged_fields(buf, off, end)
         if api_key == API_VERSIONS:
-            return read_api_versions_request(buf, off, end, api_version)
+            return read_api_versions_request_cached(buf, off, end, api_version)
         if api_key == JOIN_GROUP:
             group_id = read_join_group_group_id(buf, off, end, api_version, flexible)
             self._emit(GroupSeen(conn_id=self.conn_id, ts=self._ts, group_id=group_id, api_version=api_version))
@@ -744,7 +906,11 @@ class KafkaConnection:
         pos = half.pos
         if len(buf) - pos < 8:
             return False
-        size, corr = _RESP.unpack_from(buf, pos)
+        if _COMPILED:  # the fields of _RESP, as in _client_frames
+            size = _int32_at(buf, pos)
+            corr = _int32_at(buf, pos + 4)
+        else:
+            size, corr = _read_response_header(buf, pos)
         if size < 4 or size > self.max_frame_size:
             self._desync(half, Kind.FRAME_SIZE, f"response size {size} outside 4..{self.max_frame_size}")
             return True
@@ -754,7 +920,7 @@ class KafkaConnection:
             self._decode_error(half, Kind.UNMATCHED_RESPONSE, None, None, "no request in flight with this correlation id")
             half.consume_frame(frame_end)
             return True
-        if entry.detail is _UNCONFIRMED:  # answers a frame dropped unread: Kafka frames resumed
+        if entry.unconfirmed:  # answers a frame dropped unread: Kafka frames resumed
             self._match(half, corr)
             self._hs0_settled()
             half.consume_frame(frame_end)
@@ -789,8 +955,9 @@ class KafkaConnection:
             counts[3][bisect_left(LATENCY_BUCKETS, latency)] += 1  # le semantics, as the exporter's histogram
             self._tally_ts = ts
         else:
+            spec = _spec_of(api_key)
             self._events.append(_make_response_seen(  # positional: see _make_request_seen's call
-                self.conn_id, self._ts, api_key, entry.spec.name if entry.spec is not None else None,
+                self.conn_id, self._ts, api_key, spec.name if spec is not None else None,
                 entry.api_version, corr, size, self._ts - entry.ts))
         half.consume_frame(frame_end)
         return True
@@ -815,17 +982,20 @@ class KafkaConnection:
     def _response_body(self, half: _Half, entry: _InFlight, pos: int, frame_end: int) -> None:
         buf = half.buf
         api_key, version = entry.api_key, entry.api_version
-        off = skip_response_header(buf, pos + 4, frame_end, api_key, version, entry.spec)
+        off = skip_response_header(buf, pos + 4, frame_end, api_key, version, _spec_of(api_key))
         ts = self._ts
         if api_key == API_VERSIONS:
             answer = read_api_versions_response_cached(buf, off, frame_end, version)
-            self._emit(ApiVersionsAnswer(conn_id=self.conn_id, ts=ts, request_version=version, **answer))
-            name, sw_version = entry.detail if entry.detail is not None else (None, None)
             error = answer["error_code"]
-            offered = ClientSoftware(
-                conn_id=self.conn_id, ts=ts, request_version=version, name=name, version=sw_version,
-                valid=None if name is None else (software_field_valid(name) and software_field_valid(sw_version)),
-                error_code=error, accepted=error == 0)
+            self._emit(_make_api_versions_answer(
+                self.conn_id, ts, version, error, answer["api_ranges"], answer["throttle_time_ms"],
+                answer["supported_features"], answer["finalized_features_epoch"], answer["finalized_features"],
+                answer["zk_migration_ready"], answer["unknown_tags"]))
+            name, sw_version = entry.software_name, entry.software_version
+            offered = _make_client_software(
+                self.conn_id, ts, version, name, sw_version,
+                None if name is None else (software_field_valid(name) and software_field_valid(sw_version)),
+                error, error == 0)
             if offered.accepted:
                 self.identity = offered
             elif len(self.refused) < 16:
@@ -833,7 +1003,7 @@ class KafkaConnection:
             self._emit(offered)
         elif api_key == SASL_HANDSHAKE:
             error, mechanisms = read_sasl_handshake_response(buf, off, frame_end, version)
-            mechanism = entry.detail or ""
+            mechanism = entry.mechanism or ""
             self._emit(SaslHandshake(conn_id=self.conn_id, ts=ts, handshake_version=version, mechanism=mechanism,
                                      error_code=error, enabled_mechanisms=mechanisms))
             dropped = 0
@@ -916,7 +1086,7 @@ class KafkaConnection:
             return True  # no client_id to check
         if end - i < 14:
             return None
-        cid_len = read_int16(buf, i + 12, end)[0]
+        cid_len = int16_at(buf, i + 12, end)
         return -1 <= cid_len <= size - 10
 
     def _plausible_response(self, buf, i: int):
@@ -958,7 +1128,7 @@ class KafkaConnection:
             if after:
                 if half is self._broker:
                     answered = self._in_flight.pop(_RESP.unpack_from(buf, i)[1], None)
-                    if answered is not None and answered.detail is _UNCONFIRMED:
+                    if answered is not None and answered.unconfirmed:
                         self._hs0_settled()  # a verified answer to a frame sent after the handshake
                 half.pos = following
                 self._resynced(half, half.scan_skipped + following - start)
