@@ -27,7 +27,7 @@ drops them right after the capture taps have copied them: the capture sees exact
 of real traffic (each packet twice on lo, the outgoing copy dropped by libpcap), while the
 generator's core pays one send per packet. The table says which load ran.
 
-Priority (`--nice`, default -10): the capture and tcpdump run at that nice value on their core,
+Priority (`--nice`, default -20): the capture and tcpdump run at that nice value on their core,
 as a sidecar given its core would; on a shared machine other tenants' processes otherwise take
 the capture's core (the capture process then gets half of it and the ring overflows while it
 waits, as the "capture core busy" column shows). `--nice 0` measures without it.
@@ -668,7 +668,7 @@ def main(argv=None) -> int:
     ap.add_argument("--depth", type=int, default=32, help="requests in flight per connection at most (default 32)")
     ap.add_argument("--buffer-mb", type=int, default=64, help="kernel capture ring, MiB (default 64, the CLI's)")
     ap.add_argument("--no-tcpdump", action="store_true", help="skip the tcpdump runs")
-    ap.add_argument("--nice", type=int, default=-10, help="nice value of the capture and of tcpdump (default -10)")
+    ap.add_argument("--nice", type=int, default=-20, help="nice value of the capture and of tcpdump (default -20)")
     ap.add_argument("--load", choices=("inject", "tcp"), default="inject",
                     help="raw frames written to lo (default), or real TCP sockets (see the module docstring)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT})")
