@@ -27,6 +27,9 @@ from pathlib import Path
 
 import pytest
 
+from capture.flows import FlowTracker
+from capture.listeners import ListenerMap
+from capture.sources import PcapFile
 from tests.kafka_frames import raw_request, sized
 from tests.synth import TcpConversation, write_pcap
 from tests.test_packet_loss import drop_every
@@ -205,3 +208,45 @@ def test_tally_mode_equals_one_event_per_request(results, side):
     for case, modes in results[side]["cases"].items():
         a, b = modes["events"], modes["tally"]
         assert a == b, f"{Path(case.rsplit('=', 1)[0]).name}: {first_difference(a, b)}"
+
+
+class _SegmentOnly(FlowTracker):
+    """The batch loop's inline path disabled: no flow enters the fast index, so every packet
+    takes FlowTracker.segment(), which holds every rule."""
+
+    def _new_flow(self, *args):
+        flow = super()._new_flow(*args)
+        if flow is not None and flow.indexed:
+            self._index.clear()
+            flow.indexed = False
+        return flow
+
+
+def _events(tracker_class, path: str, port: int, tally: bool) -> tuple[list, int]:
+    events: list = []
+    source = PcapFile(path)
+    tracker = tracker_class(ListenerMap.parse([f"PLAINTEXT={port}"]), events.append, tally=tally)
+    try:
+        for buf, meta in source.batches():
+            tracker.feed(source.linktype, buf, meta)
+    finally:
+        source.close()
+    tracker.finish()
+    return events + [tracker.stats()], len(tracker._index)
+
+
+@pytest.mark.parametrize("tally", [False, True], ids=["events", "tally"])
+def test_the_batch_loops_inline_path_equals_segment(corpus, tally):
+    """Every event, in order and with its time, is the same whether in-order segments take the
+    batch loop's shortcut (flows.py _feed_batch) or FlowTracker.segment(), on whichever hot path
+    this process runs."""
+    inline = 0
+    for case in corpus:
+        path, port = case.rsplit("=", 1)
+        (fast, indexed), (slow, none) = _events(FlowTracker, path, int(port), tally), \
+            _events(_SegmentOnly, path, int(port), tally)
+        assert none == 0
+        inline += indexed
+        assert len(fast) == len(slow) and fast == slow, \
+            f"{Path(path).name}: {first_difference([repr(e) for e in fast], [repr(e) for e in slow])}"
+    assert inline > 0  # the shortcut did run: some flows were still open and indexed at the end
