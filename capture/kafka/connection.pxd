@@ -121,6 +121,7 @@ cdef class KafkaConnection:
     cpdef bint _pump(self)
     cpdef bint _step(self, _Half half)
     cpdef _emit(self, event)
+    @cython.locals(requests=dict, responses=dict, acks=dict)
     cpdef _flush_tally(self)
     @cython.locals(n=Py_ssize_t)
     cpdef _fold_run(self)

@@ -594,14 +594,19 @@ class KafkaConnection:
     def _flush_tally(self) -> None:
         self._fold_run()
         requests, responses, acks = self._tally_requests, self._tally_responses, self._tally_acks
+        # An empty part is () without a sort: a run is often one kind (a handshake's request).
         self._events.append(_make_request_tally(
             self.conn_id, self._tally_ts, self._tally_client_id,
-            tuple(sorted([(k[0], k[1], a[0], a[1]) for k, a in requests.items()])),
-            tuple(sorted([(k[0], k[1], a[0], a[1], tuple(a[3]), a[2]) for k, a in responses.items()])),
-            tuple(sorted([(k[0], k[1], n) for k, n in acks.items()]))))
-        requests.clear()
-        responses.clear()
-        acks.clear()
+            tuple(sorted([(k[0], k[1], a[0], a[1]) for k, a in requests.items()])) if requests else (),
+            tuple(sorted([(k[0], k[1], a[0], a[1], tuple(a[3]), a[2]) for k, a in responses.items()]))
+            if responses else (),
+            tuple(sorted([(k[0], k[1], n) for k, n in acks.items()])) if acks else ()))
+        if requests:
+            requests.clear()
+        if responses:
+            responses.clear()
+        if acks:
+            acks.clear()
         self._tally_client_id = None
 
     def _desync(self, half: _Half, kind: str, detail: str) -> None:
