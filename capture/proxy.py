@@ -221,7 +221,7 @@ def bind(host: str, port: int) -> socket.socket:
 class _Side(asyncio.Protocol):
     """One TCP side of a proxied connection: the client's, or the broker's."""
 
-    __slots__ = ("conn", "name", "direction", "transport", "tls", "eof", "closing", "lost")
+    __slots__ = ("conn", "name", "direction", "transport", "tls", "eof", "closing", "lost", "write_paused")
 
     def __init__(self, conn: _Conn | None, name: str, direction: Direction) -> None:
         self.conn = conn
@@ -232,9 +232,11 @@ class _Side(asyncio.Protocol):
         self.eof = False  # this side sent FIN (or TLS close_notify)
         self.closing = False  # we closed it because its peer had finished: its loss is part of that
         self.lost = False
+        self.write_paused = False  # our write buffer is past high water: the peer must not read
 
-    def connection_made(self, transport) -> None:
+    def connection_made(self, transport) -> None:  # the upstream's (_ClientSide has its own)
         self.transport = transport
+        self.conn.connected = self
 
     def data_received(self, data: bytes) -> None:
         self.conn.forward(self, data)
@@ -248,13 +250,18 @@ class _Side(asyncio.Protocol):
             self.conn.lost(self, exc)
 
     # Backpressure: this side's write buffer is full, so stop reading what would fill it more.
+    # The upstream reads from its connection_made() on, some loop iterations before _open()
+    # makes it conn.upstream: the client's buffer can fill from it in between, so the reader to
+    # pause is the connected upstream (`conn.connected`), known or not yet.
     def pause_writing(self) -> None:
-        peer = self.conn.peer(self)
+        self.write_paused = True
+        peer = self.conn.connected if self is self.conn.client else self.conn.client
         if peer is not None and not peer.lost:
             peer.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        peer = self.conn.peer(self)
+        self.write_paused = False
+        peer = self.conn.connected if self is self.conn.client else self.conn.client
         if peer is not None and not peer.lost:
             peer.transport.resume_reading()
 
@@ -278,14 +285,15 @@ class _ClientSide(_Side):
 class _Conn:
     """One client connection and its upstream connection."""
 
-    __slots__ = ("proxy", "id", "client", "upstream", "kafka", "pending", "task", "first_eof", "reason",
-                 "finished", "bytes", "segments", "last_seen", "buffered", "queued")
+    __slots__ = ("proxy", "id", "client", "upstream", "connected", "kafka", "pending", "task", "first_eof",
+                 "reason", "finished", "bytes", "segments", "last_seen", "buffered", "queued")
 
     def __init__(self, proxy: Proxy, conn_id: str, client: _ClientSide, ts: float) -> None:
         self.proxy = proxy
         self.id = conn_id
         self.client = client
-        self.upstream: _Side | None = None
+        self.upstream: _Side | None = None  # set by _open once the bytes may flow to it
+        self.connected: _Side | None = None  # the upstream from its connection_made() on (backpressure)
         self.kafka = KafkaConnection(conn_id, tally=proxy.tally)
         self.pending: list[bytes] = []  # client bytes that arrived before the upstream was ready
         self.task: asyncio.Task | None = None
@@ -692,7 +700,7 @@ class Proxy:
             conn._decode(FROM_CLIENT, data)
         if client.eof:  # the client half-closed before the upstream was ready
             upstream.transport.write_eof() if upstream.transport.can_write_eof() else upstream.transport.close()
-        else:
+        elif not upstream.write_paused:  # (what was pending may have filled the upstream's buffer)
             client.transport.resume_reading()
 
     # --- reporting ------------------------------------------------------------------------
