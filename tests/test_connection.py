@@ -171,6 +171,40 @@ def test_tally_runs_equal_the_events_they_replace_and_end_before_other_events():
     assert sum(n for t in (first, second) for *_, n in t.acks) == len(of(events, ProduceAcks)) == 6
 
 
+def test_tallied_responses_equal_the_events_they_replace_across_hand_overs():
+    """Responses are counted into their (api, version) entry, the last one kept at hand until the
+    tally is handed over: alternating kinds and a hand-over in the middle must lose nothing."""
+    fetch = lambda corr: raw_request(1, 11, corr, "c", b"\x00" * 8)  # noqa: E731
+    steps = [(C, metadata(1)), (B, opaque_response(1)), (C, fetch(2)), (B, opaque_response(2)),
+             (C, metadata(3)), (B, opaque_response(3)), "flush", (C, metadata(4)), (B, opaque_response(4)),
+             (C, fetch(5)), (C, fetch(6)), (B, opaque_response(5)), (B, opaque_response(6))]
+    per_event, tally = KafkaConnection("e"), KafkaConnection("t", tally=True)
+    events, tallied = [], []
+    for i, step in enumerate(steps):
+        if step == "flush":
+            tally.flush_tally()
+        else:
+            for conn in (per_event, tally):
+                conn.receive(step[0], step[1], i * 0.01)
+        events += per_event.events()
+        tallied += tally.events()
+    tally.flush_tally()
+    tallied += tally.events()
+    assert len(tallied) == 2
+    counted, latency = {}, {}
+    for t in tallied:
+        for key, version, n, _size, buckets, total in t.responses:
+            assert sum(buckets) == n
+            counted[key, version] = counted.get((key, version), 0) + n
+            latency[key, version] = latency.get((key, version), 0.0) + total
+    seen, waited = {}, {}
+    for r in of(events, ResponseSeen):
+        seen[r.api_key, r.api_version] = seen.get((r.api_key, r.api_version), 0) + 1
+        waited[r.api_key, r.api_version] = waited.get((r.api_key, r.api_version), 0.0) + r.latency
+    assert counted == seen == {(3, 12): 3, (1, 11): 3}
+    assert latency == pytest.approx(waited)
+
+
 # --- requests and responses ---------------------------------------------------------------
 
 

@@ -105,6 +105,9 @@ cdef class KafkaConnection:
     cdef public dict _tally_requests
     cdef public dict _tally_responses
     cdef public dict _tally_acks
+    cdef public list _response_counts
+    cdef public int _response_api_key
+    cdef public int _response_api_version
     cdef public object _tally_client_id
     cdef public double _tally_ts
     cdef public Py_ssize_t _run_count
@@ -136,8 +139,9 @@ cdef class KafkaConnection:
     cpdef _request_body(self, _Half half, int api_key, int api_version, int header_version, Py_ssize_t off,
                         Py_ssize_t end)
     @cython.locals(pos=Py_ssize_t, size=Py_ssize_t, frame_end=Py_ssize_t, api_key=int, entry=_InFlight,
-                   buf=bytearray, latency=double, ts=double, decode=bint)
+                   buf=bytearray, latency=double, ts=double, decode=bint, counts=list)
     cpdef bint _broker_frame(self, _Half half)
+    @cython.locals(in_flight=dict, entry=_InFlight, oldest=_InFlight)
     cpdef _InFlight _match(self, _Half half, corr)
     @cython.locals(api_key=int, version=int, off=Py_ssize_t, ts=double)
     cpdef _response_body(self, _Half half, _InFlight entry, Py_ssize_t pos, Py_ssize_t frame_end)

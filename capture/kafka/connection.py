@@ -428,6 +428,9 @@ class KafkaConnection:
         self._run_acks = _NO_ACKS
         self._run_transactional = False
         self._tally_responses: dict = {}  # (api_key, api_version) -> [count, bytes, latency sum, buckets]
+        self._response_counts: list | None = None  # the entry of the last response's (api, version) ...
+        self._response_api_key = 0  # ... which these name; None once the run is handed over
+        self._response_api_version = 0
         self._tally_acks: dict = {}  # (acks, transactional) -> count
         self._tally_client_id: str | None = None  # last non-null client_id of the run
         self._tally_ts = 0.0  # of the last request or response counted
@@ -605,6 +608,7 @@ class KafkaConnection:
             requests.clear()
         if responses:
             responses.clear()
+            self._response_counts = None
         if acks:
             acks.clear()
         self._tally_client_id = None
@@ -950,10 +954,14 @@ class KafkaConnection:
         if self.tally:
             ts = self._ts
             latency = ts - entry.ts
-            key = (api_key, entry.api_version)
-            counts = self._tally_responses.get(key)
-            if counts is None:
-                counts = self._tally_responses[key] = [0, 0, 0.0, [0] * (len(LATENCY_BUCKETS) + 1)]
+            counts = self._response_counts  # those of the last response's (api, version), if still in the run
+            if counts is None or api_key != self._response_api_key or entry.api_version != self._response_api_version:
+                key = (api_key, entry.api_version)
+                counts = self._tally_responses.get(key)
+                if counts is None:
+                    counts = self._tally_responses[key] = [0, 0, 0.0, [0] * (len(LATENCY_BUCKETS) + 1)]
+                self._response_counts = counts
+                self._response_api_key, self._response_api_version = api_key, entry.api_version
             counts[0] += 1
             counts[1] += size
             counts[2] += latency
@@ -977,10 +985,11 @@ class KafkaConnection:
             return None
         while in_flight:
             older = next(iter(in_flight))
-            if in_flight[older].seq > entry.seq:
+            oldest = in_flight[older]
+            if oldest.seq > entry.seq:
                 break
-            lost = in_flight.pop(older)
-            self._decode_error(half, Kind.UNANSWERED_REQUEST, lost.api_key, lost.api_version,
+            del in_flight[older]
+            self._decode_error(half, Kind.UNANSWERED_REQUEST, oldest.api_key, oldest.api_version,
                                "a later request was answered first")
         return entry
 
