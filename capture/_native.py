@@ -8,7 +8,9 @@ setup.py compiles each module's `.py` as it is (the `.py` stays the one source o
 truth) and records the SHA-256 of every source it compiled in `native-build.json` beside the
 extensions. An extension is used only while that record matches the `.py` on disk, so an edited
 source never runs as its stale extension: it runs as Python, and `native_modules()` says why
-(`make test` rebuilds, and tests/test_native.py fails on a stale build).
+(`make test` rebuilds, and tests/test_native.py fails on a stale build). A module compiled
+against another's C declarations (a `cimport` in its `.pxd`) runs as Python too whenever that
+other does: its extension would refuse the other's Python class ("size changed") at import.
 `KAFKA_CENSUS_PURE_PYTHON=1` forces every module to its `.py` (the reference implementation).
 """
 
@@ -19,6 +21,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import re
 import sys
 
 # Kept in step with setup.py's list (tests/test_native.py checks it).
@@ -38,6 +41,8 @@ COMPILED = "compiled"
 PURE_FORCED = f"pure ({PURE_ENV}=1)"
 PURE_NOT_BUILT = "pure (no extension built)"
 PURE_STALE = "pure (the .py changed since the extension was built: reinstall or `make native`)"
+PURE_DEPENDENCY = "pure (a module it is compiled against runs as Python)"
+_CIMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+cimport|cimport\s+([\w.]+))", re.M)
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the directory holding capture/
 _status: dict[str, str] = {}
@@ -84,7 +89,23 @@ def _decide() -> dict[str, str]:
             status[name] = PURE_STALE
         else:
             status[name] = COMPILED
+    changed = True
+    while changed:  # until no compiled module cimports one that runs as Python
+        changed = False
+        for name in NATIVE_MODULES:
+            if status[name] == COMPILED and any(status[dep] != COMPILED for dep in _cimports(name)):
+                status[name], changed = PURE_DEPENDENCY, True
     return status
+
+
+def _cimports(name: str) -> set[str]:
+    """The hot-path modules `name`'s .pxd cimports (its compiled code depends on their C layout)."""
+    try:
+        with open(_path(name, ".pxd"), encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return set()
+    return {m for pair in _CIMPORT.findall(text) for m in pair if m in NATIVE_MODULES} - {name}
 
 
 class _SourceFinder:

@@ -92,3 +92,35 @@ def test_no_extension_or_no_record_means_python(fake_tree, tmp_path):
 def test_the_switch_forces_python_even_over_a_current_extension(fake_tree, monkeypatch, value, forced):
     monkeypatch.setenv(_native.PURE_ENV, value)
     assert _native._decide() == {"capture.packets": _native.PURE_FORCED if forced else _native.COMPILED}
+
+
+def test_a_module_compiled_against_a_stale_one_runs_as_python_too(fake_tree, tmp_path, monkeypatch):
+    source, _ = fake_tree
+    monkeypatch.setattr(_native, "NATIVE_MODULES", ("capture.packets", "capture.flows"))
+    flows = tmp_path / "capture" / "flows.py"
+    flows.write_text("Y = 1\n")
+    (tmp_path / "capture" / "flows.pxd").write_text("cimport capture.packets as packets\n")
+    (tmp_path / "capture" / ("flows" + importlib.machinery.EXTENSION_SUFFIXES[0])).write_bytes(b"\x7fELF")
+    record = {"modules": {m: hashlib.sha256(p.read_bytes()).hexdigest()
+                          for m, p in (("capture.packets", source), ("capture.flows", flows))}}
+    (tmp_path / "capture" / _native.BUILD_RECORD).write_text(json.dumps(record))
+    assert set(_native._decide().values()) == {_native.COMPILED}
+    source.write_text("X = 2\n")
+    assert _native._decide() == {"capture.packets": _native.PURE_STALE, "capture.flows": _native.PURE_DEPENDENCY}
+
+
+@pytest.mark.skipif(FORCED_PURE, reason="needs the compiled build; the compiled run of the suite covers it")
+def test_editing_the_core_leaves_the_capture_importable(tmp_path):
+    """The real build: with connection.py edited, flows (compiled against its C layout) must not
+    load as its extension ("size changed"), but run as Python beside the Python core."""
+    import shutil
+
+    shutil.copytree(ROOT / "capture", tmp_path / "capture", ignore=shutil.ignore_patterns("__pycache__", "*.c"))
+    with open(tmp_path / "capture" / "kafka" / "connection.py", "a") as f:
+        f.write("\n# edited after the build\n")
+    code = "import capture, capture.flows as f; s = capture.native_modules(); print(capture.hot_path(), s['capture.flows'])"
+    env = {k: v for k, v in os.environ.items() if k != _native.PURE_ENV}
+    env["PYTHONPATH"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split(None, 1) == ["mixed", _native.PURE_DEPENDENCY + "\n"], out.stdout
