@@ -959,7 +959,8 @@ class ConnectionRegistry:
         rec = self.open.get(ev.conn_id)
         if rec is None:
             return
-        rec.last_seen = ev.ts
+        if ev.ts > rec.last_seen:  # a rollup read back from a v2 log may follow later records
+            rec.last_seen = ev.ts
         requests = rec.requests
         for api_key, api_version, n, _ in ev.requests:
             key = request_key(api_key, api_version)
