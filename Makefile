@@ -81,6 +81,7 @@ bench: setup bench/data/produce.pcap
 	$(PY) -m bench.live
 	$(PY) -m bench.exporter
 	$(PY) -m bench.pipeline
+	$(PY) -m bench.eventlog_volume
 	$(PY) -m bench.proxy
 
 # Long (50,000 connection cycles through live capture and through the proxy): not in `make bench`, not in CI.
