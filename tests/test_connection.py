@@ -482,3 +482,24 @@ def test_response_header_reader_never_runs_past_the_frame():
         skip_response_header(b"\x00\x00", 0, 2, 3, 0, API_TABLE[3])
     assert err.value.kind == Kind.TRUNCATED
     assert skip_response_header(b"\x00\x00\x00\x01\x00", 0, 5, 3, 12, API_TABLE[3]) == 5  # v1: empty tags
+
+
+def test_a_tally_holds_at_most_four_acks_keys_whatever_acks_the_wire_says():
+    """Hostile Produce frames with every int16 acks value in one run of the sweep: the tally's
+    acks stay {-1, 0, 1, other} x transactional (the registry's labels), and every request counted."""
+    from capture.kafka.connection import OTHER_ACKS
+
+    conn = KafkaConnection("t", tally=True)
+    values = list(range(-32768, 32768, 7)) + [-1, 0, 1]
+    for i, acks in enumerate(values):
+        conn.receive(C, produce_v0_2(2, i, acks), float(i))
+    conn.flush_tally()
+    tallies = [e for e in conn.events() if type(e).__name__ == "RequestTally"]
+    counted: dict = {}
+    for tally in tallies:
+        assert len(tally.acks) <= 4, tally.acks
+        for acks, transactional, n in tally.acks:
+            counted[acks, transactional] = counted.get((acks, transactional), 0) + n
+    assert set(counted) == {(-1, False), (0, False), (1, False), (OTHER_ACKS, False)}
+    usual = sum(1 for a in values if -1 <= a <= 1)
+    assert sum(counted.values()) == len(values) and counted[OTHER_ACKS, False] == len(values) - usual

@@ -134,6 +134,7 @@ def _int16_at(buf: bytearray, i: int) -> int:
     value = buf[i] << 8 | buf[i + 1]
     return value - 0x10000 if value >= 0x8000 else value
 _NO_CLIENT_ID = -2  # a client_id length no frame has: the frame is too short to hold one (< -1, refused)
+OTHER_ACKS = 2  # a tally's key for any acks outside {-1, 0, 1}
 _NO_ACKS = -0x10000  # not an int16: the request carries no readable acks (not a Produce, or its prefix is unreadable)
 
 SYNCED, SCANNING, VERIFYING, SASL_RAW, IGNORED = "synced", "scanning", "verifying", "sasl_raw", "ignored"
@@ -589,7 +590,10 @@ class KafkaConnection:
             counts[0] += n
             counts[1] += self._run_bytes
         if self._run_acks != _NO_ACKS:
-            key = (self._run_acks, self._run_transactional)
+            acks = self._run_acks
+            # Bounded whatever the wire says: only -1, 0 and 1 mean something (ProduceRequest.json),
+            # every other int16 is counted under OTHER_ACKS, as the registry labels it "other".
+            key = (acks if -1 <= acks <= 1 else OTHER_ACKS, self._run_transactional)
             self._tally_acks[key] = self._tally_acks.get(key, 0) + n
         self._run_count = 0
         self._run_bytes = 0
