@@ -1,0 +1,241 @@
+"""Name a client that does not announce itself, from what its connection sends (issue 15, part 1).
+
+Owns `Observation`, `Inference`, `infer()` and `range_contains()`, plus `observations_from_events()`,
+the adapter from the capture core's events to Observations (duck-typed on the events' class
+names, so this module needs nothing from capture/). Imports only the standard library and its
+generated table, exporter/fingerprint_table.py (`make regen`; exporter/gen_fingerprints.py).
+It must not import the registry, the API or capture: exporter/registry.py calls `infer()`.
+
+How: every table row is one release (or a group of Java releases with the same vector) with,
+per API, the versions it sends against a broker that does not cap it. A client sends
+min(own max, broker max), so an observed version below the broker's max is the client's own;
+one equal to it only says the client's max is at least that. A row is consistent when every
+observed (api, version) can come from it under the broker's caps, and its ApiVersions request
+version (the first on the connection, which carries the client's own max) matches. The
+inference names a library only when exactly one library has consistent rows (or the client_id
+is that library's default), and enough independent facts agree: a wrong name is worse than
+None. The range is cut at the table's releases: never a point the evidence does not pin.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from exporter import fingerprint_table as _table
+
+JAVA = "apache-kafka-java"
+THRESHOLD = 0.75  # confidence below this gives no inference
+MAX_FIRST_REQUESTS = 8
+# Points per fact (confidence = 1 - 0.5 ** points): an exact version (below the broker's cap)
+# is one independent fact; a capped one only bounds the client's max from below.
+_EXACT, _OPEN_EXACT, _CAPPED, _NO_BROKER = 1.0, 0.5, 0.25, 0.25
+_CLIENT_ID = 2.0
+# README of kafka-client-fingerprints: "a match narrows the Java release down; it does not prove
+# the client is Java" (other libraries send the same versions): one fact less for Java.
+_JAVA_DISCOUNT = 1.0
+_WIDE_FACTOR = 0.8  # the range spans more than half of the library's known releases
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    # ApiVersions request version this connection sent first; None: none, on a connection seen
+    # from its start (do not infer() a connection picked up mid-stream: None is a fact here)
+    api_versions_request_version: int | None
+    requests: Mapping[tuple[int, int], int]  # (api_key, api_version) -> count on this connection
+    first_requests: tuple[tuple[int, int], ...]  # the first <= 8 (api_key, api_version) in wire order
+    client_id: str | None
+    broker_max: Mapping[int, int] | None  # api_key -> the broker's max version on this listener; None: unknown
+
+
+@dataclass(frozen=True, slots=True)
+class Inference:
+    name: str  # library, e.g. "apache-kafka-java", "kafka-python", "sarama"
+    version_range: str  # e.g. "2.0.0-2.0.1", ">=3.7.0", ">0.13.0,<0.15.0"; never a false point
+    confidence: float  # 0..1; infer() returns None below THRESHOLD
+    evidence: tuple[str, ...]
+    min_compatible: str | None  # first release of that library compatible with Kafka 4.0; None unknown
+
+
+def _vkey(v: str) -> tuple:
+    return tuple(int(x) for x in re.findall(r"[0-9]+", v))
+
+
+_ROWS = _table.ROWS
+_CONSTRAINTS = [{k: (lo, hi) for k, lo, hi in r.constraints} for r in _ROWS]
+_CLIENT_IDS = {lib: tuple(re.compile(p) for p in pats) for lib, pats in _table.DEFAULT_CLIENT_IDS.items()}
+
+
+def _default_client_id_of(client_id: str | None) -> str | None:
+    if not client_id:
+        return None
+    for lib, pats in _CLIENT_IDS.items():
+        if any(p.fullmatch(client_id) for p in pats):
+            return lib
+    return None
+
+
+def _fit(i: int, obs: Observation, pairs: Iterable[tuple[int, int]]):
+    """(points, evidence) if row i can have sent this observation, else None."""
+    row = _ROWS[i]
+    cons = _CONSTRAINTS[i]
+    bmax = obs.broker_max or {}
+    points = 0.0
+    evidence: list[str] = []
+    av = obs.api_versions_request_version
+    if av is not None:
+        if av in row.apiversions:
+            points += 1.0
+            evidence.append(f"ApiVersions v{av} first")
+        else:
+            # The first ApiVersions request carries the client's own max whatever the broker (a
+            # refused one is retried, README caveats, but the first is what Observation holds).
+            return None
+    elif None not in row.apiversions:
+        return None  # this release opens every connection with ApiVersions
+    elif not row.negotiates:
+        points += 0.5
+        evidence.append("no ApiVersions request")
+    for key, ver in pairs:
+        c = cons.get(key)
+        if c is None:
+            if row.complete:
+                return None  # this release cannot send that API
+            continue  # not in the recording: says nothing
+        lo, hi = c
+        top = None if hi < 0 else hi
+        b = bmax.get(key)
+        if not row.negotiates or b is None:
+            if not row.negotiates:
+                if not (lo <= ver and (top is None or ver <= top)):
+                    return None
+                points += _EXACT
+                evidence.append(f"api {key} v{ver}")
+            else:
+                if top is not None and ver > top:
+                    return None
+                points += _NO_BROKER
+            continue
+        low = min(lo, b)
+        high = b if top is None else min(top, b)
+        if not low <= ver <= high:
+            return None
+        if ver < b:
+            points += _EXACT if top is not None else _OPEN_EXACT
+            evidence.append(f"api {key} v{ver} (broker max {b})")
+        else:
+            points += _CAPPED
+    return points, evidence
+
+
+def _range(library: str, matched: list[str], complete: bool) -> str:
+    releases = _table.RELEASES[library]
+    idx = sorted(releases.index(v) for v in matched)
+    i, j = idx[0], idx[-1]
+    if complete:  # Java: every release is in the table; anything newer than its last may match too
+        if j == len(releases) - 1:
+            return f">={releases[i]}"
+        return releases[i] if i == j else f"{releases[i]}-{releases[j]}"
+    # Recorded releases are samples: the truth may lie anywhere up to the next release that differs.
+    parts = []
+    if i > 0:
+        parts.append(f">{releases[i - 1]}")
+    if j < len(releases) - 1:
+        parts.append(f"<{releases[j + 1]}")
+    return ",".join(parts) or "*"
+
+
+def range_contains(version_range: str, version: str) -> bool:
+    """Whether `version` lies in a range as infer() writes it ("A", "A-B", ">=A", ">A,<B", "*")."""
+    v = _vkey(version)
+    for clause in version_range.split(","):
+        clause = clause.strip()
+        if clause == "*":
+            continue
+        for op, test in ((">=", lambda a: v >= a), ("<=", lambda a: v <= a), (">", lambda a: v > a), ("<", lambda a: v < a)):
+            if clause.startswith(op):
+                if not test(_vkey(clause[len(op):])):
+                    return False
+                break
+        else:
+            lo, _, hi = clause.partition("-")
+            if not _vkey(lo) <= v <= _vkey(hi or lo):
+                return False
+    return True
+
+
+def infer(obs: Observation) -> Inference | None:
+    pairs = sorted(set(obs.requests) | set(obs.first_requests))
+    pairs = [p for p in pairs if p[0] != 18]  # ApiVersions is judged by its first version above
+    by_lib: dict[str, list[tuple[int, float, list[str]]]] = {}
+    for i, row in enumerate(_ROWS):
+        fit = _fit(i, obs, pairs)
+        if fit is not None:
+            by_lib.setdefault(row.library, []).append((i, fit[0], fit[1]))
+    if not by_lib:
+        return None
+    cid_lib = _default_client_id_of(obs.client_id)
+    if cid_lib is not None and cid_lib not in by_lib and len(by_lib) == 1:
+        return None  # the client_id says another library than the versions do
+    if len(by_lib) > 1:
+        if cid_lib not in by_lib:
+            return None  # several libraries fit
+        by_lib = {cid_lib: by_lib[cid_lib]}
+    (library, fits), = by_lib.items()
+    best = max(fits, key=lambda f: f[1])
+    points = best[1]
+    evidence = list(best[2])
+    if cid_lib == library:
+        points += _CLIENT_ID
+        evidence.append(f"default client_id {obs.client_id[:40]!r}")
+    elif library == JAVA:
+        points -= _JAVA_DISCOUNT
+    matched = [v for i, _, _ in fits for v in _ROWS[i].versions]
+    complete = _ROWS[best[0]].complete
+    confidence = 1.0 - 0.5 ** max(points, 0.0)
+    releases = _table.RELEASES[library]
+    if len(releases) >= 4 and len(matched) * 2 > len(releases):
+        confidence *= _WIDE_FACTOR
+    if confidence < THRESHOLD:
+        return None
+    if not complete:
+        evidence.append("matches recorded " + ", ".join(sorted(set(matched), key=_vkey)))
+    return Inference(name=library, version_range=_range(library, matched, complete), confidence=round(confidence, 3),
+                     evidence=tuple(evidence[:8]), min_compatible=_table.MIN_COMPATIBLE.get(library))
+
+
+# ----------------------------------------------------------------------------- from core events
+
+
+def observations_from_events(events: Iterable, broker_max: Mapping[int, int] | None = None) -> dict[str, Observation]:
+    """One Observation per connection from the capture core's events (RequestSeen, RequestTally,
+    ApiVersionsAnswer). ClientSoftware's KIP-511 name and version are never read. A connection
+    without its own ApiVersions answer gets `broker_max`, else the last answer of any connection
+    in `events` (the same listener is the caller's business)."""
+    conns: dict[str, list] = {}
+    answers: dict[str, dict[int, int]] = {}
+    last_answer: dict[int, int] | None = None
+    for e in events:
+        kind = type(e).__name__
+        if kind == "RequestSeen":
+            c = conns.setdefault(e.conn_id, [None, {}, [], None, False])
+            if e.api_key == 18 and not c[4]:
+                c[0], c[4] = e.api_version, True
+            c[1][(e.api_key, e.api_version)] = c[1].get((e.api_key, e.api_version), 0) + 1
+            if len(c[2]) < MAX_FIRST_REQUESTS:
+                c[2].append((e.api_key, e.api_version))
+            if e.client_id is not None:
+                c[3] = e.client_id
+        elif kind == "RequestTally":
+            c = conns.setdefault(e.conn_id, [None, {}, [], None, False])
+            for key, ver, count, _bytes in e.requests:
+                c[1][(key, ver)] = c[1].get((key, ver), 0) + count
+                if len(c[2]) < MAX_FIRST_REQUESTS:
+                    c[2].append((key, ver))
+            if e.client_id is not None:
+                c[3] = e.client_id
+        elif kind == "ApiVersionsAnswer" and e.error_code == 0:
+            answers[e.conn_id] = last_answer = {k: hi for k, _lo, hi in e.api_ranges}
+    fallback = broker_max if broker_max is not None else last_answer
+    return {cid: Observation(c[0], dict(c[1]), tuple(c[2]), c[3], answers.get(cid, fallback)) for cid, c in conns.items()}

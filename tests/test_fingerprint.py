@@ -1,0 +1,209 @@
+"""Tests of exporter/fingerprint.py (infer) and its generated table (exporter/gen_fingerprints.py).
+
+Java facts are checked against rows of ../shared/kafka-client-fingerprints read here directly,
+not through the generator. Real recordings (tests/fixtures/golden, tests/fixtures/fingerprints)
+are decoded by the capture core; their KIP-511 names never reach infer() (Observation has no
+field for them). A wrong library name fails every test here; None is allowed where evidence is thin.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exporter import fingerprint_table as table
+from exporter import gen_fingerprints as gen
+from exporter.fingerprint import JAVA, THRESHOLD, Inference, Observation, infer, observations_from_events, range_contains
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TSV = gen.DEFAULT_FINGERPRINTS_DIR / gen.JAVA_TSV
+UNCAPPED = {k: 99 for k in range(100)}
+JAVA_RELEASES = table.RELEASES[JAVA]
+
+
+def read_tsv() -> dict[str, dict[int, int]]:
+    out: dict[str, dict[int, int]] = {}
+    for line in TSV.read_text().splitlines()[1:]:
+        rel, key, _name, mx = line.split("\t")
+        out.setdefault(rel, {})[int(key)] = int(mx)
+    return out
+
+
+JAVA_VECTORS = read_tsv()
+
+
+def in_range(inference: Inference) -> list[str]:
+    return [r for r in table.RELEASES[inference.name] if range_contains(inference.version_range, r)]
+
+
+def java_observation(release: str, broker: dict[int, int] | None, client_id: str | None = None) -> Observation:
+    """What a Java client of `release` sends when it uses every API it has that `broker` has."""
+    vec = JAVA_VECTORS[release]
+    negotiates = release not in gen.JAVA_NO_APIVERSIONS
+    av = None if not negotiates else vec[18]  # the first ApiVersions request: the client's own max
+    reqs = {}
+    for key, mx in vec.items():
+        if key == 18 or (broker is not None and key not in broker):
+            continue
+        v = min(mx, broker[key]) if negotiates and broker else mx
+        reqs[(key, v)] = 1
+    return Observation(av, reqs, tuple(list(reqs)[:8]), client_id, broker)
+
+
+# --------------------------------------------------------------------------- the generated table
+
+
+def test_generated_table_is_up_to_date():
+    proc = subprocess.run([sys.executable, "-m", "exporter.gen_fingerprints", "--check"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"run `make regen` (python -m exporter.gen_fingerprints):\n{proc.stderr[-4000:]}"
+
+
+def test_check_reports_drift(tmp_path, monkeypatch, capsys):
+    stale = tmp_path / "fingerprint_table.py"
+    stale.write_text(gen.OUTPUT_PATH.read_text().replace("'2.1'", "'2.0'", 1))
+    monkeypatch.setattr(gen, "OUTPUT_PATH", stale)
+    assert gen.main(["--check"]) == 1
+    err = capsys.readouterr().err
+    assert "out of date" in err and "-    'apache-kafka-java': '2.0'," in err
+
+
+def test_missing_reference_dir_is_one_line(tmp_path, capsys):
+    assert gen.main(["--fingerprints", str(tmp_path / "nope"), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not found" in err
+
+
+def test_java_rows_cover_every_release_once_and_group_identical_vectors():
+    rows = [r for r in table.ROWS if r.library == JAVA]
+    releases = [v for r in rows for v in r.versions]
+    assert releases == list(JAVA_VECTORS) and len(releases) == 65
+    for r in rows:
+        vectors = {tuple(sorted(JAVA_VECTORS[v].items())) for v in r.versions}
+        assert len(vectors) == 1, r.versions
+    for a, b in zip(rows, rows[1:]):  # neighbours differ, else they would be one group
+        assert (a.apiversions, a.constraints) != (b.apiversions, b.constraints)
+    # README: 2.0.x ApiVersions 2, Produce 6, Fetch 8, Metadata 6; 0.10.1.x sends no ApiVersions.
+    row20 = next(r for r in rows if "2.0.0" in r.versions)
+    cons = {k: (lo, hi) for k, lo, hi in row20.constraints}
+    assert row20.apiversions == (2,) and (cons[0], cons[1], cons[3]) == ((6, 6), (8, 8), (6, 6))
+    assert next(r for r in rows if "0.10.1.0" in r.versions).apiversions == (None,)
+    assert table.MIN_COMPATIBLE[JAVA] == "2.1"
+
+
+# --------------------------------------------------------------------------- Java inference
+
+
+@pytest.mark.parametrize("release", list(JAVA_VECTORS))
+def test_every_java_release_is_named_with_its_range(release):
+    got = infer(java_observation(release, UNCAPPED, "producer-1"))
+    assert got is not None and got.name == JAVA and release in in_range(got), got
+    assert got.confidence >= THRESHOLD and got.min_compatible == "2.1"
+    # Without the default client_id: Java or nothing (3.9.0's vector is also kafka-ts's, capped).
+    bare = infer(java_observation(release, UNCAPPED))
+    assert bare is None or (bare.name == JAVA and release in in_range(bare))
+
+
+def other_libraries_fitting(obs: Observation) -> set[str]:
+    """Libraries other than Java with a row that can have sent `obs` (read from the rows, by hand)."""
+    from exporter import fingerprint as fp
+
+    pairs = sorted(p for p in obs.requests if p[0] != 18)
+    return {fp._ROWS[i].library for i in range(len(fp._ROWS)) if fp._ROWS[i].library != JAVA and fp._fit(i, obs, pairs)}
+
+
+def test_java_without_client_id_is_named_unless_another_library_sends_the_same():
+    unnamed = {}
+    for release in JAVA_VECTORS:
+        obs = java_observation(release, UNCAPPED)
+        if infer(obs) is None:
+            unnamed[release] = other_libraries_fitting(obs)
+    # None only where a recorded library fits too (e.g. kafka-ts against Tansu: every version at the
+    # cap, as Java 3.9 sends them), never for thin evidence: the observation has every API.
+    assert all(unnamed.values()), unnamed
+    assert len(unnamed) <= 8, unnamed
+
+
+@pytest.mark.parametrize("release", [r for r in JAVA_VECTORS if r not in gen.JAVA_NO_APIVERSIONS])
+def test_a_capped_broker_widens_the_range_and_keeps_the_release(release):
+    broker = dict(JAVA_VECTORS["2.0.0"])  # a Kafka 2.0 broker caps newer clients
+    broker[18] = 99  # (any ApiVersions version: the first request carries the client's own)
+    uncapped = infer(java_observation(release, UNCAPPED, "producer-1"))
+    capped = infer(java_observation(release, broker, "producer-1"))
+    assert capped is not None and capped.name == JAVA and release in in_range(capped)
+    assert set(in_range(uncapped)) <= set(in_range(capped))
+    # Wider, except where the ApiVersions version alone pins the line (v4: 3.9 only).
+    if gen.version_key(release) >= (2, 1) and JAVA_VECTORS[release][18] != 4:
+        assert len(in_range(capped)) > len(in_range(uncapped))
+
+
+def test_a_version_at_the_broker_cap_only_bounds_from_below():
+    # Java 2.1 against a broker whose Produce/Fetch/Metadata stop at 2.1's own maxima: the same
+    # request versions 2.2 sends, so 2.1 and 2.2 stay in; 2.0 (Produce 6) does not.
+    broker = {0: 7, 1: 10, 3: 7, 18: 2}
+    obs = Observation(2, {(0, 7): 3, (1, 10): 9, (3, 7): 1}, ((3, 7), (0, 7), (1, 10)), "producer-1", broker)
+    got = infer(obs)
+    assert got is not None and got.name == JAVA
+    assert {"2.1.0", "2.2.0"} <= set(in_range(got)) and "2.0.1" not in in_range(got)
+
+
+# --------------------------------------------------------------------------- thin or ambiguous
+
+
+def test_only_metadata_is_too_thin():
+    assert infer(Observation(None, {(3, 5): 1}, ((3, 5),), None, UNCAPPED)) is None
+    assert infer(Observation(None, {(3, 5): 1}, ((3, 5),), None, None)) is None
+
+
+def test_nothing_at_all_gives_none():
+    assert infer(Observation(None, {}, (), None, None)) is None
+
+
+def test_several_libraries_fitting_give_none():
+    # ApiVersions v4 and a Produce at the broker's cap: Java 3.9 and the kafka-ts recording both fit.
+    obs = Observation(4, {(0, 11): 1}, ((18, 4), (0, 11)), None, {0: 11, 18: 4})
+    assert infer(obs) is None
+
+
+def test_a_client_id_of_another_library_vetoes_the_name():
+    obs = java_observation("1.1.0", UNCAPPED, "rdkafka")
+    assert infer(obs) is None
+
+
+def test_a_version_no_release_sends_gives_none():
+    obs = Observation(1, {(0, 9): 1, (3, 5): 1}, ((3, 5), (0, 9)), "producer-1", UNCAPPED)  # Produce 9 with ApiVersions v1
+    assert infer(obs) is None
+
+
+def test_range_contains():
+    assert range_contains("2.0.0-2.0.1", "2.0.1") and not range_contains("2.0.0-2.0.1", "2.1.0")
+    assert range_contains(">=3.9.0", "4.1.0") and not range_contains(">=3.9.0", "3.8.1")
+    assert range_contains(">1.4.7,<2.1.0", "2.0.2") and not range_contains(">1.4.7,<2.1.0", "1.4.7")
+    assert range_contains("*", "0.1") and range_contains("0.10.2.0", "0.10.2.0")
+
+
+# --------------------------------------------------------------------------- real recordings
+
+
+RECORDINGS = gen.load_recordings()
+
+
+@pytest.mark.parametrize("rec", RECORDINGS, ids=[r.name for r in RECORDINGS])
+def test_recording_is_never_named_wrong_and_named_where_its_vector_is_its_own(rec):
+    observations = observations_from_events(gen.recording_events(rec.name))
+    assert observations
+    named = 0
+    for conn_id, obs in observations.items():
+        got = infer(obs)
+        if got is None:
+            continue
+        assert got.name == rec.library, (conn_id, got)
+        assert range_contains(got.version_range, rec.version), (conn_id, got)
+        named += 1
+    # kafka-ts sends, against Tansu, only versions at the broker's cap: Java 3.9 fits every
+    # connection as well, so it stays unknown (honestly). Every other recording is named somewhere.
+    if rec.library != "kafka-ts":
+        assert named >= 1, rec.name
