@@ -62,88 +62,144 @@ def _vkey(v: str) -> tuple:
     return tuple(int(x) for x in re.findall(r"[0-9]+", v))
 
 
-_ROWS = _table.ROWS
-_CONSTRAINTS = [{k: (lo, hi) for k, lo, hi in r.constraints} for r in _ROWS]
-_CLIENT_IDS = {lib: tuple(re.compile(p) for p in pats) for lib, pats in _table.DEFAULT_CLIENT_IDS.items()}
+def _compile_client_ids(patterns: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[re.Pattern, ...]]:
+    return {lib: tuple(re.compile(p) for p in pats) for lib, pats in patterns.items()}
 
 
-def _default_client_id_of(client_id: str | None) -> str | None:
-    if not client_id:
-        return None
-    for lib, pats in _CLIENT_IDS.items():
-        if any(p.fullmatch(client_id) for p in pats):
-            return lib
-    return None
+class Fingerprints:
+    """A table of rows (the generated one by default; the leave-one-out evaluation builds others)."""
 
+    def __init__(self, rows, releases: Mapping[str, tuple[str, ...]], min_compatible: Mapping[str, str | None],
+                 client_ids: Mapping[str, tuple[str, ...]]) -> None:
+        self.rows = tuple(rows)
+        self.constraints = [{k: (lo, hi) for k, lo, hi in r.constraints} for r in self.rows]
+        self.releases = dict(releases)
+        self.min_compatible = dict(min_compatible)
+        self.client_ids = _compile_client_ids(client_ids)
 
-def _fit(i: int, obs: Observation, pairs: Iterable[tuple[int, int]]):
-    """(points, evidence) if row i can have sent this observation, else None."""
-    row = _ROWS[i]
-    cons = _CONSTRAINTS[i]
-    bmax = obs.broker_max or {}
-    points = 0.0
-    evidence: list[str] = []
-    av = obs.api_versions_request_version
-    if av is not None:
-        if av in row.apiversions:
-            points += 1.0
-            evidence.append(f"ApiVersions v{av} first")
-        else:
-            # The first ApiVersions request carries the client's own max whatever the broker (a
-            # refused one is retried, README caveats, but the first is what Observation holds).
+    def default_client_id_of(self, client_id: str | None) -> str | None:
+        if not client_id:
             return None
-    elif None not in row.apiversions:
-        return None  # this release opens every connection with ApiVersions
-    elif not row.negotiates:
-        points += 0.5
-        evidence.append("no ApiVersions request")
-    for key, ver in pairs:
-        c = cons.get(key)
-        if c is None:
-            if row.complete:
-                return None  # this release cannot send that API
-            continue  # not in the recording: says nothing
-        lo, hi = c
-        top = None if hi < 0 else hi
-        b = bmax.get(key)
-        if not row.negotiates or b is None:
+        for lib, pats in self.client_ids.items():
+            if any(p.fullmatch(client_id) for p in pats):
+                return lib
+        return None
+
+    def fit(self, i: int, obs: Observation, pairs: Iterable[tuple[int, int]]):
+        """(points, evidence) if row i can have sent this observation, else None."""
+        row = self.rows[i]
+        cons = self.constraints[i]
+        bmax = obs.broker_max or {}
+        points = 0.0
+        evidence: list[str] = []
+        av = obs.api_versions_request_version
+        if av is not None:
+            if av in row.apiversions:
+                points += 1.0
+                evidence.append(f"ApiVersions v{av} first")
+            else:
+                # The first ApiVersions request carries the client's own max whatever the broker (a
+                # refused one is retried, README caveats, but the first is what Observation holds).
+                return None
+        elif None not in row.apiversions:
+            return None  # this release opens every connection with ApiVersions
+        elif not row.negotiates:
+            points += 0.5
+            evidence.append("no ApiVersions request")
+        for key, ver in pairs:
+            c = cons.get(key)
+            if c is None:
+                if row.complete:
+                    return None  # this release cannot send that API
+                continue  # not in the recording: says nothing
+            lo, hi = c
+            top = None if hi < 0 else hi
+            b = bmax.get(key)
             if not row.negotiates:
                 if not (lo <= ver and (top is None or ver <= top)):
                     return None
                 points += _EXACT
                 evidence.append(f"api {key} v{ver}")
-            else:
+                continue
+            if b is None:  # the broker's cap unknown: only the client's max is bounded
                 if top is not None and ver > top:
                     return None
                 points += _NO_BROKER
-            continue
-        low = min(lo, b)
-        high = b if top is None else min(top, b)
-        if not low <= ver <= high:
+                continue
+            low = min(lo, b)
+            high = b if top is None else min(top, b)
+            if not low <= ver <= high:
+                return None
+            if ver < b:
+                points += _EXACT if top is not None else _OPEN_EXACT
+                evidence.append(f"api {key} v{ver} (broker max {b})")
+            else:
+                points += _CAPPED
+        return points, evidence
+
+    def range_of(self, library: str, matched: list[str], complete: bool) -> str:
+        releases = self.releases[library]
+        idx = sorted(releases.index(v) for v in matched)
+        i, j = idx[0], idx[-1]
+        if complete:  # Java: every release is in the table; anything newer than its last may match too
+            if j == len(releases) - 1:
+                return f">={releases[i]}"
+            return releases[i] if i == j else f"{releases[i]}-{releases[j]}"
+        # Recorded releases are samples: the truth may lie anywhere up to the next recorded release.
+        parts = []
+        if i > 0:
+            parts.append(f">{releases[i - 1]}")
+        if j < len(releases) - 1:
+            parts.append(f"<{releases[j + 1]}")
+        return ",".join(parts) or "*"
+
+    def infer(self, obs: Observation) -> Inference | None:
+        pairs = sorted(set(obs.requests) | set(obs.first_requests))
+        pairs = [p for p in pairs if p[0] != 18]  # ApiVersions is judged by its first version
+        by_lib: dict[str, list[tuple[int, float, list[str]]]] = {}
+        for i, row in enumerate(self.rows):
+            fit = self.fit(i, obs, pairs)
+            if fit is not None:
+                by_lib.setdefault(row.library, []).append((i, fit[0], fit[1]))
+        if not by_lib:
             return None
-        if ver < b:
-            points += _EXACT if top is not None else _OPEN_EXACT
-            evidence.append(f"api {key} v{ver} (broker max {b})")
-        else:
-            points += _CAPPED
-    return points, evidence
+        cid_lib = self.default_client_id_of(obs.client_id)
+        if cid_lib is not None and cid_lib not in by_lib:
+            return None  # the client_id is another library's default: the versions do not say it
+        if len(by_lib) > 1:
+            if cid_lib is None:
+                return None  # several libraries fit
+            by_lib = {cid_lib: by_lib[cid_lib]}
+        ((library, fits),) = by_lib.items()
+        best = max(fits, key=lambda f: f[1])
+        points = best[1]
+        evidence = list(best[2])
+        if cid_lib == library:
+            points += _CLIENT_ID
+            evidence.append(f"default client_id {obs.client_id[:40]!r}")
+        elif library == JAVA:
+            points -= _JAVA_DISCOUNT
+        matched = [v for i, _, _ in fits for v in self.rows[i].versions]
+        complete = self.rows[best[0]].complete
+        confidence = 1.0 - 0.5 ** max(points, 0.0)
+        releases = self.releases[library]
+        if len(releases) >= 4 and len(set(matched)) * 2 > len(releases):
+            confidence *= _WIDE_FACTOR
+        if confidence < THRESHOLD:
+            return None
+        if not complete:
+            evidence.append("matches recorded " + ", ".join(sorted(set(matched), key=_vkey)))
+        return Inference(name=library, version_range=self.range_of(library, matched, complete),
+                         confidence=round(confidence, 3), evidence=tuple(evidence[:8]),
+                         min_compatible=self.min_compatible.get(library))
 
 
-def _range(library: str, matched: list[str], complete: bool) -> str:
-    releases = _table.RELEASES[library]
-    idx = sorted(releases.index(v) for v in matched)
-    i, j = idx[0], idx[-1]
-    if complete:  # Java: every release is in the table; anything newer than its last may match too
-        if j == len(releases) - 1:
-            return f">={releases[i]}"
-        return releases[i] if i == j else f"{releases[i]}-{releases[j]}"
-    # Recorded releases are samples: the truth may lie anywhere up to the next release that differs.
-    parts = []
-    if i > 0:
-        parts.append(f">{releases[i - 1]}")
-    if j < len(releases) - 1:
-        parts.append(f"<{releases[j + 1]}")
-    return ",".join(parts) or "*"
+TABLE = Fingerprints(_table.ROWS, _table.RELEASES, _table.MIN_COMPATIBLE, _table.DEFAULT_CLIENT_IDS)
+
+
+def infer(obs: Observation) -> Inference | None:
+    """The most likely library and release range of an unannounced client, or None (see the module doc)."""
+    return TABLE.infer(obs)
 
 
 def range_contains(version_range: str, version: str) -> bool:
@@ -163,46 +219,6 @@ def range_contains(version_range: str, version: str) -> bool:
             if not _vkey(lo) <= v <= _vkey(hi or lo):
                 return False
     return True
-
-
-def infer(obs: Observation) -> Inference | None:
-    pairs = sorted(set(obs.requests) | set(obs.first_requests))
-    pairs = [p for p in pairs if p[0] != 18]  # ApiVersions is judged by its first version above
-    by_lib: dict[str, list[tuple[int, float, list[str]]]] = {}
-    for i, row in enumerate(_ROWS):
-        fit = _fit(i, obs, pairs)
-        if fit is not None:
-            by_lib.setdefault(row.library, []).append((i, fit[0], fit[1]))
-    if not by_lib:
-        return None
-    cid_lib = _default_client_id_of(obs.client_id)
-    if cid_lib is not None and cid_lib not in by_lib and len(by_lib) == 1:
-        return None  # the client_id says another library than the versions do
-    if len(by_lib) > 1:
-        if cid_lib not in by_lib:
-            return None  # several libraries fit
-        by_lib = {cid_lib: by_lib[cid_lib]}
-    (library, fits), = by_lib.items()
-    best = max(fits, key=lambda f: f[1])
-    points = best[1]
-    evidence = list(best[2])
-    if cid_lib == library:
-        points += _CLIENT_ID
-        evidence.append(f"default client_id {obs.client_id[:40]!r}")
-    elif library == JAVA:
-        points -= _JAVA_DISCOUNT
-    matched = [v for i, _, _ in fits for v in _ROWS[i].versions]
-    complete = _ROWS[best[0]].complete
-    confidence = 1.0 - 0.5 ** max(points, 0.0)
-    releases = _table.RELEASES[library]
-    if len(releases) >= 4 and len(matched) * 2 > len(releases):
-        confidence *= _WIDE_FACTOR
-    if confidence < THRESHOLD:
-        return None
-    if not complete:
-        evidence.append("matches recorded " + ", ".join(sorted(set(matched), key=_vkey)))
-    return Inference(name=library, version_range=_range(library, matched, complete), confidence=round(confidence, 3),
-                     evidence=tuple(evidence[:8]), min_compatible=_table.MIN_COMPATIBLE.get(library))
 
 
 # ----------------------------------------------------------------------------- from core events

@@ -37,8 +37,12 @@ class FingerprintRow(NamedTuple):
 #   golden/kafkajs (kafkajs 2.2.4)
 #   golden/platformatic (platformatic-kafka 1.35.0)
 #   fingerprints/aiokafka-0.10.0 (aiokafka 0.10.0)
+#   fingerprints/aiokafka-0.11.0 (aiokafka 0.11.0)
 #   fingerprints/aiokafka-0.12.0 (aiokafka 0.12.0)
+#   fingerprints/aiokafka-0.13.0 (aiokafka 0.13.0)
+#   fingerprints/aiokafka-0.7.2 (aiokafka 0.7.2)
 #   fingerprints/aiokafka-0.8.1 (aiokafka 0.8.1)
+#   fingerprints/aiokafka-0.9.0 (aiokafka 0.9.0)
 #   fingerprints/confluent-kafka-python-1.9.2 (librdkafka 1.9.2): nothing but ApiVersions, left out
 #   fingerprints/confluent-kafka-python-2.3.0 (librdkafka 2.3.0)
 #   fingerprints/kafka-go-0.2.1 (kafka-go 0.2.1)
@@ -48,6 +52,7 @@ class FingerprintRow(NamedTuple):
 #   fingerprints/kafka-python-2.0.2 (kafka-python 2.0.2)
 #   fingerprints/kafka-python-2.1.6 (kafka-python 2.1.6)
 #   fingerprints/kafka-python-2.2.15 (kafka-python 2.2.15)
+#   fingerprints/kafka-python-2.3.0 (kafka-python 2.3.0)
 #   fingerprints/kafkajs-1.16.0 (kafkajs 1.16.0)
 #   fingerprints/kafkajs-2.0.0 (kafkajs 2.0.0)
 #   fingerprints/librdkafka-2.0.2 (librdkafka 2.0.2): nothing but ApiVersions, left out
@@ -124,15 +129,27 @@ ROWS: tuple[FingerprintRow, ...] = (
     FingerprintRow('apache-kafka-java', ('3.9.0',), (4,),
                    ((0, 11, 11), (1, 12, 17), (2, 9, 9), (3, 12, 12), (8, 9, 9), (9, 9, 9), (10, 6, 6), (11, 9, 9), (12, 4, 4), (13, 5, 5), (14, 5, 5), (15, 5, 5), (16, 5, 5), (17, 1, 1), (18, 4, 4), (19, 7, 7), (20, 6, 6), (21, 2, 2), (22, 5, 5), (23, 4, 4), (24, 3, 3), (25, 4, 4), (26, 4, 4), (28, 4, 4), (29, 3, 3), (30, 3, 3), (31, 3, 3), (32, 4, 4), (33, 2, 2), (34, 2, 2), (35, 4, 4), (36, 2, 2), (37, 3, 3), (38, 3, 3), (39, 2, 2), (40, 2, 2), (41, 3, 3), (42, 2, 2), (43, 2, 2), (44, 1, 1), (45, 0, 0), (46, 0, 0), (47, 0, 0), (48, 1, 1), (49, 1, 1), (50, 0, 0), (51, 0, 0), (55, 2, 2), (57, 1, 1), (60, 1, 1), (61, 0, 0), (64, 0, 0), (65, 0, 0), (66, 1, 1), (68, 0, 0), (69, 0, 0), (71, 0, 0), (72, 0, 0), (74, 0, 0), (75, 0, 0), (80, 0, 0), (81, 0, 0)),
                    True, True, 'java-client-max-versions.tsv'),
+    FingerprintRow('aiokafka', ('0.7.2',), (None, 0),
+                   ((0, 3, 3), (1, 4, 4), (2, 1, 1), (3, 0, 1), (10, 1, 1), (11, 2, 2)),
+                   False, True, 'fingerprints/aiokafka-0.7.2'),
     FingerprintRow('aiokafka', ('0.8.1',), (None, 0),
-                   ((0, 7, 7), (3, 0, 1), (10, 1, 1), (11, 2, 2)),
+                   ((0, 7, 7), (1, 4, 4), (2, 1, 1), (3, 0, 1), (10, 1, 1), (11, 2, 2)),
                    False, True, 'fingerprints/aiokafka-0.8.1'),
+    FingerprintRow('aiokafka', ('0.9.0',), (None, 0),
+                   ((0, 7, 7), (1, 4, 4), (2, 1, 1), (3, 0, 1), (10, 1, 1), (11, 2, 2)),
+                   False, True, 'fingerprints/aiokafka-0.9.0'),
     FingerprintRow('aiokafka', ('0.10.0',), (None, 0),
                    ((0, 7, 7), (1, 4, 4), (2, 1, 1), (3, 0, 1), (8, 2, 2), (9, 1, 1), (10, 1, 1), (11, 5, 5), (14, 3, 3)),
                    False, True, 'fingerprints/aiokafka-0.10.0'),
+    FingerprintRow('aiokafka', ('0.11.0',), (None, 0),
+                   ((0, 7, 7), (1, 4, 4), (2, 1, 1), (3, 0, 1), (8, 2, 2), (9, 1, 1), (10, 1, 1), (11, 5, 5), (14, 3, 3)),
+                   False, True, 'fingerprints/aiokafka-0.11.0'),
     FingerprintRow('aiokafka', ('0.12.0',), (None, 0),
                    ((0, 7, 7), (1, 4, 4), (2, 1, 1), (3, 0, 1), (8, 2, 2), (9, 1, 1), (10, 1, 1), (11, 5, 5), (14, 3, 3)),
                    False, True, 'fingerprints/aiokafka-0.12.0'),
+    FingerprintRow('aiokafka', ('0.13.0',), (0,),
+                   ((0, 7, 7), (1, 4, 4), (2, 3, 3), (3, 5, 5), (8, 3, 3), (9, 3, 3), (10, 1, 1), (11, 5, 5), (14, 3, 3)),
+                   False, True, 'fingerprints/aiokafka-0.13.0'),
     FingerprintRow('aiokafka', ('0.14.0',), (0,),
                    ((0, 7, 7), (1, 11, 11), (2, 3, 3), (3, 5, 5), (8, 3, 3), (9, 3, 3), (10, 1, 1), (11, 5, 5), (14, 3, 3), (19, 3, 3)),
                    False, True, 'golden/aiokafka'),
@@ -146,17 +163,20 @@ ROWS: tuple[FingerprintRow, ...] = (
                    ((0, 2, 2), (3, 1, 1)),
                    False, True, 'fingerprints/kafka-node-5.0.0'),
     FingerprintRow('kafka-python', ('1.4.7',), (None, 0),
-                   ((0, 3, 3), (3, 0, 1), (10, 0, 0), (11, 2, 2)),
+                   ((0, 3, 3), (1, 4, 4), (2, 1, 1), (3, 0, 1), (10, 0, 0), (11, 2, 2)),
                    False, True, 'fingerprints/kafka-python-1.4.7'),
     FingerprintRow('kafka-python', ('2.0.2',), (None, 0),
-                   ((0, 7, 7), (3, 0, 1), (10, 0, 0), (11, 2, 2)),
+                   ((0, 7, 7), (1, 4, 4), (2, 1, 1), (3, 0, 1), (10, 0, 0), (11, 2, 2)),
                    False, True, 'fingerprints/kafka-python-2.0.2'),
     FingerprintRow('kafka-python', ('2.1.6',), (None, 4),
-                   ((0, 7, 7), (3, 7, 7), (10, 2, 2), (11, 3, 3)),
+                   ((0, 7, 7), (1, 10, 10), (2, 4, 4), (3, 7, 7), (10, 2, 2), (11, 3, 3)),
                    False, True, 'fingerprints/kafka-python-2.1.6'),
     FingerprintRow('kafka-python', ('2.2.15',), (None, 4),
                    ((0, 7, 7), (1, 10, 10), (2, 4, 4), (3, 7, 7), (8, 6, 6), (9, 5, 5), (10, 2, 2), (11, 4, 4), (13, 2, 2), (14, 2, 2)),
                    False, True, 'fingerprints/kafka-python-2.2.15'),
+    FingerprintRow('kafka-python', ('2.3.0',), (None, 4),
+                   ((0, 8, 8), (1, 10, 10), (2, 5, 5), (3, 8, 8), (8, 7, 7), (9, 5, 5), (10, 2, 2), (11, 5, 5), (13, 3, 3), (14, 3, 3)),
+                   False, True, 'fingerprints/kafka-python-2.3.0'),
     FingerprintRow('kafka-python', ('3.0.12',), (4,),
                    ((0, 9, 9), (1, 12, 12), (2, 9, -1), (3, 12, -1), (8, 8, 8), (9, 8, 8), (10, 6, -1), (11, 7, 7), (13, 5, -1), (14, 5, -1), (19, 7, -1), (22, 4, 4)),
                    False, True, 'golden/kafka-python'),
@@ -203,7 +223,7 @@ DEFAULT_CLIENT_IDS: dict[str, tuple[str, ...]] = {
 
 MIN_COMPATIBLE: dict[str, str | None] = {
     'apache-kafka-java': '2.1',
-    'aiokafka': '0.8.1',
+    'aiokafka': '0.7.2',
     'kafka-go': None,
     'kafka-node': None,
     'kafka-python': '1.4.7',
@@ -216,10 +236,10 @@ MIN_COMPATIBLE: dict[str, str | None] = {
 
 RELEASES: dict[str, tuple[str, ...]] = {
     'apache-kafka-java': ('0.10.0.0', '0.10.0.1', '0.10.1.0', '0.10.1.1', '0.10.2.0', '0.10.2.1', '0.10.2.2', '0.11.0.0', '0.11.0.1', '0.11.0.2', '0.11.0.3', '1.0.0', '1.0.1', '1.0.2', '1.1.0', '1.1.1', '2.0.0', '2.0.1', '2.1.0', '2.1.1', '2.2.0', '2.2.1', '2.2.2', '2.3.0', '2.3.1', '2.4.0', '2.4.1', '2.5.0', '2.5.1', '2.6.0', '2.6.1', '2.6.2', '2.6.3', '2.7.0', '2.7.1', '2.7.2', '2.8.0', '2.8.1', '2.8.2', '3.0.0', '3.0.1', '3.0.2', '3.1.0', '3.1.1', '3.1.2', '3.2.0', '3.2.1', '3.2.2', '3.2.3', '3.3.0', '3.3.1', '3.3.2', '3.4.0', '3.4.1', '3.5.0', '3.5.1', '3.5.2', '3.6.0', '3.6.1', '3.6.2', '3.7.0', '3.7.1', '3.8.0', '3.8.1', '3.9.0'),
-    'aiokafka': ('0.8.1', '0.10.0', '0.12.0', '0.14.0'),
+    'aiokafka': ('0.7.2', '0.8.1', '0.9.0', '0.10.0', '0.11.0', '0.12.0', '0.13.0', '0.14.0'),
     'kafka-go': ('0.2.1',),
     'kafka-node': ('4.1.3', '5.0.0'),
-    'kafka-python': ('1.4.7', '2.0.2', '2.1.6', '2.2.15', '3.0.12'),
+    'kafka-python': ('1.4.7', '2.0.2', '2.1.6', '2.2.15', '2.3.0', '3.0.12'),
     'kafka-ts': ('1.5.0',),
     'kafkajs': ('1.16.0', '2.0.0', '2.2.4'),
     'librdkafka': ('2.3.0', '2.16.0'),

@@ -112,7 +112,8 @@ def other_libraries_fitting(obs: Observation) -> set[str]:
     from exporter import fingerprint as fp
 
     pairs = sorted(p for p in obs.requests if p[0] != 18)
-    return {fp._ROWS[i].library for i in range(len(fp._ROWS)) if fp._ROWS[i].library != JAVA and fp._fit(i, obs, pairs)}
+    rows = fp.TABLE.rows
+    return {rows[i].library for i in range(len(rows)) if rows[i].library != JAVA and fp.TABLE.fit(i, obs, pairs)}
 
 
 def test_java_without_client_id_is_named_unless_another_library_sends_the_same():
