@@ -8,7 +8,8 @@ derivation as the committed table) and every connection of the recording, decode
 capture core with its KIP-511 name never read, is inferred against that table. A connection is
 *right* when it names the recording's library with a range containing its true version, *wrong*
 when it names another library or a range that misses the truth, *unknown* when infer() gives
-None. A recording is right when some connection is right and none is wrong.
+None. A recording is right when some connection is right and none is wrong; a recording whose client
+sent nothing but ApiVersions (it failed against the broker) has no vector and is not judged.
 
 Also: the confusion table between libraries (connections), and the share of connections the
 wire leaves unannounced (no KIP-511 name: ApiVersions < v3 or none) that stay unknown.
@@ -64,7 +65,9 @@ def summarize(results) -> dict:
     unannounced = Counter()
     for rec, conns in results:
         verdicts = Counter(v for *_, v in conns)
-        if verdicts["wrong"]:
+        if not gen.informative(rec):
+            rec_verdict = "no vector"  # the client sent nothing but ApiVersions (it failed against the broker)
+        elif verdicts["wrong"]:
             rec_verdict = "wrong"
         elif verdicts["right"]:
             rec_verdict = "right"
@@ -86,9 +89,10 @@ def markdown(title: str, s: dict) -> str:
     for rec, verdict, v, ranges in s["recordings"]:
         out.append(f"| {rec.name} | {rec.library} | {rec.version} | {verdict} | {v['right']} / {v['wrong']} / {v['unknown']} "
                    f"| {', '.join(f'`{r}`' for r in ranges) or '-'} |")
-    n = len(s["recordings"])
     tally = Counter(verdict for _, verdict, _, _ in s["recordings"])
-    out += ["", f"Recordings: {tally['right']}/{n} right, {tally['wrong']} wrong, {tally['unknown']} unknown.", ""]
+    n = len(s["recordings"]) - tally["no vector"]
+    out += ["", f"Recordings with a vector: {tally['right']}/{n} right, {tally['wrong']} wrong, {tally['unknown']} unknown"
+            f" ({tally['no vector']} more sent nothing but ApiVersions: no vector to judge).", ""]
     libs = sorted(s["confusion"])
     cols = sorted({c for row in s["confusion"].values() for c in row} - {"unknown"}) + ["unknown"]
     out += ["Confusion (connections; rows: true library, columns: named):", "",

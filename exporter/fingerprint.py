@@ -35,7 +35,11 @@ _CLIENT_ID = 2.0
 # README of kafka-client-fingerprints: "a match narrows the Java release down; it does not prove
 # the client is Java" (other libraries send the same versions): one fact less for Java.
 _JAVA_DISCOUNT = 1.0
-_WIDE_FACTOR = 0.8  # the range spans more than half of the library's known releases
+_WIDE_FACTOR = 0.8
+# Exact versions (below the broker's cap) a library must pin before a library whose rows overlap
+# none of the observed APIs stops counting as an alternative: several coinciding exact versions
+# from a library not recorded with those APIs are unlikely, one or two are not.
+_DOMINANT_EXACT = 3  # the range spans more than half of the library's known releases
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +96,7 @@ class Fingerprints:
         bmax = obs.broker_max or {}
         points = 0.0
         evidence: list[str] = []
+        overlap = exact = 0  # observed APIs this row has a constraint for; of them, pinned below the cap
         av = obs.api_versions_request_version
         if av is not None:
             if av in row.apiversions:
@@ -112,6 +117,7 @@ class Fingerprints:
                 if row.complete:
                     return None  # this release cannot send that API
                 continue  # not in the recording: says nothing
+            overlap += 1
             lo, hi = c
             top = None if hi < 0 else hi
             b = bmax.get(key)
@@ -119,6 +125,7 @@ class Fingerprints:
                 if not (lo <= ver and (top is None or ver <= top)):
                     return None
                 points += _EXACT
+                exact += 1
                 evidence.append(f"api {key} v{ver}")
                 continue
             if b is None:  # the broker's cap unknown: only the client's max is bounded
@@ -130,12 +137,19 @@ class Fingerprints:
             high = b if top is None else min(top, b)
             if not low <= ver <= high:
                 return None
-            if ver < b:
-                points += _EXACT if top is not None else _OPEN_EXACT
+            if ver < b and top is not None and (lo == top or not row.complete):
+                # the release sends exactly this when uncapped (a recording's range: it was seen
+                # sending each end; Java's Fetch floor is a may, not a seen, and pins nothing)
+                points += _EXACT
+                exact += 1
+                evidence.append(f"api {key} v{ver} (broker max {b})")
+            elif ver < b and top is None:
+                points += _OPEN_EXACT  # the client's own max, and the recording said at least lo
+                exact += 1
                 evidence.append(f"api {key} v{ver} (broker max {b})")
             else:
-                points += _CAPPED
-        return points, evidence
+                points += _CAPPED  # at the cap, or inside a range the release may pick from
+        return points, evidence, overlap, exact
 
     def range_of(self, library: str, matched: list[str], complete: bool) -> str:
         releases = self.releases[library]
@@ -157,12 +171,19 @@ class Fingerprints:
         pairs = sorted(set(obs.requests) | set(obs.first_requests))
         pairs = [p for p in pairs if p[0] != 18]  # ApiVersions is judged by its first version
         by_lib: dict[str, list[tuple[int, float, list[str]]]] = {}
+        reach: dict[str, tuple[int, int]] = {}  # library -> (most APIs overlapped, most exact) by one row
         for i, row in enumerate(self.rows):
             fit = self.fit(i, obs, pairs)
             if fit is not None:
                 by_lib.setdefault(row.library, []).append((i, fit[0], fit[1]))
+                o, e = reach.get(row.library, (0, 0))
+                reach[row.library] = (max(o, fit[2]), max(e, fit[3]))
         if not by_lib:
             return None
+        if len(by_lib) > 1 and max(e for _, e in reach.values()) >= _DOMINANT_EXACT:
+            # A library that fits only because its recordings never used any of the observed APIs
+            # (an incomplete row says nothing) gives way to one that pins several of them exactly.
+            by_lib = {lib: fits for lib, fits in by_lib.items() if reach[lib][0] > 0}
         cid_lib = self.default_client_id_of(obs.client_id)
         if cid_lib is not None and cid_lib not in by_lib:
             return None  # the client_id is another library's default: the versions do not say it

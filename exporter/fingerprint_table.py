@@ -44,7 +44,10 @@ class FingerprintRow(NamedTuple):
 #   fingerprints/aiokafka-0.8.1 (aiokafka 0.8.1)
 #   fingerprints/aiokafka-0.9.0 (aiokafka 0.9.0)
 #   fingerprints/confluent-kafka-python-1.9.2 (librdkafka 1.9.2): nothing but ApiVersions, left out
+#   fingerprints/confluent-kafka-python-2.0.2 (librdkafka 2.0.2): nothing but ApiVersions, left out
+#   fingerprints/confluent-kafka-python-2.10.1 (librdkafka 2.10.1)
 #   fingerprints/confluent-kafka-python-2.3.0 (librdkafka 2.3.0)
+#   fingerprints/confluent-kafka-python-2.6.1 (librdkafka 2.6.1)
 #   fingerprints/kafka-go-0.2.1 (kafka-go 0.2.1)
 #   fingerprints/kafka-node-4.1.3 (kafka-node 4.1.3)
 #   fingerprints/kafka-node-5.0.0 (kafka-node 5.0.0)
@@ -53,6 +56,7 @@ class FingerprintRow(NamedTuple):
 #   fingerprints/kafka-python-2.1.6 (kafka-python 2.1.6)
 #   fingerprints/kafka-python-2.2.15 (kafka-python 2.2.15)
 #   fingerprints/kafka-python-2.3.0 (kafka-python 2.3.0)
+#   fingerprints/kafkajs-1.12.0 (kafkajs 1.12.0)
 #   fingerprints/kafkajs-1.16.0 (kafkajs 1.16.0)
 #   fingerprints/kafkajs-2.0.0 (kafkajs 2.0.0)
 #   fingerprints/librdkafka-2.0.2 (librdkafka 2.0.2): nothing but ApiVersions, left out
@@ -183,6 +187,9 @@ ROWS: tuple[FingerprintRow, ...] = (
     FingerprintRow('kafka-ts', ('1.5.0',), (4,),
                    ((0, 11, -1), (1, 17, -1), (2, 9, -1), (3, 12, -1), (8, 9, -1), (9, 9, -1), (10, 6, -1), (11, 9, -1), (13, 5, -1), (14, 5, -1), (19, 7, -1), (22, 5, -1)),
                    False, True, 'golden/kafka-ts'),
+    FingerprintRow('kafkajs', ('1.12.0',), (2,),
+                   ((0, 5, 5), (3, 5, 5), (10, 1, 1), (11, 2, 2)),
+                   False, True, 'fingerprints/kafkajs-1.12.0'),
     FingerprintRow('kafkajs', ('1.16.0',), (2,),
                    ((0, 7, 7), (1, 11, 11), (2, 3, 3), (3, 6, 6), (8, 5, 5), (9, 4, 4), (10, 2, 2), (11, 5, 5), (12, 3, 3), (13, 3, 3), (14, 3, 3)),
                    False, True, 'fingerprints/kafkajs-1.16.0'),
@@ -195,6 +202,12 @@ ROWS: tuple[FingerprintRow, ...] = (
     FingerprintRow('librdkafka', ('2.3.0',), (3,),
                    ((0, 7, 7), (1, 11, 11), (2, 7, 7), (3, 12, -1), (8, 7, 7), (9, 7, 7), (10, 2, 2), (11, 5, 5), (12, 3, 3), (13, 1, 1), (14, 3, 3)),
                    False, True, 'fingerprints/confluent-kafka-python-2.3.0'),
+    FingerprintRow('librdkafka', ('2.6.1',), (3,),
+                   ((0, 10, 10), (1, 16, 16), (2, 7, 7), (3, 12, -1), (8, 9, -1), (9, 9, -1), (10, 2, 2), (11, 5, 5), (12, 3, 3), (13, 1, 1), (14, 3, 3), (71, 0, -1)),
+                   False, True, 'fingerprints/confluent-kafka-python-2.6.1'),
+    FingerprintRow('librdkafka', ('2.10.1',), (3,),
+                   ((0, 10, 10), (1, 16, 16), (2, 7, 7), (3, 12, -1), (8, 9, -1), (9, 9, -1), (10, 2, 2), (11, 5, 5), (12, 3, 3), (13, 1, 1), (14, 3, 3), (71, 0, -1)),
+                   False, True, 'fingerprints/confluent-kafka-python-2.10.1'),
     FingerprintRow('librdkafka', ('2.16.0',), (3,),
                    ((0, 10, 10), (1, 16, 16), (2, 7, 7), (3, 12, -1), (8, 9, -1), (9, 9, -1), (10, 2, 2), (11, 5, 5), (12, 3, 3), (13, 1, 1), (14, 3, 3), (19, 4, 4), (71, 0, -1)),
                    False, True, 'golden/confluent-kafka'),
@@ -228,7 +241,7 @@ MIN_COMPATIBLE: dict[str, str | None] = {
     'kafka-node': None,
     'kafka-python': '1.4.7',
     'kafka-ts': '1.5.0',
-    'kafkajs': '1.16.0',
+    'kafkajs': '1.12.0',
     'librdkafka': '2.3.0',
     'platformatic-kafka': '1.35.0',
     'sarama': None,
@@ -241,8 +254,8 @@ RELEASES: dict[str, tuple[str, ...]] = {
     'kafka-node': ('4.1.3', '5.0.0'),
     'kafka-python': ('1.4.7', '2.0.2', '2.1.6', '2.2.15', '2.3.0', '3.0.12'),
     'kafka-ts': ('1.5.0',),
-    'kafkajs': ('1.16.0', '2.0.0', '2.2.4'),
-    'librdkafka': ('2.3.0', '2.16.0'),
+    'kafkajs': ('1.12.0', '1.16.0', '2.0.0', '2.2.4'),
+    'librdkafka': ('2.3.0', '2.6.1', '2.10.1', '2.16.0'),
     'platformatic-kafka': ('1.35.0',),
     'sarama': ('1.22.1',),
 }
