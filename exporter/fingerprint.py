@@ -178,13 +178,21 @@ class Fingerprints:
                 by_lib.setdefault(row.library, []).append((i, fit[0], fit[1]))
                 o, e = reach.get(row.library, (0, 0))
                 reach[row.library] = (max(o, fit[2]), max(e, fit[3]))
+        cid_lib = self.default_client_id_of(obs.client_id)
         if not by_lib:
-            return None
+            # No recorded release sends these versions. A default client_id that names its library
+            # (kafka-python-2.3.0, kafkajs, "... (github.com/segmentio/kafka-go)") still does: a
+            # release not in the table. Java's producer-N names no library, so not Java.
+            if cid_lib is None or cid_lib == JAVA or cid_lib not in self.releases or not pairs:
+                return None
+            return Inference(name=cid_lib, version_range="*", confidence=round(1.0 - 0.5 ** _CLIENT_ID, 3),
+                             evidence=(f"default client_id {obs.client_id[:40]!r}",
+                                       "no recorded release sends these versions"),
+                             min_compatible=self.min_compatible.get(cid_lib))
         if len(by_lib) > 1 and max(e for _, e in reach.values()) >= _DOMINANT_EXACT:
             # A library that fits only because its recordings never used any of the observed APIs
             # (an incomplete row says nothing) gives way to one that pins several of them exactly.
             by_lib = {lib: fits for lib, fits in by_lib.items() if reach[lib][0] > 0}
-        cid_lib = self.default_client_id_of(obs.client_id)
         if cid_lib is not None and cid_lib not in by_lib:
             return None  # the client_id is another library's default: the versions do not say it
         if len(by_lib) > 1:

@@ -49,6 +49,7 @@ class FingerprintRow(NamedTuple):
 #   fingerprints/confluent-kafka-python-2.3.0 (librdkafka 2.3.0)
 #   fingerprints/confluent-kafka-python-2.6.1 (librdkafka 2.6.1)
 #   fingerprints/kafka-go-0.2.1 (kafka-go 0.2.1)
+#   fingerprints/kafka-node-3.0.1 (kafka-node 3.0.1)
 #   fingerprints/kafka-node-4.1.3 (kafka-node 4.1.3)
 #   fingerprints/kafka-node-5.0.0 (kafka-node 5.0.0)
 #   fingerprints/kafka-python-1.4.7 (kafka-python 1.4.7)
@@ -59,6 +60,7 @@ class FingerprintRow(NamedTuple):
 #   fingerprints/kafkajs-1.12.0 (kafkajs 1.12.0)
 #   fingerprints/kafkajs-1.16.0 (kafkajs 1.16.0)
 #   fingerprints/kafkajs-2.0.0 (kafkajs 2.0.0)
+#   fingerprints/kafkajs-2.1.0 (kafkajs 2.1.0)
 #   fingerprints/librdkafka-2.0.2 (librdkafka 2.0.2): nothing but ApiVersions, left out
 #   fingerprints/sarama-1.22.1-v2.0.0 (sarama 1.22.1)
 #   fingerprints/sarama-1.22.1 (sarama 1.22.1)
@@ -160,11 +162,14 @@ ROWS: tuple[FingerprintRow, ...] = (
     FingerprintRow('kafka-go', ('0.2.1',), (None,),
                    ((0, 2, 2), (3, 1, 1), (10, 0, 0)),
                    False, True, 'fingerprints/kafka-go-0.2.1'),
+    FingerprintRow('kafka-node', ('3.0.1',), (0,),
+                   ((0, 2, 2), (3, 1, 1), (10, 0, 0), (11, 0, 0)),
+                   False, True, 'fingerprints/kafka-node-3.0.1'),
     FingerprintRow('kafka-node', ('4.1.3',), (0,),
-                   ((0, 2, 2), (3, 1, 1)),
+                   ((0, 2, 2), (3, 1, 1), (10, 0, 0), (11, 0, 0)),
                    False, True, 'fingerprints/kafka-node-4.1.3'),
     FingerprintRow('kafka-node', ('5.0.0',), (0,),
-                   ((0, 2, 2), (3, 1, 1)),
+                   ((0, 2, 2), (3, 1, 1), (10, 0, 0), (11, 0, 0)),
                    False, True, 'fingerprints/kafka-node-5.0.0'),
     FingerprintRow('kafka-python', ('1.4.7',), (None, 0),
                    ((0, 3, 3), (1, 4, 4), (2, 1, 1), (3, 0, 1), (10, 0, 0), (11, 2, 2)),
@@ -196,6 +201,9 @@ ROWS: tuple[FingerprintRow, ...] = (
     FingerprintRow('kafkajs', ('2.0.0',), (None, 2),
                    ((0, 7, 7), (1, 11, 11), (2, 3, 3), (3, 6, 6), (8, 5, 5), (9, 4, 4), (10, 2, 2), (11, 5, 5), (12, 3, 3), (13, 3, 3), (14, 3, 3)),
                    False, True, 'fingerprints/kafkajs-2.0.0'),
+    FingerprintRow('kafkajs', ('2.1.0',), (None, 2),
+                   ((0, 7, 7), (1, 11, 11), (2, 3, 3), (3, 6, 6), (8, 5, 5), (9, 4, 4), (10, 2, 2), (11, 5, 5), (12, 3, 3), (13, 3, 3), (14, 3, 3)),
+                   False, True, 'fingerprints/kafkajs-2.1.0'),
     FingerprintRow('kafkajs', ('2.2.4',), (None, 2),
                    ((0, 7, 7), (1, 11, 11), (2, 3, 3), (3, 6, 6), (8, 5, 5), (9, 4, 4), (10, 2, 2), (11, 5, 5), (12, 3, 3), (13, 3, 3), (14, 3, 3), (19, 3, 3)),
                    False, True, 'golden/kafkajs'),
@@ -251,10 +259,10 @@ RELEASES: dict[str, tuple[str, ...]] = {
     'apache-kafka-java': ('0.10.0.0', '0.10.0.1', '0.10.1.0', '0.10.1.1', '0.10.2.0', '0.10.2.1', '0.10.2.2', '0.11.0.0', '0.11.0.1', '0.11.0.2', '0.11.0.3', '1.0.0', '1.0.1', '1.0.2', '1.1.0', '1.1.1', '2.0.0', '2.0.1', '2.1.0', '2.1.1', '2.2.0', '2.2.1', '2.2.2', '2.3.0', '2.3.1', '2.4.0', '2.4.1', '2.5.0', '2.5.1', '2.6.0', '2.6.1', '2.6.2', '2.6.3', '2.7.0', '2.7.1', '2.7.2', '2.8.0', '2.8.1', '2.8.2', '3.0.0', '3.0.1', '3.0.2', '3.1.0', '3.1.1', '3.1.2', '3.2.0', '3.2.1', '3.2.2', '3.2.3', '3.3.0', '3.3.1', '3.3.2', '3.4.0', '3.4.1', '3.5.0', '3.5.1', '3.5.2', '3.6.0', '3.6.1', '3.6.2', '3.7.0', '3.7.1', '3.8.0', '3.8.1', '3.9.0'),
     'aiokafka': ('0.7.2', '0.8.1', '0.9.0', '0.10.0', '0.11.0', '0.12.0', '0.13.0', '0.14.0'),
     'kafka-go': ('0.2.1',),
-    'kafka-node': ('4.1.3', '5.0.0'),
+    'kafka-node': ('3.0.1', '4.1.3', '5.0.0'),
     'kafka-python': ('1.4.7', '2.0.2', '2.1.6', '2.2.15', '2.3.0', '3.0.12'),
     'kafka-ts': ('1.5.0',),
-    'kafkajs': ('1.12.0', '1.16.0', '2.0.0', '2.2.4'),
+    'kafkajs': ('1.12.0', '1.16.0', '2.0.0', '2.1.0', '2.2.4'),
     'librdkafka': ('2.3.0', '2.6.1', '2.10.1', '2.16.0'),
     'platformatic-kafka': ('1.35.0',),
     'sarama': ('1.22.1',),

@@ -257,3 +257,15 @@ def test_observations_come_from_core_events_without_kip511_names():
     assert first.broker_max is not None and first.broker_max[1] == 17  # Tansu's Fetch max
     fetch_only = obs["platformatic-003"]  # no ApiVersions of its own: the listener's answer
     assert fetch_only.api_versions_request_version is None and fetch_only.broker_max == first.broker_max
+
+
+def test_a_self_naming_default_client_id_names_a_release_the_table_lacks():
+    # Versions no recorded release sends (a newer kafkajs, say), with kafkajs's default client_id.
+    new = Observation(2, {(0, 9): 1, (3, 9): 1}, ((18, 2), (3, 9), (0, 9)), "kafkajs", {0: 11, 3: 12})
+    got = infer(new)
+    assert got is not None and (got.name, got.version_range) == ("kafkajs", "*") and got.confidence >= THRESHOLD
+    # Java's default names no library; nor does an id with nothing sent beside it.
+    assert infer(Observation(2, {(0, 9): 1, (3, 9): 1}, ((3, 9), (0, 9)), "producer-1", {0: 11, 3: 12})) is None
+    assert infer(Observation(2, {}, ((18, 2),), "kafkajs", {0: 11, 3: 12})) is None
+    # When another library's release does fit the versions, the id of a third one vetoes.
+    assert infer(java_observation("1.1.0", UNCAPPED, "kafkajs")) is None
