@@ -1,6 +1,7 @@
 """Name a client that does not announce itself, from what its connection sends (issue 15, part 1).
 
-Owns `Observation`, `Inference`, `infer()` and `range_contains()`, plus `observations_from_events()`,
+Owns `Observation`, `Inference`, `infer()`, `range_contains()`, the `Fingerprints` table class
+(`TABLE`: the generated one; the leave-one-out evaluation builds others), and `observations_from_events()`,
 the adapter from the capture core's events to Observations (duck-typed on the events' class
 names, so this module needs nothing from capture/). Imports only the standard library and its
 generated table, exporter/fingerprint_table.py (`make regen`; exporter/gen_fingerprints.py).
@@ -35,11 +36,11 @@ _CLIENT_ID = 2.0
 # README of kafka-client-fingerprints: "a match narrows the Java release down; it does not prove
 # the client is Java" (other libraries send the same versions): one fact less for Java.
 _JAVA_DISCOUNT = 1.0
-_WIDE_FACTOR = 0.8
+_WIDE_FACTOR = 0.8  # the range spans more than half of the library's known releases
 # Exact versions (below the broker's cap) a library must pin before a library whose rows overlap
 # none of the observed APIs stops counting as an alternative: several coinciding exact versions
 # from a library not recorded with those APIs are unlikely, one or two are not.
-_DOMINANT_EXACT = 3  # the range spans more than half of the library's known releases
+_DOMINANT_EXACT = 3
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,7 +160,7 @@ ROWS: tuple[FingerprintRow, ...] = (
                    ((0, 7, 7), (1, 11, 11), (2, 3, 3), (3, 5, 5), (8, 3, 3), (9, 3, 3), (10, 1, 1), (11, 5, 5), (14, 3, 3), (19, 3, 3)),
                    False, True, 'golden/aiokafka'),
     FingerprintRow('kafka-go', ('0.2.1',), (None,),
-                   ((0, 2, 2), (3, 1, 1), (10, 0, 0)),
+                   ((0, 2, 2), (3, 1, 1), (10, 0, 0), (11, 1, 1)),
                    False, True, 'fingerprints/kafka-go-0.2.1'),
     FingerprintRow('kafka-node', ('3.0.1',), (0,),
                    ((0, 2, 2), (3, 1, 1), (10, 0, 0), (11, 0, 0)),
