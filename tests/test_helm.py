@@ -833,8 +833,9 @@ def test_connection_tables_are_derived_from_the_memory_limit(limit, mib, budget,
 
 
 def test_connection_tables_account_for_the_event_log_queue_and_the_kernel_buffer():
-    expected = derived_tables(512, budget=128, queue=16)
-    assert expected == 20_000
+    # With the event log: its queue (16 MiB) and its rollup state (~56 MiB at 200,000 entries).
+    expected = derived_tables(512, budget=128, queue=72)
+    assert expected == 13_000
     assert table_flags({"eventLog": {"enabled": True}})[:2] == (expected, expected)
     expected = derived_tables(512, budget=128, kernel=128)
     assert expected == 14_000
@@ -1138,3 +1139,12 @@ def test_schema_defaults_and_descriptions_match_values_yaml():
                 walk(node["properties"][key], sub, f"{path}.{key}".lstrip("."))
 
     walk({**schema, "description": ""}, values, "")
+
+
+def test_event_log_rollup_seconds_reaches_the_cli_and_is_bounded():
+    args = capture_args({"eventLog": {"enabled": True, "rollupSeconds": 300}})
+    assert parse_cli(args).event_log_rollup_seconds == 300
+    assert not any(a.startswith("--event-log-rollup-seconds") for a in capture_args({"eventLog": {"enabled": True}}))
+    for bad in (0, 3601):
+        with pytest.raises(helm_python.HelmValuesError, match="rollupSeconds"):
+            render({"eventLog": {"enabled": True, "rollupSeconds": bad}})

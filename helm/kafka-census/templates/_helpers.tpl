@@ -171,7 +171,8 @@ tables take what is left (kafka-census.tableSizes).
 --max-flows and --max-connections: capture.maxFlows and capture.maxConnections, or derived from
 the memory left beside the baseline (128 MiB), the kernel capture buffer (capture.bufferMB, 64),
 the decoder and reassembly budget (kafka-census.maxBufferMB) and, with the event log on, its
-write queue (the CLI's --event-log-queue-mb, 16). Each tracked flow costs at most 5632 bytes,
+write queue (the CLI's --event-log-queue-mb, 16) and its rollup state (200,000 entries, ~56 MiB):
+72. Each tracked flow costs at most 5632 bytes,
 each registry record (open, or one of the capture.maxClosedConnections closed ones, CLI default
 10000) 2176: tests/test_table_memory.py measures ~4.2 KB and ~1.6 KB and asserts these. A
 derived count takes an equal share per flow and record, in thousands; values that cannot fit, or
@@ -193,14 +194,14 @@ memory limit). Returns YAML: {flows: N, connections: N}.
 {{- $kernel := int (default 64 .Values.capture.bufferMB) }}
 {{- $budget := include "kafka-census.maxBufferMB" . | int }}
 {{- $queue := 0 }}
-{{- if .Values.eventLog.enabled }}{{ $queue = 16 }}{{ end }}
+{{- if .Values.eventLog.enabled }}{{ $queue = 72 }}{{ end }}
 {{- $roomMiB := sub (sub (sub (sub $limitMiB 128) $kernel) $budget) $queue | int }}
 {{- $room := mul $roomMiB 1048576 }}
 {{- $fixed := mul $closed $recordBytes }}
 {{- $per := 0 }}
 {{- if hasKey $out "flows" }}{{ $fixed = add $fixed (mul $out.flows $flowBytes) }}{{ else }}{{ $per = add $per $flowBytes }}{{ end }}
 {{- if hasKey $out "connections" }}{{ $fixed = add $fixed (mul $out.connections $recordBytes) }}{{ else }}{{ $per = add $per $recordBytes }}{{ end }}
-{{- $why := printf "resources.limits.memory %d MiB less 128 (interpreter, libraries, tombstones, census), %d (capture.bufferMB), %d (maxBufferMB)%s leaves %d MiB for the connection tables, at %d bytes a flow and %d a record (%d closed: capture.maxClosedConnections)" $limitMiB $kernel $budget (ternary ", 16 (the event log's queue)" "" (gt $queue 0)) $roomMiB $flowBytes $recordBytes $closed }}
+{{- $why := printf "resources.limits.memory %d MiB less 128 (interpreter, libraries, tombstones, census), %d (capture.bufferMB), %d (maxBufferMB)%s leaves %d MiB for the connection tables, at %d bytes a flow and %d a record (%d closed: capture.maxClosedConnections)" $limitMiB $kernel $budget (ternary ", 72 (the event log's queue and rollups)" "" (gt $queue 0)) $roomMiB $flowBytes $recordBytes $closed }}
 {{- if eq $per 0 }}
 {{- if gt $fixed $room }}
 {{- fail (printf "capture.maxFlows %d and capture.maxConnections %d do not fit: %s, so they need %d MiB; raise the limit or lower them" $out.flows $out.connections $why (div (add $fixed 1048575) 1048576)) }}
@@ -357,6 +358,9 @@ and the volume is mounted in the kafka-census container only.
 {{- end }}
 {{- with .Values.eventLog.maxAgeSeconds }}
 - {{ printf "--event-log-max-age=%v" . | quote }}
+{{- end }}
+{{- with .Values.eventLog.rollupSeconds }}
+- {{ printf "--event-log-rollup-seconds=%v" . | quote }}
 {{- end }}
 {{- with include "kafka-census.eventLogMaxTotalMB" . }}
 - {{ printf "--event-log-max-total-mb=%s" . | quote }}
