@@ -149,6 +149,29 @@ class RemovedRequest(RequestCount):
         description="Lowest version of this API the target broker accepts; null: the target removed the API")
 
 
+class InferredSoftware(_Model):
+    """Who a connection that announced no software probably is (issue 15). Never mixed with the
+    KIP-511 fields, which stay what the wire said."""
+
+    name: str = Field(examples=["kafkajs"], description="Library name")
+    version_range: str = Field(examples=["2.2.4", "2.0.0-2.0.1", ">=3.7.0"],
+                               description="A version (sibling) or a range (fingerprint), never a false point")
+    confidence: float = Field(ge=0, le=1)
+    source: Literal["sibling", "fingerprint"] = Field(
+        description="sibling: announced on another connection of the same client address and client_id; "
+                    "fingerprint: inferred from the API versions, request order and client_id this one sent")
+    evidence: list[str] = Field(description="Why, in short human strings")
+    min_compatible: str | None = Field(
+        description="First release of this library compatible with Kafka 4.0 (fingerprint only); null: unknown")
+    sibling_connection_id: str | None = Field(description="The connection that announced it (sibling only)")
+
+
+class FirstRequest(_Model):
+    api: str
+    api_key: Count
+    api_version: Count
+
+
 class Connection(_Model):
     """One TCP connection to a listener, open or recently closed."""
 
@@ -167,8 +190,9 @@ class Connection(_Model):
     client_software_version: str | None
     identity_source: str = Field(description="api_versions_vN (passive capture), proxy (an ApiVersions "
                                  "exchange through the proxy), restored (joined mid-stream after a restart; "
-                                 "identity from --state-file until the next ApiVersions), tls, mid_stream "
-                                 "or none",
+                                 "identity from --state-file until the next ApiVersions), sibling or "
+                                 "fingerprint (no software fields on this connection: see inferred_software), "
+                                 "tls, mid_stream or none",
                                  examples=["api_versions_v3"])
     principal: str | None = Field(description="SASL user name after a successful PLAIN/SCRAM authentication, "
                                   "else the subject of the TLS client certificate the proxy verified")
@@ -181,6 +205,14 @@ class Connection(_Model):
     decode_errors: Count
     desyncs: Count
     requests: list[RequestCount] = Field(description="Requests by API and version, ordered by key and version")
+    inferred_software: InferredSoftware | None = Field(
+        description="Set only when the connection announced no software name (identity_source sibling or "
+                    "fingerprint)")
+    api_versions_request_version: Count | None = Field(
+        description="Version of the first ApiVersions request the connection sent; null: none")
+    first_requests: list[FirstRequest] = Field(
+        description="The first 8 distinct API versions the connection used, in wire order as far as the "
+                    "capture's batching keeps it (pairs first seen in one batch are in key order)")
 
 
 class ConnectionList(_Model):
@@ -197,6 +229,11 @@ class Client(_Model):
     client_id: str | None
     principal: str | None
     listener: str
+    identity_source: Literal["announced", "sibling", "fingerprint", "none"] = Field(
+        description="announced: the KIP-511 fields name the software; sibling or fingerprint: inferred "
+                    "(inferred_software); none")
+    inferred_software: InferredSoftware | None = Field(
+        description="The inferred identity the row's connections share (evidence: its first connection's)")
     open_connections: Count
     total_connections: Count = Field(description="Closed (folded into the census) plus open connections")
     first_seen: Timestamp
@@ -252,9 +289,30 @@ class ClientUsingRemoved(Client):
     removed_requests: list[RemovedRequest]
 
 
+class SoftwareUsingRemoved(_Model):
+    """Who to upgrade: one (software, version or range, client_id, principal) over listeners."""
+
+    software_name: str | None = Field(description="Announced (KIP-511), else inferred; null: unknown")
+    software_version: str | None = Field(description="Announced version, else the inferred version range")
+    identity_source: Literal["announced", "sibling", "fingerprint", "none"]
+    client_id: str | None
+    principal: str | None
+    listeners: list[str]
+    open_connections: Count
+    total_connections: Count
+    removed_requests: list[RemovedRequest] = Field(
+        description="The removed API versions used, each with the minimum version the target accepts")
+    inferred_software: InferredSoftware | None
+    min_compatible: str | None = Field(
+        description="For an inferred library: its first release compatible with the target (Java: 2.1)")
+    evidence: list[str] = Field(description="Why the inferred identity (empty when announced)")
+
+
 class UpgradeReadiness(_Model):
     target: str
     ready: bool = Field(description="No connection and no census row used a version the target removes")
+    clients_by_software: list[SoftwareUsingRemoved] = Field(
+        description="The census rows below, grouped by software (announced or inferred), client_id and principal")
     connections: list[ConnectionUsingRemoved]
     clients: list[ClientUsingRemoved]
 
@@ -390,6 +448,8 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         client_id: Annotated[str, Query()] = None,
         principal: Annotated[str, Query()] = None,
         address: Annotated[str, Query(description="Exact client or broker address")] = None,
+        inferred_software_name: Annotated[str, Query(
+            description="Name inferred for a connection that announced none (sibling or fingerprint)")] = None,
         order_by: Annotated[str, Query(
             description=f"{_ORDER_BY_HELP}. Default: first_seen. None values sort last in both directions; "
                         "ties keep first_seen order.",
@@ -407,7 +467,7 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         filters = {name: value for name, value in (
             ("listener", listener), ("client_software_name", client_software_name),
             ("client_software_version", client_software_version), ("client_id", client_id),
-            ("principal", principal), ("address", address),
+            ("principal", principal), ("address", address), ("inferred_software_name", inferred_software_name),
         ) if value is not None}
         chunks, total = registry.query(state=state, filters=filters, order_by=terms, limit=limit)
         # Encoded a chunk at a time: the page's dicts never exist all at once.
@@ -430,16 +490,21 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         client_software_version: Annotated[str, Query()] = None,
         client_id: Annotated[str, Query()] = None,
         principal: Annotated[str, Query()] = None,
+        identity_source: Annotated[Literal["announced", "sibling", "fingerprint", "none"], Query()] = None,
+        inferred_software_name: Annotated[str, Query(description="Name inferred for clients that announced none")] \
+            = None,
     ) -> Response:
         wanted = {k: v for k, v in (
             ("listener", listener), ("client_software_name", client_software_name),
             ("client_software_version", client_software_version), ("client_id", client_id),
-            ("principal", principal),
+            ("principal", principal), ("identity_source", identity_source),
         ) if v is not None}
         rows = registry.clients()
         overflow = registry.census_overflow  # an int: read whole, no lock needed
         if wanted:
             rows = [r for r in rows if all(r[k] == v for k, v in wanted.items())]
+        if inferred_software_name is not None:
+            rows = [r for r in rows if r["inferred_software"] and r["inferred_software"]["name"] == inferred_software_name]
         return _json({"clients": rows, "total": len(rows), "census_overflow": overflow})
 
     @app.get(API_PREFIX + "/brokers", response_model=BrokerList, tags=["brokers"],

@@ -83,6 +83,10 @@ class CensusCollector:
 
         yield _gauge("connections", "Open Kafka connections by listener and client software (KIP-511 "
                      "fields; 'unknown' when the client sent none).", ["listener", *sw], s.connections)
+        yield _gauge("connections_inferred", "Open connections that announced no software (no KIP-511 fields), by "
+                     "the identity inferred for them: a sibling connection's announced software, or a fingerprint "
+                     "of the API versions they use (a version range).",
+                     ["listener", "inferred_software_name", "inferred_version_range"], s.connections_inferred)
         yield _counter("connections_opened", "Connections opened.", ["listener"], s.opened)
         yield _counter("connections_closed", "Connections closed, by reason (fin, rst, idle, evicted, reused).",
                        ["listener", "reason"], s.closed)

@@ -69,12 +69,29 @@ from capture.events import (
 )
 from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4
 
+try:  # issue 15 part 1, owned by another module: until it exists no connection is fingerprinted
+    from exporter.fingerprint import Observation, infer as _infer
+except ImportError:  # pragma: no cover - only before exporter/fingerprint.py lands
+    Observation = None
+    _infer = None
+
 DEFAULT_MAX_OPEN = 100_000
 DEFAULT_MAX_CLOSED = 10_000
 DEFAULT_CLOSED_TTL = 900.0
 DEFAULT_MAX_SOFTWARE_LABELS = 1000
 DEFAULT_MAX_CENSUS_ROWS = 10_000
 DEFAULT_MAX_BROKERS = 256
+# Seconds after its last packet that an announced connection still names the unannounced
+# connections of its client address and client_id (identity_source "sibling"); an open one
+# always does. Clients open their extra connections (kafkajs's fetch ones) seconds apart.
+DEFAULT_SIBLING_WINDOW = 300.0
+# Per connection: the first (api_key, api_version) pairs kept for the fingerprint, and the
+# calls of fingerprint.infer() it may cost (one per sync point that brought new information,
+# plus one at close).
+MAX_FIRST_REQUESTS = 8
+MAX_INFER_CALLS = 3
+MAX_EVIDENCE = 8  # evidence strings kept of one inference
+MAX_FINGERPRINTED_SIBLINGS = 4  # fingerprinted connections kept per (client address, client_id) to name others
 # Label sets (histogram ones count 18: 16 buckets, _sum, _count) across the series that multiply
 # wire-driven dimensions. A large cluster: 4 listeners x 500 software pairs x ~15 (api, version)
 # pairs a client uses is 30k requests series, plus acks, latency and the gauge: ~35k. See the
@@ -116,7 +133,7 @@ API_VERSIONS_ERRORS = {0: "NONE", 35: "UNSUPPORTED_VERSION", 42: "INVALID_REQUES
 _MECHANISM = re.compile(r"[A-Z0-9_-]{1,20}")
 _FEATURE = re.compile(r"[A-Za-z0-9._-]{1,64}")  # KIP-584 names, e.g. "metadata.version"
 # What series_folded counts, by family: every name is exported, 0 until something folds.
-BUDGETED = ("connections", "requests", "deprecated_requests", "request_duration_seconds", "api_versions_responses",
+BUDGETED = ("connections", "connections_inferred", "requests", "deprecated_requests", "request_duration_seconds", "api_versions_responses",
             "produce_requests", "sasl_authentications")
 BROKER_DROPS = ("broker", "api", "feature")
 
@@ -124,6 +141,7 @@ BROKER_DROPS = ("broker", "api", "feature")
 # Every (api_key, api_version) of the generated table -> its (api, api_version) label values.
 _PAIR_LABELS = {(s.key, v): (s.name, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1)}
 _UNKNOWN_LABELS = (UNKNOWN, UNKNOWN)
+_CANONICAL_KEY = {key: key for key in _PAIR_LABELS}  # one tuple per pair, shared by every first_requests
 
 
 def request_key(api_key: int, api_version: int) -> tuple[int, int]:
@@ -163,8 +181,12 @@ def identity_source(rec: "ConnectionRecord") -> str:
     hides it; the capture joined mid-stream; the client sent none)."""
     if rec.restored:  # from --state-file, until the connection's next ApiVersions exchange
         return "restored"
-    if rec.identity_version is not None:
+    if rec.identity_version is not None and rec.software_name is not None:
         # The proxy sees every byte, so its identity is certain; the capture's may be partial.
+        return "proxy" if rec.source == "proxy" else f"api_versions_v{rec.identity_version}"
+    if rec.inferred is not None:  # no KIP-511 fields on this connection: "sibling" or "fingerprint"
+        return rec.inferred["source"]
+    if rec.identity_version is not None:  # an ApiVersions v0-2 exchange: accepted, no software fields
         return "proxy" if rec.source == "proxy" else f"api_versions_v{rec.identity_version}"
     if rec.tls:
         return "tls"
@@ -178,7 +200,9 @@ class ConnectionRecord:
                  "security_protocol", "source", "mid_stream", "state", "close_reason", "client_id",
                  "software_name", "software_version", "labels", "identity_version", "tls", "principal",
                  "sasl_mechanism", "sasl_outcome", "first_seen", "last_seen", "closed_at", "bytes_from_client",
-                 "bytes_from_broker", "requests", "decode_errors", "desyncs", "restored", "restored_identity_version")
+                 "bytes_from_broker", "requests", "decode_errors", "desyncs", "restored", "restored_identity_version",
+                 "api_versions_request_version", "first_requests", "pending_requests", "inferred", "inferred_labels",
+                 "infer_calls", "infer_basis")
 
     def __init__(self, ev: ConnectionOpened) -> None:
         self.id = ev.conn_id
@@ -214,9 +238,28 @@ class ConnectionRecord:
         # that identity_source() does not claim an ApiVersions exchange this process never saw.
         self.restored = False
         self.restored_identity_version: int | None = None
+        # Issue 15. The version of the first ApiVersions request the connection sent (None: none).
+        self.api_versions_request_version: int | None = None
+        # The first MAX_FIRST_REQUESTS distinct request_key()s in wire order, as far as a tally
+        # lets it be known: pairs first seen between two sync points (`_sync`: any event other
+        # than requests, responses and acks) are in key order, the same in tally mode (which
+        # sorts a run) and with one event per request. `pending_requests` gathers the pairs
+        # since the last sync point; None once first_requests is full.
+        self.first_requests: tuple = ()
+        self.pending_requests: set | None = set()
+        # An identity that the wire did not announce on this connection (never in the software
+        # fields): {source: "sibling"|"fingerprint", name, version_range, confidence, evidence,
+        # min_compatible, sibling_connection_id}; replaced whole, never mutated (readers copy
+        # the reference). inferred_labels: its (listener, name, range) key of the inferred gauge.
+        self.inferred: dict | None = None
+        self.inferred_labels: tuple | None = None
+        self.infer_calls = 0
+        self.infer_basis: tuple | None = None  # what the last infer() call saw
 
     def census_key(self) -> tuple:
-        return (self.software_name, self.software_version, self.client_id, self.principal, self.listener)
+        inferred = self.inferred
+        return (self.software_name, self.software_version, self.client_id, self.principal, self.listener,
+                None if inferred is None else (inferred["source"], inferred["name"], inferred["version_range"]))
 
     def to_dict(self, now: float | None = None) -> dict:
         idle = None  # how long an open connection has been silent; meaningless once closed
@@ -246,7 +289,24 @@ class ConnectionRecord:
             "decode_errors": self.decode_errors,
             "desyncs": self.desyncs,
             "requests": request_counts(self.requests),
+            "inferred_software": inferred_software(self.inferred),
+            "api_versions_request_version": self.api_versions_request_version,
+            "first_requests": first_requests(self.first_requests),
         }
+
+
+def inferred_software(inferred: dict | None) -> dict | None:
+    """The REST form of a record's `inferred` (a copy: the record's is shared by readers)."""
+    if inferred is None:
+        return None
+    return {"name": inferred["name"], "version_range": inferred["version_range"],
+            "confidence": inferred["confidence"], "source": inferred["source"],
+            "evidence": list(inferred["evidence"]), "min_compatible": inferred["min_compatible"],
+            "sibling_connection_id": inferred["sibling_connection_id"]}
+
+
+def first_requests(keys) -> list[dict]:
+    return [{"api": API_TABLE[k].name, "api_key": k, "api_version": v} for k, v in keys]
 
 
 @dataclass
@@ -257,6 +317,7 @@ class _CensusRow:
     last_seen: float = 0.0
     addresses: set = field(default_factory=set)
     requests: Counter = field(default_factory=Counter)
+    inferred: dict | None = None  # the first folded connection's inference (its evidence names it)
 
 
 @dataclass(frozen=True)
@@ -264,6 +325,7 @@ class MetricsSnapshot:
     """Everything the Prometheus collector needs, copied under the lock."""
 
     connections: dict  # (listener, name, version) -> open connections
+    connections_inferred: dict  # (listener, inferred name, inferred version range) -> open unannounced ones
     opened: dict  # listener -> total
     closed: dict  # (listener, reason) -> total
     requests: dict  # (listener, api, version, name, version) -> total
@@ -359,6 +421,7 @@ QUERY_FILTERS: dict[str, str | None] = {
     "client_id": "client_id",
     "principal": "principal",
     "address": None,
+    "inferred_software_name": None,  # the name a sibling or a fingerprint gave (inferred_software.name)
 }
 
 
@@ -366,7 +429,7 @@ QUERY_FILTERS: dict[str, str | None] = {
 # container per record, so a copy of 100k records gives the cyclic collector little to scan.
 _COLUMNS = ("first_seen", "id", "state", "closed_at", "last_seen", "client_address", "client_port", "broker_address",
             "listener", "client_id", "software_name", "software_version", "principal", "bytes_from_client",
-            "bytes_from_broker")
+            "bytes_from_broker", "inferred")
 _COLUMN_GETTERS = tuple(attrgetter(name) for name in _COLUMNS)
 
 
@@ -387,12 +450,13 @@ def _record_copy(rec: ConnectionRecord) -> tuple:
 
 def _census_copy(item: tuple) -> tuple:
     key, row = item
-    return key, _CensusRow(0, row.total, row.first_seen, row.last_seen, set(row.addresses), Counter(row.requests))
+    return key, _CensusRow(0, row.total, row.first_seen, row.last_seen, set(row.addresses), Counter(row.requests),
+                           row.inferred)
 
 
 def _census_part(rec: ConnectionRecord) -> tuple:
     return (rec.census_key(), rec.state == "open", rec.first_seen, rec.last_seen, rec.client_address,
-            dict(rec.requests))
+            dict(rec.requests), rec.inferred)
 
 
 def _detached(row: tuple, requests: dict) -> ConnectionRecord:
@@ -402,6 +466,48 @@ def _detached(row: tuple, requests: dict) -> ConnectionRecord:
         setattr(rec, name, value)
     rec.requests = requests
     return rec
+
+
+def _by_software(clients: list[dict]) -> list[dict]:
+    """Upgrade readiness per (software, version or range, client_id, principal), over listeners:
+    the announced software, else the inferred one (sibling or fingerprint), each labelled, with
+    the removed versions used and, for an inferred library, its first release the target accepts."""
+    groups: dict[tuple, dict] = {}
+    for c in clients:
+        inferred = c["inferred_software"]
+        if c["client_software_name"] is not None:
+            name, version = c["client_software_name"], c["client_software_version"]
+        elif inferred is not None:
+            name, version = inferred["name"], inferred["version_range"]
+        else:
+            name = version = None
+        key = (name, version, c["identity_source"], c["client_id"], c["principal"])
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = {
+                "software_name": name, "software_version": version, "identity_source": c["identity_source"],
+                "client_id": c["client_id"], "principal": c["principal"], "listeners": [], "open_connections": 0,
+                "total_connections": 0, "inferred_software": inferred, "removed": {}}
+        if c["listener"] not in group["listeners"]:
+            group["listeners"].append(c["listener"])
+        group["open_connections"] += c["open_connections"]
+        group["total_connections"] += c["total_connections"]
+        for r in c["removed_requests"]:
+            k = (r["api_key"], r["api_version"])
+            known = group["removed"].get(k)
+            group["removed"][k] = dict(r) if known is None else dict(known, count=known["count"] + r["count"])
+    out = []
+    for group in groups.values():
+        removed = group.pop("removed")
+        group["removed_requests"] = [removed[k] for k in sorted(removed)]
+        inferred = group["inferred_software"]
+        group["min_compatible"] = inferred["min_compatible"] if inferred is not None else None
+        group["evidence"] = inferred["evidence"] if inferred is not None else []
+        group["listeners"].sort()
+        out.append(group)
+    out.sort(key=lambda g: (g["software_name"] or "", g["software_version"] or "", g["client_id"] or "",
+                            g["principal"] or "", g["identity_source"]))
+    return out
 
 
 def _in_order(items: list, limit: int | None = None) -> list:
@@ -462,7 +568,8 @@ class ConnectionRegistry:
     def __init__(self, *, max_open: int = DEFAULT_MAX_OPEN, max_closed: int = DEFAULT_MAX_CLOSED,
                  closed_ttl: float = DEFAULT_CLOSED_TTL, max_software_labels: int = DEFAULT_MAX_SOFTWARE_LABELS,
                  max_census_rows: int = DEFAULT_MAX_CENSUS_ROWS, max_series: int = DEFAULT_MAX_SERIES,
-                 max_brokers: int = DEFAULT_MAX_BROKERS, clock=None) -> None:
+                 max_brokers: int = DEFAULT_MAX_BROKERS, sibling_window: float = DEFAULT_SIBLING_WINDOW,
+                 clock=None) -> None:
         # Held by apply() for one event, and by readers only to copy (`_copied`: a bounded chunk
         # of records per hold), never while they filter, sort or serialize (issue 13).
         self._lock = threading.RLock()
@@ -524,6 +631,19 @@ class ConnectionRegistry:
         self._restorable: OrderedDict[tuple, SavedIdentity] = OrderedDict()
         self._restore_ttl = 0.0
         self.restored_connections = 0
+        # Issue 15 part 2: the last connection that announced software (KIP-511 fields) per
+        # (client address, client_id), for the unannounced connections of the same client
+        # (identity_source "sibling"). One dict lookup per connection; at most `max_open`
+        # entries, the least recently announced dropped first.
+        self.sibling_window = sibling_window
+        self._announced: OrderedDict[tuple, ConnectionRecord] = OrderedDict()
+        self._fingerprinted: OrderedDict[tuple, list[ConnectionRecord]] = OrderedDict()  # same bounds, see above
+        self.sibling_identities = 0  # connections that took a sibling's identity
+        self.infer_calls = 0  # fingerprint.infer() calls, all connections (each bounded by MAX_INFER_CALLS + 1)
+        # Open unannounced connections by (listener, inferred name, inferred version range):
+        # kafka_census_connections_inferred, under the series budget like the main gauge.
+        self._inferred_gauge: Counter = Counter()
+        self._broker_max: dict[str, dict[int, int]] = {}  # "LISTENER:PORT" -> api_key -> max version (fingerprint)
         self._handlers = {
             ConnectionOpened: self._opened_ev, RequestSeen: self._request, ResponseSeen: self._response,
             RequestTally: self._tally,
@@ -726,6 +846,9 @@ class ConnectionRegistry:
             if name == "address":
                 client, broker = columns["client_address"], columns["broker_address"]
                 index = [i for i in index if client[i] == value or broker[i] == value]
+            elif name == "inferred_software_name":
+                inferred = columns["inferred"]
+                index = [i for i in index if inferred[i] is not None and inferred[i]["name"] == value]
             else:
                 column = columns[QUERY_FILTERS[name]]
                 index = [i for i in index if column[i] == value]
@@ -751,13 +874,13 @@ class ConnectionRegistry:
         rows: dict[tuple, _CensusRow] = {}
         for key, row in self._copied(census, _census_copy, _CENSUS_PER_HOLD):
             rows[key] = row
-        for key, open_, first_seen, last_seen, address, requests in self._copied(opened, _census_part,
-                                                                                 _REQUESTS_PER_HOLD):
+        for key, open_, first_seen, last_seen, address, requests, inferred in self._copied(
+                opened, _census_part, _REQUESTS_PER_HOLD):
             if not open_:  # closed since: folded into its census row, maybe after that row was copied
                 continue
             row = rows.get(key)
             if row is None:
-                row = rows[key] = _CensusRow()
+                row = rows[key] = _CensusRow(inferred=inferred)
             row.total += 1
             row.first_seen = min(row.first_seen, first_seen)
             row.last_seen = max(row.last_seen, last_seen)
@@ -766,16 +889,22 @@ class ConnectionRegistry:
             row.requests.update(requests)
             row.open += 1
         out = []
-        for (name, version, client_id, principal, listener), row in rows.items():
+        for (name, version, client_id, principal, listener, inferred), row in rows.items():
             out.append({
                 "client_software_name": name, "client_software_version": version, "client_id": client_id,
-                "principal": principal, "listener": listener, "open_connections": row.open,
+                "principal": principal, "listener": listener,
+                # "announced": the software fields say who; else how the row's identity was inferred
+                "identity_source": "announced" if name is not None else (inferred[0] if inferred else "none"),
+                "inferred_software": inferred_software(row.inferred) if inferred else None,
+                "open_connections": row.open,
                 "total_connections": row.total, "first_seen": iso_time(row.first_seen),
                 "last_seen": iso_time(row.last_seen), "client_addresses": sorted(row.addresses),
                 "requests": request_counts(row.requests),
             })
         out.sort(key=lambda r: (r["client_software_name"] or "", r["client_software_version"] or "",
-                                r["client_id"] or "", r["listener"]))
+                                r["client_id"] or "", r["listener"], r["identity_source"],
+                                r["inferred_software"]["name"] if r["inferred_software"] else "",
+                                r["inferred_software"]["version_range"] if r["inferred_software"] else ""))
         return out
 
     def brokers(self) -> list[dict]:
@@ -810,13 +939,15 @@ class ConnectionRegistry:
         conns = [dict(d, removed_requests=offending(d["requests"]))
                  for d in (_detached(row, requests).to_dict(now) for row, requests in uses)]
         clients = [dict(c, removed_requests=off) for c in self.clients() if (off := offending(c["requests"]))]
-        return {"target": target, "ready": not conns and not clients, "connections": conns, "clients": clients}
+        return {"target": target, "ready": not conns and not clients, "clients_by_software": _by_software(clients),
+                "connections": conns, "clients": clients}
 
     def snapshot(self) -> MetricsSnapshot:
         with self.lock:
             self.expire()
             return MetricsSnapshot(
-                connections=dict(self._gauge), opened=dict(self._opened), closed=dict(self._closed_totals),
+                connections=dict(self._gauge), connections_inferred=dict(self._inferred_gauge),
+                opened=dict(self._opened), closed=dict(self._closed_totals),
                 requests=dict(self._requests), deprecated=dict(self._deprecated),
                 latency={k: (list(v[0]), v[1], v[2]) for k, v in self._latency.items()},
                 api_versions=dict(self._api_versions), produce_acks=dict(self._produce_acks),
@@ -906,6 +1037,12 @@ class ConnectionRegistry:
             return
         key = request_key(ev.api_key, ev.api_version)
         rec.requests[key] += 1
+        if len(rec.first_requests) < MAX_FIRST_REQUESTS and key != UNKNOWN_REQUEST:
+            pending = rec.pending_requests
+            if pending is None:
+                rec.pending_requests = {key}
+            else:
+                pending.add(key)
         client_id = ev.client_id
         if client_id is not None and key != UNKNOWN_REQUEST:  # a frame outside the table may be a SASL token
             self._client_id(rec, client_id)
@@ -922,6 +1059,8 @@ class ConnectionRegistry:
             if cut != rec.client_id:
                 self.truncated_strings += 1
             client_id = cut
+        # A sibling is looked up at the next sync point (`_sync`), not here: a tally gives only
+        # the run's last client_id, and the two modes must name the same sibling.
         rec.client_id = client_id
 
     def _count_request(self, rec: ConnectionRecord, key: tuple[int, int], n: int = 1) -> None:
@@ -962,9 +1101,15 @@ class ConnectionRegistry:
         if ev.ts > rec.last_seen:  # a rollup read back from a v2 log may follow later records
             rec.last_seen = ev.ts
         requests = rec.requests
+        pending = rec.pending_requests if len(rec.first_requests) < MAX_FIRST_REQUESTS else False
         for api_key, api_version, n, _ in ev.requests:
             key = request_key(api_key, api_version)
             requests[key] += n
+            if pending is not False and key != UNKNOWN_REQUEST:
+                if pending is None:
+                    pending = rec.pending_requests = {key}
+                else:
+                    pending.add(key)
             if api_key != API_VERSIONS:  # counted when answered, as in _request
                 self._count_request(rec, key, n)
         if ev.client_id is not None:  # the core gives none for a frame outside the table
@@ -985,6 +1130,8 @@ class ConnectionRegistry:
         rec = self.open.get(ev.conn_id)
         if rec is None:
             return
+        if rec.api_versions_request_version is None:
+            rec.api_versions_request_version = ev.request_version
         request = request_key(API_VERSIONS, ev.request_version)
         error = ev.error_code if ev.error_code in API_VERSIONS_ERRORS else OTHER
         key = (rec.listener, request_labels(request)[1], error)
@@ -1000,12 +1147,20 @@ class ConnectionRegistry:
                 rec.labels = self._labels(rec.listener, OTHER, OTHER)
             else:
                 rec.labels = self._labels(rec.listener, ev.name, ev.version)
+                if rec.software_name is not None and rec.client_id is not None:
+                    self._announce(rec)
             self._gauge[(rec.listener, *rec.labels)] += 1
+            if rec.software_name is not None and rec.inferred is not None:  # the wire's word ends any inference
+                self._set_inferred(rec, None)
         self._count_request(rec, request)
+        self._sync(rec)
 
     def _answer(self, ev: ApiVersionsAnswer) -> None:
         rec = self.open.get(ev.conn_id)
-        if rec is None or ev.error_code != 0:
+        if rec is None:
+            return
+        self._sync(rec)
+        if ev.error_code != 0:
             return
         # The listener's port, not the address: a capture sees packets to any address on a
         # listener port (spoofed ones too), while the ports are configuration.
@@ -1040,6 +1195,7 @@ class ConnectionRegistry:
                 features[name] = (lo, hi)
             else:
                 self.broker_drops["feature"] += 1
+        self._broker_max[broker] = {k: hi for k, (_, hi) in ranges.items()}
         self._brokers[broker] = {
             "broker": broker, "listener": rec.listener, "seen_at": iso_time(ev.ts),
             "api_ranges": [{"api_key": k, "api": API_TABLE[k].name, "min_version": lo, "max_version": hi}
@@ -1053,6 +1209,8 @@ class ConnectionRegistry:
 
     def _sasl_handshake(self, ev: SaslHandshake) -> None:
         rec = self.open.get(ev.conn_id)
+        if rec is not None:
+            self._sync(rec)
         if rec is not None and ev.error_code == 0:  # a refused mechanism is the client's word only
             rec.sasl_mechanism = sasl_mechanism(ev.mechanism)
 
@@ -1060,6 +1218,7 @@ class ConnectionRegistry:
         rec = self.open.get(ev.conn_id)
         if rec is None:
             return
+        self._sync(rec)
         mechanism = rec.sasl_mechanism = sasl_mechanism(ev.mechanism)
         rec.sasl_outcome = ev.outcome
         if ev.outcome == "success":
@@ -1076,6 +1235,7 @@ class ConnectionRegistry:
         rec = self.open.get(ev.conn_id)
         if rec is not None:
             rec.tls = True
+            self._sync(rec)
 
     def _tls_session(self, ev: TlsSession) -> None:
         rec = self.open.get(ev.conn_id)
@@ -1088,18 +1248,184 @@ class ConnectionRegistry:
             rec.bytes_from_client = ev.bytes_from_client
             rec.bytes_from_broker = ev.bytes_from_broker
             rec.last_seen = max(rec.last_seen, ev.ts)
+            self._sync(rec, sweep=True)
 
     def _decode_error(self, ev: DecodeError) -> None:
         self.problems[f"decode_error:{ev.kind}"] += 1
         rec = self.open.get(ev.conn_id)
         if rec is not None:
             rec.decode_errors += 1
+            self._sync(rec)
 
     def _desync(self, ev: Desync) -> None:
         self.problems[f"desync:{ev.kind}"] += 1
         rec = self.open.get(ev.conn_id)
         if rec is not None:
             rec.desyncs += 1
+            self._sync(rec)
+
+    # --- identity the wire did not announce on the connection (issue 15) ------------------
+    #
+    # Called only at sync points: events other than requests, responses and acks. Tally mode
+    # hands a connection's run over just before each of them (capture/kafka/connection.py), so at
+    # a sync point a connection's requests are the same in both modes, and so is what is inferred.
+
+    def _sync(self, rec: ConnectionRecord, closing: bool = False, sweep: bool = False) -> None:
+        pending = rec.pending_requests
+        if pending is not None:  # fold the pairs first seen since the last sync point, in key order
+            rec.pending_requests = None
+            first = rec.first_requests
+            new = sorted(k for k in pending if k not in first)
+            if new:
+                rec.first_requests = (first + tuple(_CANONICAL_KEY[k] for k in new))[:MAX_FIRST_REQUESTS]
+        if rec.software_name is not None or rec.restored:  # announced (or restored): nothing to infer
+            return
+        # Precedence: a sibling that announced its software; this connection's own fingerprint;
+        # a sibling's fingerprint (kafkajs announces nothing on any connection, and its fetch
+        # connections send too little to fingerprint on their own).
+        inferred = rec.inferred
+        if inferred is not None and inferred["source"] == "sibling" and inferred["announced"]:
+            return
+        if self._sibling(rec):
+            return
+        self._fingerprint(rec, closing)
+        inferred = rec.inferred
+        # Not at a traffic sweep: the sweep reports the connections in an order that varies from
+        # run to run, and another connection's fingerprint may change within it. At any other
+        # event (packet-ordered) every sibling's state is settled.
+        if not sweep and (inferred is None or inferred["source"] == "sibling"):
+            self._sibling(rec, fingerprinted=True)
+
+    def _fingerprinted_sibling(self, rec: ConnectionRecord) -> None:
+        """`rec` was fingerprinted: a candidate sibling for its client's connections that send
+        too little to fingerprint. At most MAX_FINGERPRINTED_SIBLINGS per (address, client_id),
+        chosen among at lookup by confidence then age (never by arrival order)."""
+        key = (rec.client_address, rec.client_id)
+        table = self._fingerprinted
+        known = table.get(key)
+        if known is None:
+            table[key] = [rec]
+            if len(table) > self.max_open:
+                table.popitem(last=False)
+            return
+        if rec in known:
+            return
+        if len(known) >= MAX_FINGERPRINTED_SIBLINGS:  # drop those that no longer can be one
+            known[:] = [s for s in known if s.closed_at is None and s.inferred is not None
+                        and s.inferred["source"] == "fingerprint"]
+        if len(known) < MAX_FINGERPRINTED_SIBLINGS:
+            known.append(rec)
+
+    def _announce(self, rec: ConnectionRecord) -> None:
+        """`rec` announced software: it names its client's unannounced connections (`_sibling`)."""
+        announced = self._announced
+        key = (rec.client_address, rec.client_id)
+        announced[key] = rec
+        announced.move_to_end(key)
+        if len(announced) > self.max_open:
+            announced.popitem(last=False)
+
+    def _sibling(self, rec: ConnectionRecord, fingerprinted: bool = False) -> bool:
+        """Give `rec` (no software fields) the identity of the connection that announced one
+        (`fingerprinted`: or was fingerprinted) from the same client address and client_id, if it
+        is open or spoke at most `sibling_window` seconds before `rec` opened (packet time, so a
+        replay gives what the live capture gave)."""
+        if rec.client_id is None:
+            return False
+        key = (rec.client_address, rec.client_id)
+        window = self.sibling_window
+        if not fingerprinted:
+            sib = self._announced.get(key)
+            if sib is None or sib is rec or sib.software_name is None:
+                return False
+            if sib.closed_at is not None and rec.first_seen - sib.last_seen > window:
+                return False
+        else:
+            candidates = [s for s in self._fingerprinted.get(key, ()) if s is not rec and s.inferred is not None
+                          and s.inferred["source"] == "fingerprint"
+                          and (s.closed_at is None or rec.first_seen - s.last_seen <= window)]
+            if not candidates:
+                return False
+            sib = min(candidates, key=lambda s: (-s.inferred["confidence"], s.first_seen, s.id))
+        announced = sib.software_name is not None
+        theirs = sib.inferred
+        inferred = rec.inferred
+        if inferred is not None and inferred["sibling_connection_id"] == sib.id and (
+                announced or inferred["of"] is theirs):
+            return True
+        if announced:
+            name, version = sib.software_name, sib.software_version or UNKNOWN
+            # not 1: behind a NAT another process may share the address and the client_id
+            confidence, min_compatible, labels = 0.9, None, sib.labels
+            evidence = (f"connection {sib.id} from the same client address and client_id announced "
+                        f"{name} {version} (ApiVersions v{sib.identity_version})",)
+        else:
+            name, version = theirs["name"], theirs["version_range"]
+            confidence, min_compatible, labels = round(theirs["confidence"] * 0.9, 3), theirs["min_compatible"], \
+                sib.inferred_labels[1:]
+            evidence = (f"connection {sib.id} from the same client address and client_id was fingerprinted as "
+                        f"{name} {version}",) + theirs["evidence"][:MAX_EVIDENCE - 1]
+        self._set_inferred(rec, {
+            "source": "sibling", "announced": announced, "name": name, "version_range": version,
+            "confidence": confidence, "evidence": evidence, "min_compatible": min_compatible,
+            "sibling_connection_id": sib.id, "of": None if announced else theirs,
+        }, labels)
+        self.sibling_identities += 1
+        return True
+
+    def _fingerprint(self, rec: ConnectionRecord, closing: bool) -> None:
+        """fingerprint.infer() on what the connection sent, when that changed since the last call:
+        at most MAX_INFER_CALLS times while open (from its second distinct request on) and once
+        more at close."""
+        if _infer is None or rec.mid_stream:
+            # Joined mid-stream: "no ApiVersions seen" is not "none sent", and infer() takes it as a fact.
+            return
+        basis = (rec.first_requests, rec.api_versions_request_version, rec.client_id)
+        if basis == rec.infer_basis or not rec.first_requests:
+            return
+        if not closing and (rec.infer_calls >= MAX_INFER_CALLS or len(rec.first_requests) < 2):
+            return
+        if rec.infer_calls > MAX_INFER_CALLS:
+            return
+        rec.infer_basis = basis
+        rec.infer_calls += 1
+        self.infer_calls += 1
+        obs = Observation(
+            api_versions_request_version=rec.api_versions_request_version,
+            requests={k: n for k, n in rec.requests.items() if k != UNKNOWN_REQUEST},
+            first_requests=rec.first_requests, client_id=rec.client_id,
+            broker_max=self._broker_max.get(f"{rec.listener}:{rec.broker_port}"))
+        try:
+            found = _infer(obs)
+        except Exception:  # a fault of the inference must not stop the capture: counted, no identity
+            self.problems["decode_error:fingerprint"] += 1
+            found = None
+        if found is None:
+            if rec.inferred is not None and rec.inferred["source"] == "fingerprint":
+                # more evidence, less sure: a wrong name is worse than none
+                self._set_inferred(rec, None)
+            return
+        name, version_range = str(found.name), str(found.version_range)
+        self._set_inferred(rec, {
+            "source": "fingerprint", "name": name[:MAX_WIRE_STRING], "version_range": version_range[:MAX_WIRE_STRING],
+            "confidence": round(float(found.confidence), 3),
+            "evidence": tuple(str(e)[:MAX_WIRE_STRING] for e in tuple(found.evidence)[:MAX_EVIDENCE]),
+            "min_compatible": found.min_compatible, "sibling_connection_id": None, "announced": False, "of": None,
+        }, (name if len(name) <= MAX_SOFTWARE_LABEL_LEN else OTHER,
+            version_range if len(version_range) <= MAX_SOFTWARE_LABEL_LEN else OTHER))
+
+    def _set_inferred(self, rec: ConnectionRecord, inferred: dict | None, labels: tuple = ()) -> None:
+        """Replace an open record's inferred identity, moving it in the inferred gauge."""
+        if rec.inferred_labels is not None:
+            self._inferred_gauge[rec.inferred_labels] -= 1
+        rec.inferred = inferred
+        if inferred is None:
+            rec.inferred_labels = None
+            return
+        key = rec.inferred_labels = self._slot("connections_inferred", self._inferred_gauge, (rec.listener, *labels))
+        self._inferred_gauge[key] += 1
+        if inferred["source"] == "fingerprint" and rec.client_id is not None:
+            self._fingerprinted_sibling(rec)
 
     def _capture_stats(self, ev: CaptureStats) -> None:
         self._capture[ev.conn_id] = ev
@@ -1114,10 +1440,14 @@ class ConnectionRegistry:
         row.requests.update(rec.requests)
 
     def _closed_ev(self, ev: ConnectionClosed) -> None:
-        rec = self.open.pop(ev.conn_id, None)
+        rec = self.open.get(ev.conn_id)
         if rec is None:
             return
+        self._sync(rec, closing=True)  # the last word: what the whole connection said
+        del self.open[ev.conn_id]
         self._gauge[(rec.listener, *rec.labels)] -= 1
+        if rec.inferred_labels is not None:
+            self._inferred_gauge[rec.inferred_labels] -= 1
         rec.state = "closed"
         rec.close_reason = ev.reason
         rec.closed_at = ev.ts
@@ -1129,7 +1459,7 @@ class ConnectionRegistry:
             if len(self._census) >= self.max_census_rows:
                 self.census_overflow += 1
             else:
-                row = self._census[key] = _CensusRow()
+                row = self._census[key] = _CensusRow(inferred=rec.inferred)
         if row is not None:
             self._fold(row, rec)
         self.closed[rec.id] = rec

@@ -415,7 +415,7 @@ def test_upgrade_readiness_defaults_to_4_0_and_is_ready_without_old_versions():
             reg.apply(ev)
     with TestClient(create_app(reg)) as c:
         body = c.get("/api/v1/upgrade-readiness").json()
-    assert body == {"target": "4.0", "ready": True, "connections": [], "clients": []}
+    assert body == {"target": "4.0", "ready": True, "clients_by_software": [], "connections": [], "clients": []}
 
 
 def test_unknown_upgrade_target_is_400_listing_known(client):

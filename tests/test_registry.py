@@ -284,7 +284,8 @@ def test_upgrade_readiness_lists_the_produce_v2_user():
 def test_upgrade_readiness_is_ready_when_nothing_old_was_used():
     reg = feed(ConnectionRegistry(), opened(cid(1), 1.0), request(cid(1), 1.1, 18, 3),
                software(cid(1), 1.2), request(cid(1), 1.3, 0, 9), request(cid(1), 1.4, 1, 4))
-    assert reg.upgrade_readiness("4.0") == {"target": "4.0", "ready": True, "connections": [], "clients": []}
+    assert reg.upgrade_readiness("4.0") == {"target": "4.0", "ready": True, "clients_by_software": [],
+                                            "connections": [], "clients": []}
 
 
 @pytest.mark.parametrize("target", ["3.9", "5.0", "", "4"])

@@ -1,0 +1,186 @@
+"""The registry's side of fingerprints (issue 15 part 1): what it hands exporter.fingerprint.infer()
+and when, where the inference shows (connections, census, the inferred gauge, upgrade readiness),
+and its bounds. infer() is replaced by a recording stub, so these tests hold the registry's
+contract whatever the fingerprint table says (tests/test_fingerprint.py tests the table)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from capture.events import (
+    ClientSoftware,
+    ConnectionClosed,
+    ConnectionOpened,
+    RequestSeen,
+    RequestTally,
+    TrafficUpdate,
+)
+from exporter import registry as registry_module
+from exporter.registry import MAX_FIRST_REQUESTS, MAX_INFER_CALLS, ConnectionRegistry
+
+
+@dataclass(frozen=True)
+class Obs:  # the interface of exporter.fingerprint.Observation (ISSUE15.md)
+    api_versions_request_version: int | None
+    requests: dict
+    first_requests: tuple
+    client_id: str | None
+    broker_max: dict | None
+
+
+@dataclass(frozen=True)
+class Inf:
+    name: str
+    version_range: str
+    confidence: float
+    evidence: tuple
+    min_compatible: str | None
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """infer() replaced: names "apache-kafka-java" "0.10.2.0-0.11.0.3" for anything that used
+    Produce v2; records every Observation."""
+    seen: list[Obs] = []
+
+    def infer(obs):
+        seen.append(obs)
+        if (0, 2) in obs.requests:
+            return Inf("apache-kafka-java", "0.10.2.0-0.11.0.3", 0.9, ("Produce v2", "ApiVersions v0"), "2.1")
+        return None
+
+    monkeypatch.setattr(registry_module, "Observation", Obs)
+    monkeypatch.setattr(registry_module, "_infer", infer)
+    return seen
+
+
+def opened(c, ts, port=40000):
+    return ConnectionOpened(conn_id=c, ts=ts, client_address="10.0.1.1", client_port=port, broker_address="10.0.0.5",
+                            broker_port=9092, listener="PLAINTEXT", security_protocol="PLAINTEXT", mid_stream=False,
+                            source="capture")
+
+
+def req(c, ts, key, version, client_id="old-app"):
+    return RequestSeen(conn_id=c, ts=ts, api_key=key, api_name="x", api_version=version, correlation_id=1,
+                       client_id=client_id, size=10)
+
+
+def v0(c, ts):
+    return ClientSoftware(conn_id=c, ts=ts, request_version=0, name=None, version=None, valid=None, error_code=0,
+                          accepted=True)
+
+
+def sweep(c, ts):
+    return TrafficUpdate(conn_id=c, ts=ts, bytes_from_client=1, bytes_from_broker=1, segments_from_client=1,
+                         segments_from_broker=1)
+
+
+def feed(reg, *events):
+    for ev in events:
+        reg.apply(ev)
+    return reg
+
+
+def old_java(reg, c="a", t=1.0, port=40000):
+    return feed(reg, opened(c, t, port), req(c, t, 18, 0), v0(c, t), req(c, t + 0.1, 3, 2), req(c, t + 0.2, 0, 2),
+                sweep(c, t + 0.3))
+
+
+def test_an_unannounced_connection_is_fingerprinted_apart_from_the_software_fields(calls):
+    reg = old_java(ConnectionRegistry())
+    c = reg.get("a")
+    assert c["identity_source"] == "fingerprint"
+    assert c["client_software_name"] is None and c["client_software_version"] is None
+    assert c["inferred_software"] == {
+        "name": "apache-kafka-java", "version_range": "0.10.2.0-0.11.0.3", "confidence": 0.9, "source": "fingerprint",
+        "evidence": ["Produce v2", "ApiVersions v0"], "min_compatible": "2.1", "sibling_connection_id": None}
+    assert c["api_versions_request_version"] == 0
+    assert [(r["api_key"], r["api_version"]) for r in c["first_requests"]] == [(18, 0), (0, 2), (3, 2)]
+    obs = calls[-1]
+    assert obs.api_versions_request_version == 0 and obs.client_id == "old-app"
+    assert obs.first_requests == ((18, 0), (0, 2), (3, 2)) and obs.requests == {(18, 0): 1, (3, 2): 1, (0, 2): 1}
+    snap = reg.snapshot()
+    assert {k: v for k, v in snap.connections_inferred.items() if v} == {
+        ("PLAINTEXT", "apache-kafka-java", "0.10.2.0-0.11.0.3"): 1}
+    assert snap.connections[("PLAINTEXT", "unknown", "unknown")] == 1  # the broker's gauge, unchanged
+
+
+def test_an_announced_connection_is_never_fingerprinted(calls):
+    reg = feed(ConnectionRegistry(), opened("a", 1.0), req("a", 1.0, 18, 3),
+               ClientSoftware(conn_id="a", ts=1.0, request_version=3, name="lib", version="1", valid=True,
+                              error_code=0, accepted=True),
+               req("a", 1.1, 0, 2), req("a", 1.2, 3, 2), sweep("a", 1.3), ConnectionClosed(
+                   conn_id="a", ts=2.0, reason="fin", pending_requests=0))
+    assert calls == [] and reg.get("a")["inferred_software"] is None
+
+
+def test_infer_is_called_only_on_new_information_and_a_bounded_number_of_times(calls):
+    reg = old_java(ConnectionRegistry())
+    n = len(calls)
+    feed(reg, sweep("a", 2.0), sweep("a", 3.0), req("a", 3.1, 0, 2), sweep("a", 3.2))
+    assert len(calls) == n  # nothing new: no call
+    for i, (key, version) in enumerate([(1, 4), (2, 1), (8, 2), (9, 1), (10, 0), (11, 2), (12, 0), (13, 0)]):
+        feed(reg, req("a", 4 + i, key, version), sweep("a", 4.5 + i))
+    assert len(calls) <= MAX_INFER_CALLS
+    feed(reg, ConnectionClosed(conn_id="a", ts=20.0, reason="fin", pending_requests=0))
+    assert len(calls) <= MAX_INFER_CALLS + 1
+    assert len(reg.get("a")["first_requests"]) == MAX_FIRST_REQUESTS
+
+
+def test_first_requests_from_a_tally_equal_those_of_one_event_per_request(calls):
+    events = old_java(ConnectionRegistry())
+    tally = feed(ConnectionRegistry(), opened("a", 1.0),
+                 RequestTally(conn_id="a", ts=1.0, client_id="old-app", requests=((18, 0, 1, 10),), responses=(),
+                              acks=()),
+                 v0("a", 1.0),
+                 RequestTally(conn_id="a", ts=1.2, client_id="old-app", requests=((0, 2, 1, 10), (3, 2, 1, 10)),
+                              responses=(), acks=()),
+                 sweep("a", 1.3))
+    assert events.get("a")["first_requests"] == tally.get("a")["first_requests"]
+    assert events.get("a")["inferred_software"] == tally.get("a")["inferred_software"]
+
+
+def test_a_fault_in_infer_is_counted_not_raised(monkeypatch):
+    def broken(obs):
+        raise RuntimeError("table bug")
+    monkeypatch.setattr(registry_module, "Observation", Obs)
+    monkeypatch.setattr(registry_module, "_infer", broken)
+    reg = old_java(ConnectionRegistry())
+    assert reg.get("a")["identity_source"] == "api_versions_v0"
+    assert reg.snapshot().problems[("decode_error", "fingerprint")] == 1
+
+
+def test_the_census_and_upgrade_readiness_name_the_inferred_client_with_min_compatible(calls):
+    reg = old_java(ConnectionRegistry())
+    old_java(reg, "b", 2.0, 40001)
+    feed(reg, ConnectionClosed(conn_id="a", ts=5.0, reason="fin", pending_requests=0))
+    rows = [r for r in reg.clients() if r["identity_source"] == "fingerprint"]
+    assert len(rows) == 1 and rows[0]["total_connections"] == 2 and rows[0]["open_connections"] == 1
+    assert rows[0]["inferred_software"]["name"] == "apache-kafka-java"
+    report = reg.upgrade_readiness("4.0")
+    assert not report["ready"]
+    (group,) = report["clients_by_software"]
+    assert (group["software_name"], group["software_version"], group["identity_source"], group["client_id"]) == (
+        "apache-kafka-java", "0.10.2.0-0.11.0.3", "fingerprint", "old-app")
+    assert group["min_compatible"] == "2.1" and "Produce v2" in group["evidence"]
+    assert group["total_connections"] == 2
+    removed = {(r["api"], r["api_version"]): r for r in group["removed_requests"]}
+    assert removed[("Produce", 2)]["count"] == 2 and removed[("Produce", 2)]["minimum_version"] == 3
+
+
+def test_the_inferred_gauge_folds_into_other_past_the_series_budget(calls):
+    reg = old_java(ConnectionRegistry(max_series=1))  # the unknown gauge set spends it
+    assert {k: v for k, v in reg.snapshot().connections_inferred.items() if v} == {("PLAINTEXT", "other", "other"): 1}
+    assert reg.get("a")["inferred_software"]["name"] == "apache-kafka-java"
+
+
+def test_a_connection_joined_mid_stream_is_not_fingerprinted(calls):
+    """infer() takes "no ApiVersions" as a fact; mid-stream, the capture may simply have missed it."""
+    reg = feed(ConnectionRegistry(), ConnectionOpened(
+        conn_id="m", ts=1.0, client_address="10.0.1.1", client_port=40000, broker_address="10.0.0.5",
+        broker_port=9092, listener="PLAINTEXT", security_protocol="PLAINTEXT", mid_stream=True, source="capture"),
+        req("m", 1.1, 3, 2), req("m", 1.2, 0, 2), sweep("m", 1.3),
+        ConnectionClosed(conn_id="m", ts=2.0, reason="fin", pending_requests=0))
+    assert calls == [] and reg.get("m")["identity_source"] == "mid_stream"

@@ -1,0 +1,222 @@
+"""Sibling identity (issue 15 part 2): a connection that announces no software takes the identity
+of a connection of the same client address and client_id that did, labelled "sibling", never in
+the KIP-511 fields, in its own gauge; bounded and O(1) per connection.
+
+The real case: kafkajs and @platformatic/kafka open their fetch connections without ApiVersions.
+Their recorded conversations (tests/fixtures/golden, real clients against Tansu) are replayed
+through the capture into a registry, per request event and in tally mode."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from capture.events import ClientSoftware, ConnectionClosed, ConnectionOpened, RequestSeen, TrafficUpdate
+from capture.listeners import ListenerMap
+from capture.replay import replay
+from exporter.metrics import CensusCollector
+from exporter.registry import ConnectionRegistry
+from tests.test_differential import GOLDEN, PORT, golden_flows, write_flows
+
+BROKER = ("10.0.0.5", 9092)
+
+
+def opened(conn_id, ts, address="10.0.1.1", port=40000):
+    return ConnectionOpened(conn_id=conn_id, ts=ts, client_address=address, client_port=port,
+                            broker_address=BROKER[0], broker_port=BROKER[1], listener="PLAINTEXT",
+                            security_protocol="PLAINTEXT", mid_stream=False, source="capture")
+
+
+def request(conn_id, ts, api_key=1, version=11, client_id="app"):
+    return RequestSeen(conn_id=conn_id, ts=ts, api_key=api_key, api_name="x", api_version=version,
+                       correlation_id=1, client_id=client_id, size=64)
+
+
+def announce(conn_id, ts, name="kafkajs", version="2.2.4"):
+    return ClientSoftware(conn_id=conn_id, ts=ts, request_version=3, name=name, version=version, valid=True,
+                          error_code=0, accepted=True)
+
+
+def closed(conn_id, ts):
+    return ConnectionClosed(conn_id=conn_id, ts=ts, reason="fin", pending_requests=0)
+
+
+def sweep(conn_id, ts):
+    """A traffic sweep: a sync point, where a tally would have been handed over."""
+    return TrafficUpdate(conn_id=conn_id, ts=ts, bytes_from_client=100, bytes_from_broker=100,
+                         segments_from_client=1, segments_from_broker=1)
+
+
+def feed(reg, *events):
+    for ev in events:
+        reg.apply(ev)
+    return reg
+
+
+def inferred_gauge(reg) -> dict:
+    return {k: v for k, v in reg.snapshot().connections_inferred.items() if v}
+
+
+def test_an_unannounced_connection_takes_its_siblings_identity_labelled_and_apart():
+    reg = feed(ConnectionRegistry(),
+               opened("a", 1.0), request("a", 1.0, 18, 3), announce("a", 1.0), request("a", 1.1, 3, 12),
+               opened("b", 2.0, port=40001), request("b", 2.0, 1, 11), sweep("b", 2.5))
+    b = reg.get("b")
+    assert b["identity_source"] == "sibling"
+    assert b["client_software_name"] is None and b["client_software_version"] is None  # never overwritten
+    assert b["inferred_software"]["name"] == "kafkajs" and b["inferred_software"]["version_range"] == "2.2.4"
+    assert b["inferred_software"]["sibling_connection_id"] == "a"
+    assert any("connection a" in e for e in b["inferred_software"]["evidence"])
+    assert reg.get("a")["identity_source"] == "api_versions_v3" and reg.get("a")["inferred_software"] is None
+    # The main gauge stays the broker's (KIP-511 only); the inferred one counts the sibling.
+    snap = reg.snapshot()
+    assert snap.connections[("PLAINTEXT", "unknown", "unknown")] == 1
+    assert inferred_gauge(reg) == {("PLAINTEXT", "kafkajs", "2.2.4"): 1}
+    feed(reg, closed("b", 3.0))
+    assert inferred_gauge(reg) == {}
+    rows = {(r["identity_source"], r["client_software_name"]): r for r in reg.clients()}
+    assert rows[("sibling", None)]["inferred_software"]["name"] == "kafkajs"
+    assert rows[("announced", "kafkajs")]["open_connections"] == 1
+
+
+@pytest.mark.parametrize("case", ["other address", "other client_id", "window passed"])
+def test_no_sibling_without_the_same_address_and_client_id_within_the_window(case):
+    reg = ConnectionRegistry(sibling_window=300.0)
+    feed(reg, opened("a", 1.0), request("a", 1.0, 18, 3), announce("a", 1.0), closed("a", 2.0))
+    address, client_id, ts = "10.0.1.1", "app", 100.0
+    if case == "other address":
+        address = "10.0.1.2"
+    elif case == "other client_id":
+        client_id = "app-2"
+    else:
+        ts = 2.0 + 301.0
+    feed(reg, opened("b", ts, address=address, port=40001), request("b", ts, client_id=client_id), sweep("b", ts))
+    assert reg.get("b")["identity_source"] == "none" and reg.get("b")["inferred_software"] is None
+    assert inferred_gauge(reg) == {}
+
+
+def test_an_open_sibling_names_later_connections_however_long_ago_it_spoke():
+    reg = feed(ConnectionRegistry(sibling_window=10.0), opened("a", 1.0), request("a", 1.0, 18, 3),
+               announce("a", 1.0), opened("b", 500.0, port=40001), request("b", 500.0), sweep("b", 501.0))
+    assert reg.get("b")["identity_source"] == "sibling"
+
+
+def test_a_connection_that_announces_later_drops_the_inferred_identity():
+    reg = feed(ConnectionRegistry(), opened("a", 1.0), request("a", 1.0, 18, 3), announce("a", 1.0),
+               opened("b", 2.0, port=40001), request("b", 2.0), sweep("b", 2.05), request("b", 2.1, 18, 3),
+               announce("b", 2.2, "other-lib", "9"))
+    b = reg.get("b")
+    assert b["identity_source"] == "api_versions_v3" and b["client_software_name"] == "other-lib"
+    assert b["inferred_software"] is None
+    assert inferred_gauge(reg) == {}
+
+
+def test_a_sibling_found_at_a_later_sync_point():
+    """b spoke before a announced: it is named at its next sync point (a traffic sweep), the
+    same whether its requests came one by one or as a tally."""
+    reg = feed(ConnectionRegistry(), opened("a", 1.0), opened("b", 1.0, port=40001), request("b", 1.0),
+               request("a", 1.1, 18, 3), announce("a", 1.2))
+    assert reg.get("b")["identity_source"] == "none"
+    feed(reg, sweep("b", 2.0))
+    assert reg.get("b")["identity_source"] == "sibling"
+
+
+def test_the_sibling_index_is_bounded_by_max_open():
+    reg = ConnectionRegistry(max_open=10)
+    for n in range(50):  # each announces under its own client_id, then closes
+        c = f"a{n}"
+        feed(reg, opened(c, n), request(c, n, 18, 3, client_id=f"id{n}"), announce(c, n), closed(c, n))
+    assert len(reg._announced) == 10
+    feed(reg, opened("b", 60.0, port=40001), request("b", 60.0, client_id="id49"), sweep("b", 60.0))
+    assert reg.get("b")["identity_source"] == "sibling"
+
+
+def test_the_inferred_gauge_is_under_the_series_budget():
+    reg = ConnectionRegistry(max_series=2)  # the two "unknown" gauge sets of a and b spend it
+    feed(reg, opened("a", 1.0), request("a", 1.0, 18, 3), announce("a", 1.0, "lib", "1"))
+    feed(reg, opened("b", 2.0, port=40001), request("b", 2.0), sweep("b", 2.0))
+    assert reg.get("b")["inferred_software"]["name"] == "lib"  # REST keeps the name
+    assert inferred_gauge(reg) == {("PLAINTEXT", "other", "other"): 1}
+    assert reg.snapshot().series_folded["connections_inferred"] == 1
+
+
+# --- the real clients ---------------------------------------------------------------------
+
+
+def _replayed(tmp_path: Path, name: str, tally: bool) -> ConnectionRegistry:
+    pcap = tmp_path / f"{name}.pcap"
+    write_flows(pcap, golden_flows(next(p for p in GOLDEN if p.stem == name)))
+    reg = ConnectionRegistry(clock=lambda: 2e9, closed_ttl=1e12)
+    replay(str(pcap), ListenerMap.parse([f"PLAINTEXT={PORT}"]), reg.apply, tally=tally)
+    return reg
+
+
+def _fetch_connections(conns: list[dict]) -> list[dict]:
+    """The recording's connections that sent no ApiVersions (its fetch connections)."""
+    return [c for c in conns if c["api_versions_request_version"] is None and c["requests"]]
+
+
+def _gauge_text(reg) -> str:
+    prom = CollectorRegistry()
+    prom.register(CensusCollector(reg))
+    return generate_latest(prom).decode()
+
+
+@pytest.mark.parametrize("tally", [False, True], ids=["events", "tally"])
+def test_platformatic_fetch_connections_take_the_announced_identity_of_their_consumer(tmp_path, tally):
+    """@platformatic/kafka announces itself (ApiVersions v3) on every connection but its fetch
+    connections, which share the consumer's client_id."""
+    reg = _replayed(tmp_path, "platformatic", tally)
+    conns = reg.connections()
+    fetch = _fetch_connections(conns)
+    assert fetch, [(c["id"], c["identity_source"]) for c in conns]
+    by_id = {c["id"]: c for c in conns}
+    for c in fetch:
+        assert c["identity_source"] == "sibling" and c["client_software_name"] is None
+        inferred = c["inferred_software"]
+        assert (inferred["name"], inferred["version_range"]) == ("platformatic-kafka", "1.35.0")
+        sibling = by_id[inferred["sibling_connection_id"]]
+        assert sibling["client_software_name"] == "platformatic-kafka" and sibling["client_id"] == c["client_id"]
+    assert not [c for c in conns if c["identity_source"] == "none"]
+    rows = [r for r in reg.clients() if r["identity_source"] == "sibling"]
+    assert rows and all(r["inferred_software"]["name"] == "platformatic-kafka" for r in rows)
+
+
+@pytest.mark.parametrize("tally", [False, True], ids=["events", "tally"])
+def test_kafkajs_fetch_connections_take_their_siblings_fingerprint(tmp_path, tally):
+    """kafkajs announces nothing (ApiVersions v2, no KIP-511 fields): its other connections are
+    fingerprinted (exporter/fingerprint.py), and its fetch connection, one Fetch v11 that says
+    too little alone, takes that identity from a sibling."""
+    from exporter import registry
+    if registry._infer is None:
+        pytest.skip("exporter/fingerprint.py is not there yet (issue 15 part 1)")
+    reg = _replayed(tmp_path, "kafkajs", tally)
+    conns = reg.connections()
+    assert not [c for c in conns if c["client_software_name"] is not None]  # the recording announces nothing
+    fetch = _fetch_connections(conns)
+    assert fetch
+    by_id = {c["id"]: c for c in conns}
+    for c in fetch:
+        assert c["identity_source"] == "sibling", c
+        inferred = c["inferred_software"]
+        assert inferred["name"] == "kafkajs"
+        sibling = by_id[inferred["sibling_connection_id"]]
+        assert sibling["identity_source"] == "fingerprint" and sibling["client_id"] == c["client_id"]
+        assert inferred["confidence"] < sibling["inferred_software"]["confidence"]  # one step further from the wire
+    text = _gauge_text(reg)
+    assert 'inferred_software_name="kafkajs"' in text
+
+
+@pytest.mark.parametrize("client", [p.stem for p in GOLDEN])
+def test_first_requests_are_the_same_in_tally_mode_and_per_event(tmp_path, client):
+    """The fingerprint's input: what a tally lets be known equals what one event per request gives."""
+    def seen(reg):
+        return sorted((c["id"], tuple((r["api_key"], r["api_version"]) for r in c["first_requests"]),
+                       c["api_versions_request_version"], c["identity_source"]) for c in reg.connections())
+    events, tally = seen(_replayed(tmp_path, client, False)), seen(_replayed(tmp_path, client, True))
+    assert events == tally
+    assert any(first for _, first, _, _ in events)
+    assert all(len(first) <= 8 for _, first, _, _ in events)
