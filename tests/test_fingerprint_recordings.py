@@ -2,7 +2,8 @@
 client releases against Tansu, one pcap each, with MANIFEST.json saying what each one is.
 
 Per recording: its pcap exists (and every pcap has an entry), it is small, the project's replay
-decodes it with no decode error, desync, gap or truncation, and per connection it gives exactly
+decodes it with no decode error, desync, gap, drop (but of a retransmitted segment) or
+truncation, and per connection it gives exactly
 the requests (api key, version, correlation id, client id) tshark decodes from the same file, so
 the fingerprint table is built from what the wire held. The manifest's ApiVersions request
 version and request counts are what replay finds, and no recording holds a SASL exchange.
@@ -75,7 +76,10 @@ def test_recording_replays_cleanly_and_as_tshark_decodes_it(name):
     path, port = HERE / entry["file"], entry["tansu_port"]
     events, result = _replayed(path, port)
     assert result.truncated is None
-    assert result.stats.gaps == 0 and not result.stats.drops, result.stats
+    # A segment the client sent again (loopback retransmits a FIN with unacknowledged data now
+    # and then) is counted and skipped; nothing else may be dropped, and nothing may be missing.
+    assert result.stats.gaps == 0, result.stats
+    assert {kind for kind, _ in result.stats.drops} <= {"retransmission"}, result.stats
     bad = [ev for ev in events if isinstance(ev, (DecodeError, Desync, Resynced))]
     assert not bad, bad[:5]
     assert not [ev for ev in events if isinstance(ev, (SaslHandshake, SaslIdentity))]
