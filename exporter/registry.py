@@ -3,8 +3,9 @@
 Owns `ConnectionRegistry`, the connection object that `replay --format json` prints and the
 REST API serves (`ConnectionRecord.to_dict`), the client census, the brokers' announced API
 ranges and features, upgrade readiness, and the totals the Prometheus collector reads.
-Imports only `capture.events` (the event contract) and the generated API table (reference
-data), never capture's internals; nothing here knows about HTTP or Prometheus.
+Imports only `capture.events` (the event contract), the generated API table (reference data)
+and `exporter.fingerprint` (a pure module: infer() names an unannounced client), never
+capture's internals; nothing here knows about HTTP or Prometheus.
 
 Model:
 - A connection leaves the open set the moment its `ConnectionClosed` arrives (its gauge drops
@@ -30,6 +31,14 @@ Model:
   (`_copied`), and filters, orders and formats the copy with the lock free, so the capture
   waits for one chunk at most (issue 13); each copied record is consistent, a listing spans
   its chunks. An apply() that finds the lock taken measures its wait (`apply_lock_wait_max`).
+- Identity not announced on a connection (issue 15) is kept apart from the KIP-511 fields, in
+  `inferred` (REST `inferred_software`) and its own gauge: "sibling", the software a connection
+  of the same client address and client_id announced (open, or seen within `sibling_window`
+  seconds before this one opened), else "fingerprint", exporter.fingerprint.infer() on what the
+  connection sent, else a fingerprinted sibling's. Decided only at sync points (`_sync`: events
+  a tally is handed over before), so tally mode and one event per request agree; bounded: one
+  index entry per (address, client_id), at most `max_open`, and at most MAX_INFER_CALLS + 1
+  infer() calls per connection.
 - "Now" is `clock()` when one is given (live capture: wall time), else the newest event's
   timestamp (replay: the file's own time).
 """
@@ -91,6 +100,7 @@ DEFAULT_SIBLING_WINDOW = 300.0
 MAX_FIRST_REQUESTS = 8
 MAX_INFER_CALLS = 3
 MAX_EVIDENCE = 8  # evidence strings kept of one inference
+SIBLING_OF_FINGERPRINT_CONFIDENCE = 0.75  # exporter.fingerprint's threshold: no inference below it
 MAX_FINGERPRINTED_SIBLINGS = 4  # fingerprinted connections kept per (client address, client_id) to name others
 # Label sets (histogram ones count 18: 16 buckets, _sum, _count) across the series that multiply
 # wire-driven dimensions. A large cluster: 4 listeners x 500 software pairs x ~15 (api, version)
@@ -1271,8 +1281,11 @@ class ConnectionRegistry:
     # a sync point a connection's requests are the same in both modes, and so is what is inferred.
 
     def _sync(self, rec: ConnectionRecord, closing: bool = False, sweep: bool = False) -> None:
+        # Fold the pairs first seen since the last sync point, in key order; not at a traffic sweep,
+        # whose timing differs between a live capture and a replay of it (the fingerprint reads
+        # them provisionally meanwhile).
         pending = rec.pending_requests
-        if pending is not None:  # fold the pairs first seen since the last sync point, in key order
+        if pending is not None and not sweep:
             rec.pending_requests = None
             first = rec.first_requests
             new = sorted(k for k in pending if k not in first)
@@ -1351,7 +1364,7 @@ class ConnectionRegistry:
         theirs = sib.inferred
         inferred = rec.inferred
         if inferred is not None and inferred["sibling_connection_id"] == sib.id and (
-                announced or inferred["of"] is theirs):
+                announced or inferred["of"] == (theirs["name"], theirs["version_range"])):
             return True
         if announced:
             name, version = sib.software_name, sib.software_version or UNKNOWN
@@ -1360,15 +1373,17 @@ class ConnectionRegistry:
             evidence = (f"connection {sib.id} from the same client address and client_id announced "
                         f"{name} {version} (ApiVersions v{sib.identity_version})",)
         else:
+            # Only the name and range are taken: an open sibling's confidence and evidence still
+            # change with each sweep (its own row has them); the fingerprint's threshold is the floor.
             name, version = theirs["name"], theirs["version_range"]
-            confidence, min_compatible, labels = round(theirs["confidence"] * 0.9, 3), theirs["min_compatible"], \
+            confidence, min_compatible, labels = SIBLING_OF_FINGERPRINT_CONFIDENCE, theirs["min_compatible"], \
                 sib.inferred_labels[1:]
             evidence = (f"connection {sib.id} from the same client address and client_id was fingerprinted as "
-                        f"{name} {version}",) + theirs["evidence"][:MAX_EVIDENCE - 1]
+                        f"{name} {version}",)
         self._set_inferred(rec, {
             "source": "sibling", "announced": announced, "name": name, "version_range": version,
             "confidence": confidence, "evidence": evidence, "min_compatible": min_compatible,
-            "sibling_connection_id": sib.id, "of": None if announced else theirs,
+            "sibling_connection_id": sib.id, "of": None if announced else (name, version),
         }, labels)
         self.sibling_identities += 1
         return True
@@ -1380,10 +1395,16 @@ class ConnectionRegistry:
         if _infer is None or rec.mid_stream:
             # Joined mid-stream: "no ApiVersions seen" is not "none sent", and infer() takes it as a fact.
             return
-        basis = (rec.first_requests, rec.api_versions_request_version, rec.client_id)
-        if basis == rec.infer_basis or not rec.first_requests:
+        first = rec.first_requests
+        pending = rec.pending_requests
+        if pending:  # at a sweep: what the next sync point will fold
+            first = (first + tuple(_CANONICAL_KEY[k] for k in sorted(pending) if k not in first))[:MAX_FIRST_REQUESTS]
+        basis = (first, rec.api_versions_request_version, rec.client_id)
+        if not first:
             return
-        if not closing and (rec.infer_calls >= MAX_INFER_CALLS or len(rec.first_requests) < 2):
+        # At close always (once): the final word depends on the whole connection only, not on
+        # when the sweeps before it came (a live capture and its replay agree on closed ones).
+        if not closing and (basis == rec.infer_basis or rec.infer_calls >= MAX_INFER_CALLS or len(first) < 2):
             return
         if rec.infer_calls > MAX_INFER_CALLS:
             return
@@ -1393,7 +1414,7 @@ class ConnectionRegistry:
         obs = Observation(
             api_versions_request_version=rec.api_versions_request_version,
             requests={k: n for k, n in rec.requests.items() if k != UNKNOWN_REQUEST},
-            first_requests=rec.first_requests, client_id=rec.client_id,
+            first_requests=first, client_id=rec.client_id,
             broker_max=self._broker_max.get(f"{rec.listener}:{rec.broker_port}"))
         try:
             found = _infer(obs)

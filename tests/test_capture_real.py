@@ -249,11 +249,16 @@ def test_every_client_identified_and_closed(loopback_run):
         assert c["state"] == "closed" and c["close_reason"] in ("fin", "rst"), c
         client = next(n for n in peers.CLIENTS if (c["client_id"] or "").startswith(f"census-{n}"))
         seen[client].add((c["identity_source"], c["client_software_name"], c["client_software_version"]))
+    inferred = {("sibling", None, None), ("fingerprint", None, None)}  # issue 15: never in the software fields
     for name, (version, sw_name, sw_version) in EXPECTED_IDENTITY.items():
-        assert (f"api_versions_v{version}", sw_name, sw_version) in seen[name], (name, seen[name])
-        # A connection is identified by its handshake or not at all (kafkajs and platformatic
-        # open fetch connections without ApiVersions): never by another client's fields.
-        assert seen[name] <= {(f"api_versions_v{version}", sw_name, sw_version), ("none", None, None)}
+        announced = (f"api_versions_v{version}", sw_name, sw_version)
+        if sw_name is not None:
+            assert announced in seen[name], (name, seen[name])
+        else:  # no software fields: the handshake's version, or inferred from it and the rest
+            assert seen[name] & ({announced} | inferred), (name, seen[name])
+        # A connection's software fields come from its handshake or nowhere (kafkajs and
+        # platformatic open fetch connections without ApiVersions): never from another client's.
+        assert seen[name] <= {announced, ("none", None, None)} | inferred, (name, seen[name])
     stats = live.tracker.stats()
     assert stats.gaps == 0 and stats.flows_open == 0, f"{stats} (libpcap received, kernel dropped: {live.kernel})"
     assert not [ev for ev in live.events if isinstance(ev, (DecodeError, Desync))]

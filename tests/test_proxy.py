@@ -74,7 +74,7 @@ def test_every_client_produces_and_consumes_through_the_proxy(run):
     for name, (_, sw, ver) in EXPECTED_IDENTITY.items():
         if sw is not None:
             assert (sw, ver) in software, name
-    assert all(c["identity_source"] in ("proxy", "none") for c in run["proxy"])
+    assert all(c["identity_source"] in ("proxy", "none", "sibling", "fingerprint") for c in run["proxy"])
     assert all(c["security_protocol"] == "PLAINTEXT" and c["listener"] == "PLAINTEXT" for c in run["proxy"])
 
 
@@ -102,9 +102,13 @@ def test_the_registry_equals_a_passive_capture_of_the_same_connections(run):
             assert c["bytes_from_broker"] >= delivered[c["client_port"]], c
         else:
             assert c["bytes_from_broker"] == delivered[c["client_port"]], c
-    # the capture learned identities from the same ApiVersions exchanges the proxy saw
-    assert Counter(c["identity_source"] for c in run["capture"] if c["identity_source"] != "none") \
-        .total() == sum(c["identity_source"] == "proxy" for c in run["proxy"])
+    # the capture saw the same ApiVersions exchanges as the proxy, and learned the same announced
+    # identities from them (inferred ones, issue 15, depend on when each reports: not compared)
+    assert {c["client_port"]: c["api_versions_request_version"] for c in run["capture"]} == \
+        {c["client_port"]: c["api_versions_request_version"] for c in run["proxy"]}
+    assert sum(c["identity_source"].startswith("api_versions_v") and c["client_software_name"] is not None
+               for c in run["capture"]) == \
+        sum(c["identity_source"] == "proxy" and c["client_software_name"] is not None for c in run["proxy"])
 
 
 def test_bytes_pass_unchanged_in_both_directions(run):
