@@ -43,8 +43,10 @@ class FingerprintRow(NamedTuple):
 #   fingerprints/aiokafka-0.7.2 (aiokafka 0.7.2)
 #   fingerprints/aiokafka-0.8.1 (aiokafka 0.8.1)
 #   fingerprints/aiokafka-0.9.0 (aiokafka 0.9.0)
+#   fingerprints/confluent-kafka-python-1.8.2 (librdkafka 1.8.2): nothing but ApiVersions, left out
 #   fingerprints/confluent-kafka-python-1.9.2 (librdkafka 1.9.2): nothing but ApiVersions, left out
 #   fingerprints/confluent-kafka-python-2.0.2 (librdkafka 2.0.2): nothing but ApiVersions, left out
+#   fingerprints/confluent-kafka-python-2.1.1 (librdkafka 2.1.1): nothing but ApiVersions, left out
 #   fingerprints/confluent-kafka-python-2.10.1 (librdkafka 2.10.1)
 #   fingerprints/confluent-kafka-python-2.3.0 (librdkafka 2.3.0)
 #   fingerprints/confluent-kafka-python-2.6.1 (librdkafka 2.6.1)
@@ -58,6 +60,8 @@ class FingerprintRow(NamedTuple):
 #   fingerprints/kafka-python-2.2.15 (kafka-python 2.2.15)
 #   fingerprints/kafka-python-2.3.0 (kafka-python 2.3.0)
 #   fingerprints/kafkajs-1.12.0 (kafkajs 1.12.0)
+#   fingerprints/kafkajs-1.14.0 (kafkajs 1.14.0)
+#   fingerprints/kafkajs-1.15.0 (kafkajs 1.15.0)
 #   fingerprints/kafkajs-1.16.0 (kafkajs 1.16.0)
 #   fingerprints/kafkajs-2.0.0 (kafkajs 2.0.0)
 #   fingerprints/kafkajs-2.1.0 (kafkajs 2.1.0)
@@ -163,13 +167,13 @@ ROWS: tuple[FingerprintRow, ...] = (
                    ((0, 2, 2), (1, 2, 2), (2, 1, 1), (3, 1, 1), (10, 0, 0), (11, 1, 1)),
                    False, True, 'fingerprints/kafka-go-0.2.1'),
     FingerprintRow('kafka-node', ('3.0.1',), (0,),
-                   ((0, 2, 2), (3, 1, 1), (10, 0, 0), (11, 0, 0)),
+                   ((0, 2, 2), (1, 2, 2), (3, 1, 1), (10, 0, 0), (11, 0, 0)),
                    False, True, 'fingerprints/kafka-node-3.0.1'),
     FingerprintRow('kafka-node', ('4.1.3',), (0,),
-                   ((0, 2, 2), (3, 1, 1), (10, 0, 0), (11, 0, 0)),
+                   ((0, 2, 2), (1, 0, 0), (3, 1, 1), (10, 0, 0), (11, 0, 0)),
                    False, True, 'fingerprints/kafka-node-4.1.3'),
     FingerprintRow('kafka-node', ('5.0.0',), (0,),
-                   ((0, 2, 2), (3, 1, 1), (10, 0, 0), (11, 0, 0)),
+                   ((0, 2, 2), (1, 0, 0), (3, 1, 1), (10, 0, 0), (11, 0, 0)),
                    False, True, 'fingerprints/kafka-node-5.0.0'),
     FingerprintRow('kafka-python', ('1.4.7',), (None, 0),
                    ((0, 3, 3), (1, 4, 4), (2, 1, 1), (3, 0, 1), (10, 0, 0), (11, 2, 2)),
@@ -195,6 +199,12 @@ ROWS: tuple[FingerprintRow, ...] = (
     FingerprintRow('kafkajs', ('1.12.0',), (2,),
                    ((0, 5, 5), (3, 5, 5), (10, 1, 1), (11, 2, 2)),
                    False, True, 'fingerprints/kafkajs-1.12.0'),
+    FingerprintRow('kafkajs', ('1.14.0',), (2,),
+                   ((0, 7, 7), (1, 11, 11), (2, 2, 2), (3, 5, 5), (8, 3, 3), (9, 3, 3), (10, 1, 1), (11, 4, 4), (12, 1, 1), (13, 1, 1), (14, 1, 1)),
+                   False, True, 'fingerprints/kafkajs-1.14.0'),
+    FingerprintRow('kafkajs', ('1.15.0',), (2,),
+                   ((0, 7, 7), (1, 11, 11), (2, 3, 3), (3, 6, 6), (8, 5, 5), (9, 4, 4), (10, 2, 2), (11, 5, 5), (12, 3, 3), (13, 3, 3), (14, 3, 3)),
+                   False, True, 'fingerprints/kafkajs-1.15.0'),
     FingerprintRow('kafkajs', ('1.16.0',), (2,),
                    ((0, 7, 7), (1, 11, 11), (2, 3, 3), (3, 6, 6), (8, 5, 5), (9, 4, 4), (10, 2, 2), (11, 5, 5), (12, 3, 3), (13, 3, 3), (14, 3, 3)),
                    False, True, 'fingerprints/kafkajs-1.16.0'),
@@ -262,7 +272,7 @@ RELEASES: dict[str, tuple[str, ...]] = {
     'kafka-node': ('3.0.1', '4.1.3', '5.0.0'),
     'kafka-python': ('1.4.7', '2.0.2', '2.1.6', '2.2.15', '2.3.0', '3.0.12'),
     'kafka-ts': ('1.5.0',),
-    'kafkajs': ('1.12.0', '1.16.0', '2.0.0', '2.1.0', '2.2.4'),
+    'kafkajs': ('1.12.0', '1.14.0', '1.15.0', '1.16.0', '2.0.0', '2.1.0', '2.2.4'),
     'librdkafka': ('2.3.0', '2.6.1', '2.10.1', '2.16.0'),
     'platformatic-kafka': ('1.35.0',),
     'sarama': ('1.22.1',),
