@@ -450,6 +450,9 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         address: Annotated[str, Query(description="Exact client or broker address")] = None,
         inferred_software_name: Annotated[str, Query(
             description="Name inferred for a connection that announced none (sibling or fingerprint)")] = None,
+        identity_source: Annotated[str, Query(
+            description="Exact identity_source: api_versions_vN, proxy, restored, sibling, fingerprint, tls, "
+                        "mid_stream or none")] = None,
         order_by: Annotated[str, Query(
             description=f"{_ORDER_BY_HELP}. Default: first_seen. None values sort last in both directions; "
                         "ties keep first_seen order.",
@@ -468,6 +471,7 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
             ("listener", listener), ("client_software_name", client_software_name),
             ("client_software_version", client_software_version), ("client_id", client_id),
             ("principal", principal), ("address", address), ("inferred_software_name", inferred_software_name),
+            ("identity_source", identity_source),
         ) if value is not None}
         chunks, total = registry.query(state=state, filters=filters, order_by=terms, limit=limit)
         # Encoded a chunk at a time: the page's dicts never exist all at once.

@@ -432,6 +432,7 @@ QUERY_FILTERS: dict[str, str | None] = {
     "principal": "principal",
     "address": None,
     "inferred_software_name": None,  # the name a sibling or a fingerprint gave (inferred_software.name)
+    "identity_source": "identity_source",  # computed per record as it is copied (identity_source())
 }
 
 
@@ -439,8 +440,8 @@ QUERY_FILTERS: dict[str, str | None] = {
 # container per record, so a copy of 100k records gives the cyclic collector little to scan.
 _COLUMNS = ("first_seen", "id", "state", "closed_at", "last_seen", "client_address", "client_port", "broker_address",
             "listener", "client_id", "software_name", "software_version", "principal", "bytes_from_client",
-            "bytes_from_broker", "inferred")
-_COLUMN_GETTERS = tuple(attrgetter(name) for name in _COLUMNS)
+            "bytes_from_broker", "inferred", "identity_source")
+_COLUMN_GETTERS = tuple(identity_source if name == "identity_source" else attrgetter(name) for name in _COLUMNS)
 
 
 def _column_chunk(recs: list[ConnectionRecord]) -> list[list]:

@@ -220,3 +220,27 @@ def test_first_requests_are_the_same_in_tally_mode_and_per_event(tmp_path, clien
     assert events == tally
     assert any(first for _, first, _, _ in events)
     assert all(len(first) <= 8 for _, first, _, _ in events)
+
+
+def test_rest_filters_and_schema_carry_the_inferred_identity():
+    from fastapi.testclient import TestClient
+
+    from exporter.api import create_app
+    reg = feed(ConnectionRegistry(), opened("a", 1.0), request("a", 1.0, 18, 3), announce("a", 1.0),
+               opened("b", 2.0, port=40001), request("b", 2.0), sweep("b", 2.5),
+               opened("c", 3.0, address="10.0.1.9", port=40002), request("c", 3.0, client_id="loner"), sweep("c", 3.5))
+    with TestClient(create_app(reg)) as client:
+        by_source = client.get("/api/v1/connections", params={"identity_source": "sibling"}).json()
+        assert [c["id"] for c in by_source["connections"]] == ["b"]
+        by_name = client.get("/api/v1/connections", params={"inferred_software_name": "kafkajs"}).json()
+        assert [c["id"] for c in by_name["connections"]] == ["b"]
+        none = client.get("/api/v1/connections", params={"identity_source": "none"}).json()
+        assert [c["id"] for c in none["connections"]] == ["c"]
+        rows = client.get("/api/v1/clients", params={"identity_source": "sibling"}).json()["clients"]
+        assert len(rows) == 1 and rows[0]["inferred_software"]["sibling_connection_id"] == "a"
+        assert client.get("/api/v1/clients", params={"identity_source": "bogus"}).status_code == 422
+        assert client.get("/api/v1/connections/b").json()["inferred_software"]["name"] == "kafkajs"
+        schema = client.get("/openapi.json").json()["components"]["schemas"]
+        assert {"inferred_software", "first_requests", "api_versions_request_version"} <= set(
+            schema["Connection"]["properties"])
+        assert "clients_by_software" in schema["UpgradeReadiness"]["properties"]
