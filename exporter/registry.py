@@ -645,10 +645,12 @@ class ConnectionRegistry:
         # Issue 15 part 2: the last connection that announced software (KIP-511 fields) per
         # (client address, client_id), for the unannounced connections of the same client
         # (identity_source "sibling"). One dict lookup per connection; at most `max_open`
-        # entries, the least recently announced dropped first.
+        # entries, the least recently announced dropped first. Connection ids, not records: a
+        # sibling is found while its record is open or recently closed (`_record`), and the
+        # index keeps no record alive past those bounds.
         self.sibling_window = sibling_window
-        self._announced: OrderedDict[tuple, ConnectionRecord] = OrderedDict()
-        self._fingerprinted: OrderedDict[tuple, list[ConnectionRecord]] = OrderedDict()  # same bounds, see above
+        self._announced: OrderedDict[tuple, str] = OrderedDict()
+        self._fingerprinted: OrderedDict[tuple, list[str]] = OrderedDict()  # same bounds, see above
         self.sibling_identities = 0  # connections that took a sibling's identity
         self.infer_calls = 0  # fingerprint.infer() calls, all connections (each bounded by MAX_INFER_CALLS + 1)
         # Open unannounced connections by (listener, inferred name, inferred version range):
@@ -1318,23 +1320,27 @@ class ConnectionRegistry:
         table = self._fingerprinted
         known = table.get(key)
         if known is None:
-            table[key] = [rec]
+            table[key] = [rec.id]
             if len(table) > self.max_open:
                 table.popitem(last=False)
             return
-        if rec in known:
+        if rec.id in known:
             return
         if len(known) >= MAX_FINGERPRINTED_SIBLINGS:  # drop those that no longer can be one
-            known[:] = [s for s in known if s.closed_at is None and s.inferred is not None
+            get = self.open.get
+            known[:] = [i for i in known if (s := get(i)) is not None and s.inferred is not None
                         and s.inferred["source"] == "fingerprint"]
         if len(known) < MAX_FINGERPRINTED_SIBLINGS:
-            known.append(rec)
+            known.append(rec.id)
+
+    def _record(self, conn_id: str) -> ConnectionRecord | None:
+        return self.open.get(conn_id) or self.closed.get(conn_id)
 
     def _announce(self, rec: ConnectionRecord) -> None:
         """`rec` announced software: it names its client's unannounced connections (`_sibling`)."""
         announced = self._announced
         key = (rec.client_address, rec.client_id)
-        announced[key] = rec
+        announced[key] = rec.id
         announced.move_to_end(key)
         if len(announced) > self.max_open:
             announced.popitem(last=False)
@@ -1350,12 +1356,14 @@ class ConnectionRegistry:
         window = self.sibling_window
         if not fingerprinted:
             sib = self._announced.get(key)
+            sib = None if sib is None else self._record(sib)
             if sib is None or sib is rec or sib.software_name is None:
                 return False
             if sib.closed_at is not None and rec.first_seen - sib.last_seen > window:
                 return False
         else:
-            candidates = [s for s in self._fingerprinted.get(key, ()) if s is not rec and s.inferred is not None
+            candidates = [s for i in self._fingerprinted.get(key, ()) if (s := self._record(i)) is not None
+                          and s is not rec and s.inferred is not None
                           and s.inferred["source"] == "fingerprint"
                           and (s.closed_at is None or rec.first_seen - s.last_seen <= window)]
             if not candidates:

@@ -244,3 +244,14 @@ def test_rest_filters_and_schema_carry_the_inferred_identity():
         assert {"inferred_software", "first_requests", "api_versions_request_version"} <= set(
             schema["Connection"]["properties"])
         assert "clients_by_software" in schema["UpgradeReadiness"]["properties"]
+
+
+def test_the_index_keeps_no_record_alive_past_the_closed_bound():
+    """The index holds connection ids: a sibling forgotten at --max-closed-connections names no one."""
+    reg = ConnectionRegistry(max_closed=2)
+    feed(reg, opened("a", 1.0), request("a", 1.0, 18, 3), announce("a", 1.0), closed("a", 1.5))
+    for n in range(3):  # push a out of the recently closed set
+        feed(reg, opened(f"x{n}", 2.0, address="10.0.2.1", port=41000 + n), closed(f"x{n}", 2.1))
+    assert reg.get("a") is None and reg._announced  # the id is still indexed, the record is gone
+    feed(reg, opened("b", 3.0, port=40001), request("b", 3.0), sweep("b", 3.5))
+    assert reg.get("b")["identity_source"] == "none"
