@@ -157,6 +157,21 @@ def test_the_tables_are_not_trivially_equal(tables, logs):
 # --- the registry: a replay tool reading either version reaches the same state -----------------
 
 
+# Issue 15: which requests a connection sent first, and so what a fingerprint infers from them,
+# needs request order; a v2 log keeps per-connection rollups only (a request of the eventlog owner
+# is in notes/requests.md). Compared without them for v2 logs.
+_ORDER_FIELDS = ("first_requests", "inferred_software", "identity_source")
+_ORDER_SERIES = ("kafka_census_connections_inferred",)  # and the label sets counted: kafka_census_series
+
+
+def _without_order(census: dict) -> dict:
+    return {"connections": [{k: v for k, v in c.items() if k not in _ORDER_FIELDS} for c in census["connections"]],
+            "clients": sorted(({k: v for k, v in c.items() if k not in _ORDER_FIELDS} for c in census["clients"]),
+                              key=repr),
+            "metrics": {k: v for k, v in census["metrics"].items()
+                        if not k.startswith(_ORDER_SERIES) and k != "kafka_census_series"}}
+
+
 def _census(events) -> dict:
     from prometheus_client import CollectorRegistry, generate_latest
 
@@ -185,6 +200,8 @@ def test_the_registry_reaches_the_same_state_from_either_version(logs, real_clie
         # In ts order (a stable sort), as exporter/eventlog.py says a replay tool applies a log: a
         # rollup is written when its round comes, after later records of its connection.
         got = _census(to_event(rec) for rec in sorted(_records(logs[name]), key=lambda r: r["ts"]))
+        if name != "v1":  # v1 logs each request, in order
+            got, want = _without_order(got), _without_order(_census(_replay(path, port, tally=False)))
         assert got["connections"] == want["connections"], name
         assert got["clients"] == want["clients"], name
         assert got["metrics"].keys() == want["metrics"].keys(), name
