@@ -127,9 +127,11 @@ def _live_registry(args: argparse.Namespace) -> ConnectionRegistry:
         raise UsageError("--max-connections and --max-closed-connections must be at least 1")
     if args.closed_ttl <= 0:
         raise UsageError("--closed-ttl must be positive")
+    if args.sibling_window < 0:
+        raise UsageError("--sibling-window must not be negative")
     return ConnectionRegistry(clock=time.time, max_open=args.max_connections,
                               max_closed=args.max_closed_connections, closed_ttl=args.closed_ttl,
-                              **_registry_bounds(args))
+                              sibling_window=args.sibling_window, **_registry_bounds(args))
 
 
 def _tracker_options(args: argparse.Namespace) -> dict:
@@ -225,6 +227,7 @@ SETTINGS = {
     "max_census_rows": (_int, 10_000),
     "max_closed_connections": (_int, 10_000),
     "closed_ttl": (_float, 900.0),
+    "sibling_window": (_float, 300.0),
     "idle_timeout": (_float, 660.0),
     "max_flows": (_int, 100_000),
     "max_buffer_mb": (_int, 128),
@@ -708,6 +711,9 @@ def _add_event_log_options(p: argparse.ArgumentParser) -> None:
                    help="recently closed connections kept for the REST API; the oldest go first (default 10000)")
     p.add_argument("--closed-ttl", type=_float, metavar="SECONDS",
                    help="how long a closed connection stays listed (default 900)")
+    p.add_argument("--sibling-window", type=_float, metavar="SECONDS",
+                   help="a connection that announced its software names the unannounced connections of the "
+                   "same client address and client_id for this long after it was last seen (default 300)")
 
 
 def _add_capture_options(p: argparse.ArgumentParser) -> None:

@@ -72,6 +72,9 @@ def describe(base: str, client_id_prefix: str) -> list[str]:
     lines = []
     for c in mine[-8:]:
         sw = " ".join(filter(None, (c["client_software_name"], c["client_software_version"]))) or "unknown"
+        inferred = c.get("inferred_software")
+        if sw == "unknown" and inferred:  # never the announced fields: its own column, marked
+            sw = f"{inferred['name']} {inferred['version_range']} (inferred)"
         state = "open" if c["state"] == "open" else f"closed ({c['close_reason']})"
         reqs = ", ".join(f"{r['api']} v{r['api_version']}" for r in c["requests"][:4])
         lines.append(f"    {c['client_address']}:{c['client_port']:<6} {sw:<45} {c['identity_source']:<16} "
@@ -83,7 +86,7 @@ def gauge_lines(base: str) -> list[str]:
     with urllib.request.urlopen(base + "/metrics", timeout=5) as resp:
         text = resp.read().decode()
     return [line for line in text.splitlines()
-            if line.startswith("kafka_census_connections_closed_total") or line.startswith("kafka_census_connections{")]
+            if line.startswith("kafka_census_connections_closed_total") or line.startswith(("kafka_census_connections{", "kafka_census_connections_inferred{"))]
 
 
 def main() -> int:
