@@ -311,6 +311,13 @@ def _census_events() -> list:
         DecodeError(conn_id="c1", ts=1.6, direction=Direction.FROM_CLIENT, kind="truncated", api_key=0,
                     api_version=2, detail="x"),
         Desync(conn_id="c1", ts=1.7, direction=Direction.FROM_BROKER, kind="gap", detail="x"),
+        # c3 announces nothing; c1 (same address and client_id) did: a sibling identity, the
+        # kafka_census_connections_inferred gauge.
+        opened("c3", 9092, "PLAINTEXT"),
+        req("c3", 1.8, 3, "Metadata", 12, 1),
+        # Identities are settled at events other than requests and sweeps: any such event will do.
+        DecodeError(conn_id="c3", ts=1.9, direction=Direction.FROM_CLIENT, kind="truncated", api_key=3,
+                    api_version=12, detail="x"),
         opened("c2", 9094, "SASL"),
         ClientSoftware(conn_id="c2", ts=2.0, request_version=3, name="bad name!", version="1", valid=False,
                        error_code=42, accepted=False),
