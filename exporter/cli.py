@@ -20,6 +20,7 @@ from importlib import metadata
 
 from capture.kafka.api_table import API_TABLE, removed_in_kafka4
 from capture.listeners import DEFAULT_LISTENER, ListenerMap
+from exporter import aggregate, incident
 from exporter.registry import ConnectionRegistry
 from exporter.textsafe import visible
 
@@ -246,6 +247,10 @@ SETTINGS = {
     "state_file": (_str, None),
     "state_interval": (_float, 60.0),
 }
+# The aggregator and the incident CLI own their settings; names must not collide.
+assert not (SETTINGS.keys() & aggregate.SETTINGS.keys() or SETTINGS.keys() & incident.SETTINGS.keys())
+SETTINGS.update(aggregate.SETTINGS)
+SETTINGS.update(incident.SETTINGS)
 ENV_PREFIX = "KAFKA_CENSUS_"
 
 
@@ -793,6 +798,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_event_log_options(prx)
     _add_service_options(prx)
     prx.set_defaults(func=cmd_proxy)
+    aggregate.add_parsers(sub)
+    incident.add_parsers(sub)
     sub.add_parser("pipeline", help="fleet jobs on Spark over event logs or pcaps (kafka-census pipeline --help)",
                    add_help=False)
     return parser
