@@ -16,6 +16,9 @@ version (the first on the connection, which carries the client's own max) matche
 inference names a library only when exactly one library has consistent rows (or the client_id
 is that library's default), and enough independent facts agree: a wrong name is worse than
 None. The range is cut at the table's releases: never a point the evidence does not pin.
+Java 2.4+ announces itself in every ApiVersions v3+ request (KIP-511), so an unannounced
+connection whose ApiVersions is v3+ is never named Java: against a broker at Kafka 3.9's
+versions, a current client (kafka-ts) would otherwise look exactly like Java 3.9.
 """
 
 from __future__ import annotations
@@ -100,6 +103,10 @@ class Fingerprints:
         overlap = exact = 0  # observed APIs this row has a constraint for; of them, pinned below the cap
         av = obs.api_versions_request_version
         if av is not None:
+            if row.library == JAVA and av >= 3:
+                # KIP-511: Java 2.4+ fills client_software_name in every ApiVersions v3+ request, so
+                # an unannounced connection that sent v3+ is not Java (infer() only sees those).
+                return None
             if av in row.apiversions:
                 points += 1.0
                 evidence.append(f"ApiVersions v{av} first")

@@ -97,14 +97,35 @@ def test_java_rows_cover_every_release_once_and_group_identical_vectors():
 # --------------------------------------------------------------------------- Java inference
 
 
-@pytest.mark.parametrize("release", list(JAVA_VECTORS))
-def test_every_java_release_is_named_with_its_range(release):
+def announces(release: str) -> bool:
+    """KIP-511: Java 2.4+ sends ApiVersions v3+, always with its software name and version."""
+    return release not in gen.JAVA_NO_APIVERSIONS and JAVA_VECTORS[release][18] >= 3
+
+
+SILENT_JAVA = [r for r in JAVA_VECTORS if not announces(r)]
+
+
+def test_the_silent_java_releases_are_those_before_2_4():
+    assert SILENT_JAVA and max(SILENT_JAVA, key=gen.version_key) == "2.3.1"
+    assert min((r for r in JAVA_VECTORS if announces(r)), key=gen.version_key) == "2.4.0"
+
+
+@pytest.mark.parametrize("release", SILENT_JAVA)
+def test_every_java_release_before_2_4_is_named_with_its_range(release):
     got = infer(java_observation(release, UNCAPPED, "producer-1"))
     assert got is not None and got.name == JAVA and release in in_range(got), got
     assert got.confidence >= THRESHOLD and got.min_compatible == "2.1"
-    # Without the default client_id: Java or nothing (3.9.0's vector is also kafka-ts's, capped).
+    # Without the default client_id: Java or nothing.
     bare = infer(java_observation(release, UNCAPPED))
     assert bare is None or (bare.name == JAVA and release in in_range(bare))
+
+
+@pytest.mark.parametrize("release", [r for r in JAVA_VECTORS if announces(r)])
+def test_an_unannounced_apiversions_v3_connection_is_never_named_java(release):
+    # Java 2.4+ would have announced itself: its versions, even with its default client_id, name
+    # no Java release (kafka-ts against a Kafka 3.9-level broker sends exactly Java 3.9's).
+    got = infer(java_observation(release, UNCAPPED, "producer-1"))
+    assert got is None or got.name != JAVA, got
 
 
 def other_libraries_fitting(obs: Observation) -> set[str]:
@@ -118,17 +139,17 @@ def other_libraries_fitting(obs: Observation) -> set[str]:
 
 def test_java_without_client_id_is_named_unless_another_library_sends_the_same():
     unnamed = {}
-    for release in JAVA_VECTORS:
+    for release in SILENT_JAVA:
         obs = java_observation(release, UNCAPPED)
         if infer(obs) is None:
             unnamed[release] = other_libraries_fitting(obs)
-    # None only where a recorded library fits too (e.g. kafka-ts against Tansu: every version at the
-    # cap, as Java 3.9 sends them), never for thin evidence: the observation has every API.
+    # None only where a recorded library fits too, never for thin evidence: the observation has
+    # every API.
     assert all(unnamed.values()), unnamed
     assert len(unnamed) <= 8, unnamed
 
 
-@pytest.mark.parametrize("release", [r for r in JAVA_VECTORS if r not in gen.JAVA_NO_APIVERSIONS])
+@pytest.mark.parametrize("release", [r for r in SILENT_JAVA if r not in gen.JAVA_NO_APIVERSIONS])
 def test_a_capped_broker_widens_the_range_and_keeps_the_release(release):
     broker = dict(JAVA_VECTORS["2.0.0"])  # a Kafka 2.0 broker caps newer clients
     broker[18] = 99  # (any ApiVersions version: the first request carries the client's own)
@@ -136,8 +157,7 @@ def test_a_capped_broker_widens_the_range_and_keeps_the_release(release):
     capped = infer(java_observation(release, broker, "producer-1"))
     assert capped is not None and capped.name == JAVA and release in in_range(capped)
     assert set(in_range(uncapped)) <= set(in_range(capped))
-    # Wider, except where the ApiVersions version alone pins the line (v4: 3.9 only).
-    if gen.version_key(release) >= (2, 1) and JAVA_VECTORS[release][18] != 4:
+    if gen.version_key(release) >= (2, 1):
         assert len(in_range(capped)) > len(in_range(uncapped))
 
 
@@ -164,8 +184,12 @@ def test_nothing_at_all_gives_none():
 
 
 def test_several_libraries_fitting_give_none():
-    # ApiVersions v4 and a Produce at the broker's cap: Java 3.9 and the kafka-ts recording both fit.
-    obs = Observation(4, {(0, 11): 1}, ((18, 4), (0, 11)), None, {0: 11, 18: 4})
+    # ApiVersions v4 and a Metadata at the broker's cap: the kafka-python 3.0 and kafka-ts recordings
+    # both fit (and Java 3.9 would have announced itself).
+    obs = Observation(4, {(3, 12): 2}, ((18, 4), (3, 12), (3, 12)), None, {3: 12, 18: 4})
+    from exporter import fingerprint as fp
+    fitting = {fp.TABLE.rows[i].library for i in range(len(fp.TABLE.rows)) if fp.TABLE.fit(i, obs, [(3, 12)])}
+    assert {"kafka-python", "kafka-ts"} <= fitting and JAVA not in fitting
     assert infer(obs) is None
 
 
@@ -204,10 +228,10 @@ def test_recording_is_never_named_wrong_and_named_where_its_vector_is_its_own(re
         assert got.name == rec.library, (conn_id, got)
         assert range_contains(got.version_range, rec.version), (conn_id, got)
         named += 1
-    # kafka-ts sends, against Tansu, only versions at the broker's cap: Java 3.9 fits every
-    # connection as well, so it stays unknown (honestly). Every other recording is named somewhere.
-    # A client that failed against the broker and sent nothing but ApiVersions has no vector.
-    if rec.library != "kafka-ts" and gen.informative(rec):
+    # Every recording is named somewhere, kafka-ts included (against Tansu it sends only versions
+    # at the cap, as Java 3.9 would, but Java 3.9 announces itself). A client that failed against
+    # the broker and sent nothing but ApiVersions has no vector.
+    if gen.informative(rec):
         assert named >= 1, rec.name
 
 
