@@ -119,14 +119,53 @@ def pod_specs(docs: list[dict]) -> list[tuple[str, dict, dict]]:
 PENDING_FLAGS = ("--max-buffer-mb", "--event-log-max-total-mb", "--max-series")
 
 
-def _known_flags(command: str) -> set[str]:
+#: `kafka-census aggregate` (issue 16) is being written beside the chart: until the parser has
+#: the command, its arguments are checked here against the interface the aggregator's author
+#: published (flag -> check of the value; None: a switch), and parse_cli answers a namespace of
+#: them. Once `kafka-census aggregate --help` lists a flag, the real parser takes it.
+PENDING_COMMANDS = {"aggregate": {
+    "--http": lambda v: parse_http(v) is not None,
+    "--peers-dns": lambda v: re.fullmatch(r"[a-z0-9.-]+:[0-9]{1,5}", v) is not None,
+    "--api-token-file": lambda v: v.startswith("/"),
+    "--peer-token-file": lambda v: v.startswith("/"),
+    "--metrics-auth": None,
+    "--allow-unauthenticated": None,
+    "--cache-seconds": lambda v: float(v) >= 0,
+    "--peer-timeout": lambda v: float(v) > 0,
+    "--peers-dns-interval": lambda v: float(v) > 0,
+    "--max-peers": lambda v: v.isdigit() and int(v) > 0,
+    "--peer-max-mb": lambda v: v.isdigit() and int(v) > 0,
+    "--peer-concurrency": lambda v: v.isdigit() and int(v) > 0,
+}}
+
+
+def _subcommands() -> dict:
     parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
-    return {s for a in sub._actions for s in a.option_strings}
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def _known_flags(command: str) -> set[str]:
+    return {s for a in _subcommands()[command]._actions for s in a.option_strings}
+
+
+def _parse_pending(args: list[str]) -> argparse.Namespace:
+    checks = PENDING_COMMANDS[args[0]]
+    parsed = argparse.Namespace(command=args[0])
+    for arg in args[1:]:
+        flag, eq, value = arg.partition("=")
+        assert flag in checks, f"kafka-census {args[0]} has no {flag}: {args}"
+        check = checks[flag]
+        assert (check is None) == (not eq) and (check is None or check(value)), arg
+        dest = flag.lstrip("-").replace("-", "_")
+        assert dest not in vars(parsed), f"{flag} given twice: {args}"
+        setattr(parsed, dest, True if check is None else value)
+    return parsed
 
 
 def parse_cli(args: list[str]):
     """The chart's arguments through the real kafka-census argument parser."""
+    if args[0] in PENDING_COMMANDS and args[0] not in _subcommands():
+        return _parse_pending(args)
     known = _known_flags(args[0])
     kept = []
     for arg in args:
@@ -205,6 +244,15 @@ EXPECTED_KINDS = {
     "monitoring": {"DaemonSet": 1, "Service": 1, "ServiceAccount": 1, "ServiceMonitor": 1, "Secret": 1,
                    "PrometheusRule": 1, "ConfigMap": len(list((CHART / "files" / "dashboards").glob("*.json")))},
     "auth": {"DaemonSet": 1, "Service": 1, "ServiceAccount": 1, "ServiceMonitor": 1, "Secret": 1},
+    # the aggregator adds its Deployment, its Service, the peers' headless Service, its
+    # NetworkPolicy (on unless networkPolicy.enabled is false), its token's Secret (unless
+    # aggregator.auth.existingSecret), a ServiceMonitor with monitoring, and in sidecar mode the
+    # ServiceAccount its pods use
+    "aggregator-daemonset": {"DaemonSet": 1, "Deployment": 1, "Service": 3, "ServiceAccount": 1, "Secret": 2,
+                             "NetworkPolicy": 2, "ServiceMonitor": 2},
+    "aggregator-sidecar": {"PodTemplate": 1, "Deployment": 1, "Service": 3, "ServiceAccount": 1, "Secret": 1,
+                           "NetworkPolicy": 1},
+    "aggregator-proxy": {"Deployment": 3, "Service": 5, "ServiceAccount": 1, "NetworkPolicy": 2, "Secret": 2},
 }
 
 
@@ -266,10 +314,11 @@ def test_render_validates_against_kubernetes_schemas(ci):
             assert spec.get("automountServiceAccountToken") is False, workload
     # every Service reaches a named port of the pods it selects (the sidecar's pods are the
     # brokers', outside this chart: see test_sidecar_include_in_a_broker_statefulset)
+    broker_pods = (yaml.safe_load(ci.read_text()) or {}).get("sidecar", {}).get("brokerPodSelector")
     for svc in of_kind(docs, "Service"):
         selected = [spec for _, meta, spec in pod_specs(docs)
                     if svc["spec"]["selector"].items() <= meta["labels"].items()]
-        if name != "sidecar":
+        if svc["spec"]["selector"] != broker_pods:
             assert selected, f"Service {svc['metadata']['name']} selects no pod of this chart"
         for spec in selected:
             for p in svc["spec"]["ports"]:

@@ -93,6 +93,7 @@ requirements. Rendered (to nothing) by every mode's main template.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- include "kafka-census.aggregator.validate" . }}
 {{- /* computed here so that a bad size fails the release whatever the mode renders */}}
 {{- if ne .Values.mode "proxy" }}
 {{- $_ := include "kafka-census.maxBufferMB" . }}
@@ -506,4 +507,111 @@ unless eventLog.enabled or api.auth.enabled). Same context as kafka-census.sidec
 {{/* True when the monitoring.coreos.com/v1 API (prometheus-operator) is served. */}}
 {{- define "kafka-census.hasMonitoringAPI" -}}
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end }}
+{{- end }}
+
+{{/*
+The aggregator (aggregator.enabled). Its pods are named `<name>-aggregator`, not `<name>`: the
+DaemonSet's selector (immutable) and the capture pods' Service and NetworkPolicy select every pod
+with app.kubernetes.io/name=<name> of the release, and the aggregator must be none of them.
+*/}}
+{{- define "kafka-census.aggregator.fullname" -}}
+{{- printf "%s-aggregator" (include "kafka-census.fullname" . | trunc 52 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "kafka-census.aggregator.selectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-aggregator" (include "kafka-census.name" . | trunc 52 | trimSuffix "-") }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: aggregator
+{{- end }}
+
+{{/* The headless Service whose DNS name lists the peers (every kafka-census pod of the release). */}}
+{{- define "kafka-census.peersService" -}}
+{{- printf "%s-peers" (include "kafka-census.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+
+{{/*
+The labels of the peers' pods, as a YAML map: the DaemonSet's pods, the broker pods carrying the
+sidecar (sidecar.brokerPodSelector), or the proxies. The peers' Service, the NetworkPolicy and
+the aggregator's egress select them by these.
+*/}}
+{{- define "kafka-census.peerSelector" -}}
+{{- if eq .Values.mode "sidecar" }}
+{{- toYaml .Values.sidecar.brokerPodSelector }}
+{{- else if eq .Values.mode "proxy" }}
+{{- include "kafka-census.selectorLabels" . }}
+app.kubernetes.io/component: proxy
+{{- else }}
+{{- include "kafka-census.selectorLabels" . }}
+app.kubernetes.io/component: capture
+{{- end }}
+{{- end }}
+
+{{/* --peers-dns: the headless Service's name and the peers' HTTP port (pod IPs: the container port). */}}
+{{- define "kafka-census.peersDNS" -}}
+{{- printf "%s.%s.svc.%s:%d" (include "kafka-census.peersService" .) .Release.Namespace .Values.aggregator.clusterDomain (int .Values.http.port) }}
+{{- end }}
+
+{{/* The aggregator's own token (for its callers): aggregator.auth.existingSecret, or the chart's. */}}
+{{- define "kafka-census.aggregatorTokenSecret" -}}
+{{- default (printf "%s-token" (include "kafka-census.aggregator.fullname" .)) .Values.aggregator.auth.existingSecret }}
+{{- end }}
+
+{{/* Where the aggregator reads the peers' token (the api.auth Secret), as --peer-token-file. */}}
+{{- define "kafka-census.peerTokenDir" -}}/etc/kafka-census/peer-token{{- end }}
+
+{{/* Refusals of aggregator values (rendered by validate). */}}
+{{- define "kafka-census.aggregator.validate" -}}
+{{- if .Values.aggregator.enabled }}
+{{- if include "kafka-census.loopback" .Values.http.address }}
+{{- fail (printf "aggregator.enabled with http.address %s: the aggregator reaches its peers over the network; bind http.address to a non-loopback address (the REST API keeps its token)" .Values.http.address) }}
+{{- end }}
+{{- if and (eq .Values.mode "sidecar") (not .Values.sidecar.brokerPodSelector) }}
+{{- fail "aggregator.enabled in sidecar mode needs sidecar.brokerPodSelector: the labels of the broker pods that carry the sidecar, which the peers' headless Service selects" }}
+{{- end }}
+{{- with .Values.aggregator.auth }}
+{{- if and .existingSecret .token }}{{ fail "aggregator.auth: set existingSecret or token, not both" }}{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when the aggregator's NetworkPolicy renders: aggregator.enabled, unless
+networkPolicy.enabled is false. Its pods are on the pod network in every mode (the reason the
+proxies' policy is on by default), so null means on.
+*/}}
+{{- define "kafka-census.aggregatorNetworkPolicyEnabled" -}}
+{{- if and .Values.aggregator.enabled (not (eq (toString .Values.networkPolicy.enabled) "false")) }}true{{ end }}
+{{- end }}
+
+{{/*
+--peer-concurrency: aggregator.peerConcurrency, or derived from aggregator.resources.limits.memory:
+the limit less 128 MiB (interpreter, FastAPI, httpx, the answer cache) holds the answers in
+flight, each up to peerMaxMB (CLI default 32) of bytes and about twice that decoded: 3 x
+peerMaxMB each, at most 16 (the CLI default). Empty without a memory limit (the CLI default).
+A value, or a limit, that cannot hold one answer fails the release.
+*/}}
+{{- define "kafka-census.aggregator.peerConcurrency" -}}
+{{- $explicit := .Values.aggregator.peerConcurrency }}
+{{- $maxMB := int (default 32 .Values.aggregator.peerMaxMB) }}
+{{- $limit := dig "limits" "memory" "" (.Values.aggregator.resources | default dict) }}
+{{- if $limit }}
+{{- $limitMiB := include "kafka-census.mebibytes" (list "aggregator.resources.limits.memory" $limit) | int }}
+{{- $room := sub $limitMiB 128 | int }}
+{{- $per := mul $maxMB 3 | int }}
+{{- $fits := div $room $per | int }}
+{{- $why := printf "aggregator.resources.limits.memory %d MiB less 128 (interpreter, libraries, cache) leaves %d MiB for the answers in flight, at 3 x aggregator.peerMaxMB (%d) = %d MiB each" $limitMiB $room $maxMB $per }}
+{{- if not (kindIs "invalid" $explicit) }}
+{{- if gt (int $explicit) $fits }}
+{{- fail (printf "aggregator.peerConcurrency %d does not fit: %s; at most %d: raise the limit or lower aggregator.peerMaxMB" (int $explicit) $why (max $fits 0)) }}
+{{- end }}
+{{- int $explicit }}
+{{- else }}
+{{- if lt $fits 1 }}
+{{- fail (printf "the aggregator cannot hold one peer's answer: %s; raise the limit or lower aggregator.peerMaxMB" $why) }}
+{{- end }}
+{{- min $fits 16 }}
+{{- end }}
+{{- else if not (kindIs "invalid" $explicit) }}
+{{- int $explicit }}
+{{- end }}
 {{- end }}
