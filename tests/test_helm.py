@@ -124,26 +124,6 @@ def pod_specs(docs: list[dict]) -> list[tuple[str, dict, dict]]:
 PENDING_FLAGS = ("--max-buffer-mb", "--event-log-max-total-mb", "--max-series")
 
 
-#: `kafka-census aggregate` (issue 16) is being written beside the chart: until the parser has
-#: the command, its arguments are checked here against the interface the aggregator's author
-#: published (flag -> check of the value; None: a switch), and parse_cli answers a namespace of
-#: them. Once `kafka-census aggregate --help` lists a flag, the real parser takes it.
-PENDING_COMMANDS = {"aggregate": {
-    "--http": lambda v: parse_http(v) is not None,
-    "--peers-dns": lambda v: re.fullmatch(r"[a-z0-9.-]+:[0-9]{1,5}", v) is not None,
-    "--api-token-file": lambda v: v.startswith("/"),
-    "--peer-token-file": lambda v: v.startswith("/"),
-    "--metrics-auth": None,
-    "--allow-unauthenticated": None,
-    "--cache-seconds": lambda v: float(v) >= 0,
-    "--peer-timeout": lambda v: float(v) > 0,
-    "--peers-dns-interval": lambda v: float(v) > 0,
-    "--max-peers": lambda v: v.isdigit() and int(v) > 0,
-    "--peer-max-mb": lambda v: v.isdigit() and int(v) > 0,
-    "--peer-concurrency": lambda v: v.isdigit() and int(v) > 0,
-}}
-
-
 def _subcommands() -> dict:
     parser = build_parser()
     return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
@@ -153,24 +133,8 @@ def _known_flags(command: str) -> set[str]:
     return {s for a in _subcommands()[command]._actions for s in a.option_strings}
 
 
-def _parse_pending(args: list[str]) -> argparse.Namespace:
-    checks = PENDING_COMMANDS[args[0]]
-    parsed = argparse.Namespace(command=args[0])
-    for arg in args[1:]:
-        flag, eq, value = arg.partition("=")
-        assert flag in checks, f"kafka-census {args[0]} has no {flag}: {args}"
-        check = checks[flag]
-        assert (check is None) == (not eq) and (check is None or check(value)), arg
-        dest = flag.lstrip("-").replace("-", "_")
-        assert dest not in vars(parsed), f"{flag} given twice: {args}"
-        setattr(parsed, dest, True if check is None else value)
-    return parsed
-
-
 def parse_cli(args: list[str]):
     """The chart's arguments through the real kafka-census argument parser."""
-    if args[0] in PENDING_COMMANDS and args[0] not in _subcommands():
-        return _parse_pending(args)
     known = _known_flags(args[0])
     kept = []
     for arg in args:
@@ -1268,8 +1232,7 @@ def test_aggregator_renders_in_every_mode(mode):
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "census-http"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "census-http"}
     assert c["ports"] == [{"name": "census-http", "containerPort": 9595, "protocol": "TCP"}]
-    # the real parser (or, until it has the command, the published interface)
-    args = parse_cli(c["args"])
+    args = parse_cli(c["args"])  # the real parser
     assert args.command == "aggregate" and parse_http(args.http) == ("0.0.0.0", 9595)
     peers_name = f"{RELEASE}-kafka-census-peers"
     assert args.peers_dns == f"{peers_name}.{NAMESPACE}.svc.cluster.local:9595"
