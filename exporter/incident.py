@@ -8,8 +8,9 @@ library only (urllib), imported lazily where it costs: `kafka-census --help` sta
 Exit codes (also in every command's --help):
 
     0  the answer, whole (a not-ready upgrade answer too: scripts read `ready` from -o json)
-    1  the server answered with an error (5xx, 404...) or something unreadable (not JSON, not
-       the API's shape, larger than --max-response-mb, a redirect)
+    1  the server answered with an error (5xx, 404; an aggregator none of whose peers answered:
+       502, the peers named) or something unreadable (not JSON, not the API's shape, larger
+       than --max-response-mb, a redirect)
     2  usage: a bad flag or value, an unreadable --token-file, or the server refused a filter
        or --order-by value (400, 422; its detail is shown)
     3  unreachable: connection refused, name not resolved, TLS failure, --timeout passed
@@ -44,14 +45,35 @@ EXIT_UNAUTHORIZED = 4
 EXIT_PARTIAL = 5
 
 EXIT_CODES_HELP = """\
+environment: KAFKA_CENSUS_SERVER, KAFKA_CENSUS_TOKEN_FILE, KAFKA_CENSUS_TIMEOUT,
+KAFKA_CENSUS_MAX_RESPONSE_MB (a flag wins over its variable, a variable over --config)
+
 exit codes:
   0  the answer, whole (also a not-ready upgrade answer: read `ready` from -o json)
-  1  the server answered with an error (5xx, 404) or something unreadable (not JSON,
-     larger than --max-response-mb, a redirect)
+  1  the server answered with an error (5xx, 404; an aggregator none of whose peers
+     answered: 502, peers named) or something unreadable (not JSON, larger than
+     --max-response-mb, a redirect)
   2  bad usage, an unreadable --token-file, or the server refused a value (400/422)
   3  unreachable: refused, unresolved, TLS failure or --timeout
   4  unauthorized: 401/403 (missing or wrong --token-file)
   5  partial: an aggregator answered without some peers (output printed, peers named)"""
+
+EXAMPLES = {
+    "connections": """\
+examples:
+  kafka-census connections --software-name librdkafka --order-by client_software_version
+  kafka-census connections --client-id billing -o wide
+  kafka-census connections --state closed --order-by 'last_seen desc' --limit 20
+  kafka-census connections --identity-source fingerprint --watch 5""",
+    "clients": """\
+examples:
+  kafka-census clients --software-name librdkafka
+  kafka-census clients --identity-source fingerprint -o wide""",
+    "upgrade-readiness": """\
+examples:
+  kafka-census upgrade-readiness --target 4.0 -o wide
+  kafka-census upgrade-readiness -o json | jq .ready""",
+}
 
 MAX_TOKEN_FILE_BYTES = 4096  # as exporter.auth: a longer file is not a token
 MAX_ERROR_BODY_BYTES = 64 << 10
@@ -713,14 +735,20 @@ def _watch(args: argparse.Namespace, base: str, token: str | None) -> int:
             if args.output == "json":
                 pass
             elif tty:
-                rows = shutil.get_terminal_size().lines
+                # One screen: title, the table cut to the terminal's height, the notes (which a
+                # redraw clears like the rest; on stderr they would scroll the screen).
+                size = shutil.get_terminal_size()
+                width = table_width() if args.output != "wide" else None
+                ending = frame.code in (EXIT_USAGE, EXIT_UNAUTHORIZED)  # its error stays on stderr
+                notes = [] if ending else [cut(n, width) if width else n for n in frame.notes]
+                room = max(1, size.lines - 3 - len(notes))
                 lines = frame.lines
-                room = max(1, rows - 3)
                 if len(lines) > room:
-                    lines = lines[:room - 1] + [f"... {len(frame.lines) - room + 1} more rows (use -o wide "
-                                                "| less, or narrow with filters)"]
+                    more = f"... {len(lines) - room + 1} more lines: narrow with filters or --limit"
+                    lines = lines[:room - 1] + [cut(more, width) if width else more]
                 sys.stdout.write("\x1b[H\x1b[2J")  # home, clear: a redraw, not a scroll
-                frame = Frame([title, ""] + lines, frame.notes, frame.code)
+                frame = Frame([cut(title, width) if width else title, ""] + lines + notes,
+                              frame.notes if ending else [], frame.code)
             else:
                 frame = Frame([f"--- {stamp} {visible(base)} ---"] + frame.lines, frame.notes, frame.code)
             _emit(frame)
@@ -811,9 +839,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     con = sub.add_parser(
         "connections", help="list connections (open and recently closed) from a sidecar or an aggregator",
-        formatter_class=fmt, epilog=EXIT_CODES_HELP,
-        description="Connections from GET /api/v1/connections, as a table. Filters are exact and passed to "
-                    "the server. Inferred identities show as 'NAME RANGE (inferred)', never as announced.")
+        formatter_class=fmt, epilog=EXAMPLES["connections"] + "\n\n" + EXIT_CODES_HELP,
+        description="Connections from GET /api/v1/connections, as a table. Filters are exact and passed\n"
+                    "to the server. Inferred identities show as 'NAME RANGE (inferred)', never as announced.")
     _common(con)
     con.add_argument("--state", dest="filter_state", choices=("open", "closed", "all"), help="default all")
     _identity_filters(con)
@@ -827,18 +855,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     cli = sub.add_parser(
         "clients", help="the client census (connections folded by software, client_id, principal, listener)",
-        formatter_class=fmt, epilog=EXIT_CODES_HELP,
-        description="The census from GET /api/v1/clients, as a table. Filters are exact and passed to the "
-                    "server.")
+        formatter_class=fmt, epilog=EXAMPLES["clients"] + "\n\n" + EXIT_CODES_HELP,
+        description="The census from GET /api/v1/clients, as a table. Filters are exact and passed to\n"
+                    "the server. Inferred identities show as 'NAME RANGE (inferred)', never as announced.")
     _common(cli)
     _identity_filters(cli, ("announced", "sibling", "fingerprint", "none"))
     cli.set_defaults(func=cmd_incident)
 
     upg = sub.add_parser(
         "upgrade-readiness", help="who uses API versions a target broker version removes",
-        formatter_class=fmt, epilog=EXIT_CODES_HELP,
-        description="GET /api/v1/upgrade-readiness: the clients (by software, client_id and principal) that "
-                    "block an upgrade, with the removed versions they use and the first compatible release.")
+        formatter_class=fmt, epilog=EXAMPLES["upgrade-readiness"] + "\n\n" + EXIT_CODES_HELP,
+        description="GET /api/v1/upgrade-readiness: the clients (by software, client_id and principal)\n"
+                    "that block an upgrade, with the removed versions they use and, for an inferred\n"
+                    "library, its first compatible release.")
     _common(upg)
     upg.add_argument("--target", default="4.0", metavar="VERSION", help="target broker version (default 4.0)")
     upg.set_defaults(func=cmd_incident)

@@ -348,6 +348,36 @@ def test_watch_prints_successive_tables_without_a_terminal(sidecar):
     assert len(docs) == 2 and all("clients" in d for d in docs)
 
 
+def test_watch_redraws_a_terminal_within_its_size(sidecar):
+    import pty
+
+    master, child_side = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_CENSUS_")}
+    proc = subprocess.Popen([str(SCRIPT), "connections", "--server", sidecar.base, "--token-file",
+                             str(sidecar.token_file), "--watch", "0.05", "--watch-count", "2"],
+                            stdout=child_side, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            env={**env, "COLUMNS": "60", "LINES": "8"})
+    os.close(child_side)
+    chunks = []
+    with contextlib.suppress(OSError):  # EIO once the command has exited and closed the terminal
+        while chunk := os.read(master, 65536):
+            chunks.append(chunk)
+    os.close(master)
+    err = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 0, err
+    screens = b"".join(chunks).decode().split("\x1b[H\x1b[2J")  # home + clear before each redraw
+    assert screens[0] == "" and len(screens) == 3, screens
+    total = sidecar.api("connections")["total"]
+    assert total > 4  # more than the screen holds: cut to the terminal's 8 lines
+    for screen in screens[1:]:
+        lines = screen.replace("\r\n", "\n").rstrip("\n").split("\n")
+        assert lines[0].startswith("Every 0.05s: kafka-census connections") and len(lines) <= 8, lines
+        assert lines[2].split()[:2] == ["CLIENT", "CLIENT-ID"] and all(cell_width(x) <= 60 for x in lines), lines
+        assert any(x.startswith("... ") and "more lines" in x for x in lines), lines
+        assert lines[-1].startswith("note: ") and "hidden to fit 60 columns" in lines[-1]  # on the screen
+    assert err == b""  # nothing on stderr to scroll the screen
+
+
 def test_watch_ends_cleanly_on_ctrl_c(sidecar):
     proc = subprocess.Popen([str(SCRIPT), "connections", "--server", sidecar.base, "--token-file",
                              str(sidecar.token_file), "--watch", "30"],
