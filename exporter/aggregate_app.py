@@ -40,8 +40,9 @@ from pydantic import Field
 from starlette.routing import Route
 
 from exporter import aggregate_merge as merge
-from exporter.api import (API_PREFIX, DEFAULT_LIMIT, MAX_LIMIT, OPEN_PATHS, ORDER_BY_PATTERN, UPGRADE_TARGETS,
-                          BrokerList, ClientList, ConnectionList, Error, Status, TooManyOrderTerms, UpgradeReadiness,
+from exporter.api import (API_PREFIX, DEFAULT_LIMIT, MAX_LIMIT, OPEN_PATHS, ORDER_BY_PATTERN, UPGRADE_TARGETS, Broker,
+                          BrokerList, Client, ClientList, ClientUsingRemoved, ConnectionList, ConnectionUsingRemoved,
+                          Error, SoftwareUsingRemoved, Status, TooManyOrderTerms, UpgradeReadiness,
                           _AsgiEndpoint, _BrowserSafeHeaders, _document_bearer, _encode, parse_order_by)
 from exporter.api import Connection as _Connection
 from exporter.api import _Model
@@ -151,6 +152,7 @@ class Peers:
         self.dns_error: str | None = None
         self.dns_addresses = 0
         self.dns_lookups: Counter = Counter()
+        self.changed = False  # the peers asked changed: cached answers are of other peers
 
     def set_addresses(self, addresses: list[str]) -> None:
         port = self.dns[1]
@@ -164,6 +166,8 @@ class Peers:
             url = f"{self.dns_scheme}://{'[' + addr + ']' if ':' in addr else addr}:{port}"
             peers.append(old.get(name) or Peer(name, url, "dns"))
         room = max(0, self.max_peers - len(self.static))
+        if [p.name for p in peers[:room]] != [p.name for p in self.dns_peers]:
+            self.changed = True
         self.dns_peers, self.over_limit = peers[:room], peers[room:]
         self.dns_addresses = len(addresses)
         self.dns_last_resolved = time.time()
@@ -188,8 +192,8 @@ class Peers:
                                                             proto=socket.IPPROTO_TCP), timeout)
         except (OSError, asyncio.TimeoutError) as exc:
             self.dns_lookups["error"] += 1
-            self.dns_error = (f"{self.dns[0]}: " + (getattr(exc, "strerror", None) or "timed out")
-                              if not isinstance(exc, asyncio.TimeoutError) else f"{self.dns[0]}: timed out")
+            reason = "timed out" if isinstance(exc, asyncio.TimeoutError) else (exc.strerror or str(exc))
+            self.dns_error = f"{self.dns[0]}: {reason}"
             log.warning("--peers-dns %s: lookup failed (%s); keeping the last %d peers", self.dns[0],
                         self.dns_error, len(self.dns_peers))
             return
@@ -370,6 +374,8 @@ class Aggregator:
                 except merge.InvalidAnswer as exc:
                     raise PeerFailure("invalid", f"not a kafka-census answer: {exc}") from None
             except PeerFailure as exc:
+                if peer.up:  # whole answers cached before: never served once a peer is seen missing
+                    self.cache.clear()
                 peer.up = False
                 # 404 on one connection is an answer, not the peer failing
                 if exc.status != 404:
@@ -408,20 +414,25 @@ class Aggregator:
                 if exc is not None:
                     missing.append({"peer": peer.name, "url": peer.url, "kind": exc.kind, "error": str(exc)})
                     continue
-                merger.add(peer.name, body)  # merged now: the page is dropped before the next arrives
+                # Merged now, so the page is dropped before the next arrives; in a worker thread, so
+                # that sorting a page of 10k rows never stalls the loop's other exchanges.
+                await asyncio.to_thread(merger.add, peer.name, body)
                 answered += 1
         finally:
             for t in tasks:  # the caller went away: no peer exchange outlives the request
                 t.cancel()
         self.fanout_seconds.labels(endpoint).observe(self.clock() - started)
         missing.sort(key=lambda m: m["peer"])
-        return Outcome(merger.result() if answered else None, len(peers), missing)
+        return Outcome(await asyncio.to_thread(merger.result) if answered else None, len(peers), missing)
 
     # --- the cache --------------------------------------------------------------------------
 
     async def cached(self, key: tuple, compute) -> tuple[int, bytes, dict, bool]:
         """(status, body, headers, hit): a whole answer from the last `cache_seconds`, or one
         fan-out shared by every identical request that arrives while it runs."""
+        if self.peers.changed:
+            self.peers.changed = False
+            self.cache.clear()
         if self.cache_seconds > 0:
             hit = self.cache.get(key)
             if hit is not None:
@@ -431,13 +442,17 @@ class Aggregator:
                 del self.cache[key]
         waiting = self.inflight.get(key)
         if waiting is not None:
-            status, body, headers = await asyncio.shield(waiting)
-            return status, body, headers, True
+            with contextlib.suppress(asyncio.CancelledError):  # its request went away: ask ourselves
+                status, body, headers = await asyncio.shield(waiting)
+                return status, body, headers, True
         fut = asyncio.get_running_loop().create_future()
         self.inflight[key] = fut
         try:
             status, body, headers, whole = await compute()
-        except BaseException as exc:
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+        except Exception as exc:
             fut.set_exception(exc)
             fut.exception()  # retrieved: no "never retrieved" warning when nobody else waited
             raise
@@ -477,6 +492,10 @@ class _Fanout(_Model):
     peers_answered: int = Field(ge=0)
 
 
+_PEER = Field(description="The peer (host:port) that reported it")
+_PEERS = Field(description="The peers (host:port) whose rows were merged into this one")
+
+
 class AggConnection(_Connection):
     peer: str = Field(description="The peer (host:port) that reported the connection; `id` is prefixed with it")
 
@@ -485,16 +504,41 @@ class AggConnectionList(ConnectionList, _Fanout):
     connections: list[AggConnection]
 
 
+class AggClient(Client):
+    peers: list[str] = _PEERS
+
+
 class AggClientList(ClientList, _Fanout):
-    pass
+    clients: list[AggClient]
+
+
+class AggBroker(Broker):
+    peer: str = _PEER
 
 
 class AggBrokerList(BrokerList, _Fanout):
-    pass
+    brokers: list[AggBroker]
+
+
+class AggConnectionUsingRemoved(ConnectionUsingRemoved):
+    peer: str = _PEER
+
+
+class AggClientUsingRemoved(ClientUsingRemoved):
+    peers: list[str] = _PEERS
+
+
+class AggSoftwareUsingRemoved(SoftwareUsingRemoved):
+    peers: list[str] = _PEERS
 
 
 class AggUpgradeReadiness(UpgradeReadiness, _Fanout):
-    pass
+    ready: bool = Field(description="Every peer answered and none saw a version the target removes")
+    connections: list[AggConnectionUsingRemoved]
+    connections_omitted: int = Field(ge=0, description="Connections past the first 10000 (by first_seen) of all "
+                                     "peers, not listed; their census rows are in clients")
+    clients: list[AggClientUsingRemoved]
+    clients_by_software: list[AggSoftwareUsingRemoved]
 
 
 class NoPeerAnswered(_Fanout):
@@ -657,7 +701,8 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
             if finish is not None:
                 finish(body, outcome)
             agg.answers[(endpoint, "partial" if outcome.partial else "whole")] += 1
-            return 200, _body_bytes({**body, **_fanout_fields(outcome)}), headers, not outcome.partial
+            data = await asyncio.to_thread(_body_bytes, {**body, **_fanout_fields(outcome)})
+            return 200, data, headers, not outcome.partial
 
         status, body, headers, hit = await agg.cached(key, compute)
         if hit:

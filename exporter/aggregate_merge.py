@@ -312,21 +312,27 @@ def _software_order(row: dict) -> tuple:
 
 
 class UpgradeMerger:
-    """Who uses what the target removes, over peers: connections as the listing (all of them,
-    in (first_seen, id) order), census rows as /clients, `clients_by_software` merged by
+    """Who uses what the target removes, over peers: connections as the listing (in
+    (first_seen, id) order, the first `max_connections`, the rest counted in connections_omitted), census rows as /clients, `clients_by_software` merged by
     (software, version, identity source, client_id, principal) with listeners unioned and
     counts summed. `ready` only if every peer said so (the caller also requires a whole answer)."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, max_connections: int = 10_000) -> None:
         self.target = target
         self.ready = True
         self.connections: list[dict] = []
+        self.max_connections = max_connections
+        self.connections_omitted = 0
         self.clients = ClientsMerger()
         self.software: dict[tuple, dict] = {}
 
     def add(self, peer: str, body: dict) -> None:
         self.ready = self.ready and body["ready"]
         self.connections.extend(peer_row(peer, r) for r in body["connections"])
+        if len(self.connections) > self.max_connections:  # bounded whatever the number of peers; counted
+            order_connections(self.connections, [])
+            self.connections_omitted += len(self.connections) - self.max_connections
+            del self.connections[self.max_connections:]
         for row in body["clients"]:
             self.clients.add_row(peer, row)
         for row in body["clients_by_software"]:
@@ -347,4 +353,5 @@ class UpgradeMerger:
         order_connections(self.connections, [])
         return {"target": self.target, "ready": self.ready,
                 "clients_by_software": sorted(self.software.values(), key=_software_order),
-                "connections": self.connections, "clients": self.clients.merged()}
+                "connections": self.connections, "connections_omitted": self.connections_omitted,
+                "clients": self.clients.merged()}

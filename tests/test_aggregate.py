@@ -20,8 +20,25 @@ from collections import Counter
 
 import pytest
 
+from exporter import aggregate_app
 from tests import peers
 from tests.census import Census, wait_for
+
+# The aggregator's OpenAPI models: every answer below is held to them (extra fields forbidden).
+MODELS = {"/api/v1/connections?": aggregate_app.AggConnectionList, "/api/v1/clients": aggregate_app.AggClientList,
+          "/api/v1/brokers": aggregate_app.AggBrokerList, "/api/v1/upgrade-readiness": aggregate_app.AggUpgradeReadiness,
+          "/api/v1/peers": aggregate_app.PeerList, "/api/v1/connections/": aggregate_app.AggConnection}
+
+
+def conforms(path: str, status: int, body: dict) -> None:
+    if status == 502:
+        aggregate_app.NoPeerAnswered.model_validate(body)
+        return
+    if status != 200:
+        return
+    model = next((m for prefix, m in MODELS.items() if (path + "?").startswith(prefix)), None)
+    assert model is not None, path
+    model.model_validate(body)
 
 # Two clients on broker 0 and broker 1 with the same software and client id: their census rows
 # (one per sidecar) merge into one with the counts summed.
@@ -53,7 +70,9 @@ class Aggregator(Census):
                           "--peer-timeout", "5", "--peer-probe-interval", "1"], http_port)
 
     def answer(self, path: str) -> tuple[int, dict, dict]:
-        return fetch(self.base, path)
+        status, headers, body = fetch(self.base, path)
+        conforms(path, status, body)
+        return status, headers, body
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,7 @@ from exporter.api import create_app
 from exporter.auth import ApiToken
 from tests.census import CENSUS, Census, wait_for
 from tests.peers import free_port
+from tests.test_aggregate import conforms
 from tests.test_api import build_registry
 
 MIB = 1 << 20
@@ -160,7 +161,9 @@ class Agg(Census):
         super().__init__(["aggregate", "--peers", ",".join(peer_names), *flags], free_port())
 
     def answer(self, path: str, token: str | None = None):
-        return fetch(self.base, path, token)
+        status, headers, body = fetch(self.base, path, token)
+        conforms(path, status, body)
+        return status, headers, body
 
 
 @pytest.fixture(scope="module")
@@ -264,6 +267,22 @@ def test_whole_answers_are_cached_partial_ones_never(sidecar):
         assert sidecar.requests == before + 2  # a partial answer is asked again, never served from the cache
     finally:
         agg.stop()
+
+
+def test_a_peer_seen_missing_empties_the_cache(sidecar):
+    other = Served(create_app(build_registry()))
+    agg = Agg([sidecar.name, other.name], "--cache-seconds", "600", "--peer-probe-interval", "0")
+    try:
+        assert agg.answer("/api/v1/clients")[1]["x-kafka-census-cache"] == "miss"
+        assert agg.answer("/api/v1/clients")[1]["x-kafka-census-cache"] == "hit"
+        other.stop()
+        assert agg.answer("/api/v1/peers")[2]["peers"][1]["up"] is False  # seen missing
+        status, headers, body = agg.answer("/api/v1/clients")
+        assert headers["x-kafka-census-cache"] == "miss" and body["partial"] is True
+        assert [m["peer"] for m in body["missing_peers"]] == [other.name]
+    finally:
+        agg.stop()
+        other.stop()
 
 
 def test_cache_seconds_zero_asks_every_time(sidecar):
