@@ -96,7 +96,7 @@ def parse_order_by(value: str) -> list[tuple[str, bool]]:
 
 # --- serialization --------------------------------------------------------------------------
 
-_encode = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
+encode = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
 _ROWS_PER_ENCODE = 256  # json's C encoder keeps the GIL (and so the capture thread) for a whole call
 
 
@@ -107,11 +107,11 @@ def _json(body: dict) -> Response:
     parts = []
     for key, value in body.items():
         if isinstance(value, list) and len(value) > _ROWS_PER_ENCODE:
-            rows = ",".join(_encode(value[i:i + _ROWS_PER_ENCODE])[1:-1]
+            rows = ",".join(encode(value[i:i + _ROWS_PER_ENCODE])[1:-1]
                             for i in range(0, len(value), _ROWS_PER_ENCODE))
-            parts.append(f"{_encode(key)}:[{rows}]")
+            parts.append(f"{encode(key)}:[{rows}]")
         else:
-            parts.append(f"{_encode(key)}:{_encode(value)}")
+            parts.append(f"{encode(key)}:{encode(value)}")
     return Response("{" + ",".join(parts) + "}", media_type="application/json")
 
 
@@ -124,19 +124,19 @@ Count = Annotated[int, Field(ge=0)]
 Port = Annotated[int, Field(ge=0, le=65535)]
 
 
-class _Model(BaseModel):
+class Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Error(_Model):
+class Error(Model):
     detail: str = Field(description="What was wrong, and the allowed values where there is a list")
 
 
-class Status(_Model):
+class Status(Model):
     status: str = Field(examples=["ok"])
 
 
-class RequestCount(_Model):
+class RequestCount(Model):
     api: str = Field(description="API name; \"unknown\" (one row) for every api key and version outside the "
                      "API table", examples=["Produce"])
     api_key: Count | None = Field(description="null in the \"unknown\" row")
@@ -149,7 +149,7 @@ class RemovedRequest(RequestCount):
         description="Lowest version of this API the target broker accepts; null: the target removed the API")
 
 
-class InferredSoftware(_Model):
+class InferredSoftware(Model):
     """Who a connection that announced no software probably is (issue 15). Never mixed with the
     KIP-511 fields, which stay what the wire said."""
 
@@ -157,22 +157,24 @@ class InferredSoftware(_Model):
     version_range: str = Field(examples=["2.2.4", "2.0.0-2.0.1", ">=3.7.0"],
                                description="A version (sibling) or a range (fingerprint), never a false point")
     confidence: float = Field(ge=0, le=1)
-    source: Literal["sibling", "fingerprint"] = Field(
+    source: Literal["sibling", "fingerprint", "restored_sibling", "restored_fingerprint"] = Field(
         description="sibling: announced on another connection of the same client address and client_id; "
-                    "fingerprint: inferred from the API versions, request order and client_id this one sent")
+                    "fingerprint: inferred from the API versions, request order and client_id this one sent; "
+                    "restored_sibling, restored_fingerprint: inferred so before a restart (--state-file), "
+                    "the connection joined mid-stream since")
     evidence: list[str] = Field(description="Why, in short human strings")
     min_compatible: str | None = Field(
         description="First release of this library compatible with Kafka 4.0 (fingerprint only); null: unknown")
     sibling_connection_id: str | None = Field(description="The connection that announced it (sibling only)")
 
 
-class FirstRequest(_Model):
+class FirstRequest(Model):
     api: str
     api_key: Count
     api_version: Count
 
 
-class Connection(_Model):
+class Connection(Model):
     """One TCP connection to a listener, open or recently closed."""
 
     id: str = Field(examples=["10.0.0.5:9092-10.0.0.7:51234-7"],
@@ -192,6 +194,7 @@ class Connection(_Model):
                                  "exchange through the proxy), restored (joined mid-stream after a restart; "
                                  "identity from --state-file until the next ApiVersions), sibling or "
                                  "fingerprint (no software fields on this connection: see inferred_software), "
+                                 "restored_sibling or restored_fingerprint (such an inference, from --state-file), "
                                  "tls, mid_stream or none",
                                  examples=["api_versions_v3"])
     principal: str | None = Field(description="SASL user name after a successful PLAIN/SCRAM authentication, "
@@ -215,13 +218,17 @@ class Connection(_Model):
                     "capture's batching keeps it (pairs first seen in one batch are in key order)")
 
 
-class ConnectionList(_Model):
+class ConnectionList(Model):
     connections: list[Connection]
     total: Count = Field(description="Connections matching the filters, before the limit")
     limit: int = Field(ge=1, le=MAX_LIMIT)
 
 
-class Client(_Model):
+# How a census row's (or an upgrade-readiness group's) identity is known.
+IdentitySourceOfRow = Literal["announced", "sibling", "fingerprint", "restored_sibling", "restored_fingerprint", "none"]
+
+
+class Client(Model):
     """One census row: connections folded by software, client id, principal and listener."""
 
     client_software_name: str | None
@@ -229,9 +236,10 @@ class Client(_Model):
     client_id: str | None
     principal: str | None
     listener: str
-    identity_source: Literal["announced", "sibling", "fingerprint", "none"] = Field(
+    identity_source: IdentitySourceOfRow = Field(
         description="announced: the KIP-511 fields name the software; sibling or fingerprint: inferred "
-                    "(inferred_software); none")
+                    "(inferred_software); restored_sibling or restored_fingerprint: so inferred before a restart; "
+                    "none")
     inferred_software: InferredSoftware | None = Field(
         description="The inferred identity the row's connections share (evidence: its first connection's)")
     open_connections: Count
@@ -242,14 +250,14 @@ class Client(_Model):
     requests: list[RequestCount]
 
 
-class ClientList(_Model):
+class ClientList(Model):
     clients: list[Client]
     total: Count
     census_overflow: Count = Field(
         description="Closed connections not folded into the census because it was full")
 
 
-class Feature(_Model):
+class Feature(Model):
     name: str
     min_version: int
     max_version: int
@@ -257,7 +265,7 @@ class Feature(_Model):
     finalized_max_level: int | None
 
 
-class ApiRange(_Model):
+class ApiRange(Model):
     """One api the broker announced (KIP-35)."""
 
     api_key: int = Field(description="Only keys the API table knows")
@@ -266,7 +274,7 @@ class ApiRange(_Model):
     max_version: int
 
 
-class Broker(_Model):
+class Broker(Model):
     """A broker's last successful ApiVersionsResponse (KIP-35 ranges, KIP-584 features)."""
 
     broker: str = Field(examples=["PLAINTEXT:9092"], description="LISTENER:PORT (never an address the wire names)")
@@ -277,7 +285,7 @@ class Broker(_Model):
     finalized_features_epoch: int = Field(description="-1: unknown")
 
 
-class BrokerList(_Model):
+class BrokerList(Model):
     brokers: list[Broker]
 
 
@@ -289,12 +297,12 @@ class ClientUsingRemoved(Client):
     removed_requests: list[RemovedRequest]
 
 
-class SoftwareUsingRemoved(_Model):
+class SoftwareUsingRemoved(Model):
     """Who to upgrade: one (software, version or range, client_id, principal) over listeners."""
 
     software_name: str | None = Field(description="Announced (KIP-511), else inferred; null: unknown")
     software_version: str | None = Field(description="Announced version, else the inferred version range")
-    identity_source: Literal["announced", "sibling", "fingerprint", "none"]
+    identity_source: IdentitySourceOfRow
     client_id: str | None
     principal: str | None
     listeners: list[str]
@@ -308,7 +316,7 @@ class SoftwareUsingRemoved(_Model):
     evidence: list[str] = Field(description="Why the inferred identity (empty when announced)")
 
 
-class UpgradeReadiness(_Model):
+class UpgradeReadiness(Model):
     target: str
     ready: bool = Field(description="No connection and no census row used a version the target removes")
     clients_by_software: list[SoftwareUsingRemoved] = Field(
@@ -319,7 +327,7 @@ class UpgradeReadiness(_Model):
 
 # --- headers --------------------------------------------------------------------------------
 
-class _BrowserSafeHeaders:
+class BrowserSafeHeaders:
     """On every response: `X-Content-Type-Options: nosniff`, `X-Frame-Options: DENY` (no page
     may frame /docs or a listing), `Referrer-Policy: no-referrer` (a link followed from /docs
     does not carry this host's address). On /api/* and on every 401 also `Cache-Control:
@@ -350,7 +358,7 @@ class _BrowserSafeHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-class _AsgiEndpoint:
+class AsgiEndpoint:
     """Wraps an ASGI callable so Starlette's Route passes it the raw scope (a plain function
     endpoint would be treated as a request handler)."""
 
@@ -370,7 +378,7 @@ _ERRORS_400 = {400: {"model": Error, "description": "A value outside the allowed
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
 
-def _document_bearer(app: FastAPI, open_paths: frozenset[str]) -> None:
+def document_bearer(app: FastAPI, open_paths: frozenset[str]) -> None:
     """Declare the bearer scheme in the OpenAPI document: `security` and a 401 response on every
     operation outside `open_paths` (generated clients and /docs' Authorize button use it)."""
     generate = app.openapi
@@ -418,12 +426,12 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
     if api_token is not None:
         open_paths = OPEN_PATHS if metrics_auth else OPEN_PATHS | {"/metrics"}
         app.add_middleware(BearerAuth, token=api_token, open_paths=open_paths)
-        _document_bearer(app, open_paths)
-    app.add_middleware(_BrowserSafeHeaders)  # added last, so outermost: 401s get the headers too
+        document_bearer(app, open_paths)
+    app.add_middleware(BrowserSafeHeaders)  # added last, so outermost: 401s get the headers too
 
     if metrics_app is not None:
         # A Route, not a Mount: a Mount at /metrics answers /metrics with a redirect to /metrics/.
-        app.router.routes.append(Route("/metrics", endpoint=_AsgiEndpoint(metrics_app), include_in_schema=False))
+        app.router.routes.append(Route("/metrics", endpoint=AsgiEndpoint(metrics_app), include_in_schema=False))
 
     @app.get("/healthz", response_model=Status, tags=["health"], summary="The process is up")
     def healthz() -> dict:
@@ -451,7 +459,8 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         inferred_software_name: Annotated[str, Query(
             description="Name inferred for a connection that announced none (sibling or fingerprint)")] = None,
         identity_source: Annotated[str, Query(
-            description="Exact identity_source: api_versions_vN, proxy, restored, sibling, fingerprint, tls, "
+            description="Exact identity_source: api_versions_vN, proxy, restored, sibling, fingerprint, "
+                        "restored_sibling, restored_fingerprint, tls, "
                         "mid_stream or none")] = None,
         order_by: Annotated[str, Query(
             description=f"{_ORDER_BY_HELP}. Default: first_seen. None values sort last in both directions; "
@@ -475,7 +484,7 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         ) if value is not None}
         chunks, total = registry.query(state=state, filters=filters, order_by=terms, limit=limit)
         # Encoded a chunk at a time: the page's dicts never exist all at once.
-        rows = ",".join(_encode(chunk)[1:-1] for chunk in chunks if chunk)
+        rows = ",".join(encode(chunk)[1:-1] for chunk in chunks if chunk)
         return Response(f'{{"connections":[{rows}],"total":{total},"limit":{limit}}}', media_type="application/json")
 
     @app.get(API_PREFIX + "/connections/{conn_id:path}", response_model=Connection, tags=["connections"],
@@ -494,7 +503,7 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         client_software_version: Annotated[str, Query()] = None,
         client_id: Annotated[str, Query()] = None,
         principal: Annotated[str, Query()] = None,
-        identity_source: Annotated[Literal["announced", "sibling", "fingerprint", "none"], Query()] = None,
+        identity_source: Annotated[IdentitySourceOfRow, Query()] = None,
         inferred_software_name: Annotated[str, Query(description="Name inferred for clients that announced none")] \
             = None,
     ) -> Response:
@@ -527,3 +536,9 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         return _json(registry.upgrade_readiness(target))
 
     return app
+
+
+# The aggregator (exporter/aggregate_app.py) serves the same API with the same headers, bearer
+# documentation, encoder and model base: public names for it, and the old private ones kept.
+_encode, _Model, _BrowserSafeHeaders, _AsgiEndpoint, _document_bearer = (
+    encode, Model, BrowserSafeHeaders, AsgiEndpoint, document_bearer)

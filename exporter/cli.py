@@ -115,7 +115,8 @@ def _progress(packets: int, fraction: float) -> None:
 def _registry_bounds(args: argparse.Namespace) -> dict:
     """The registry's label and table bounds (ConnectionRegistry keyword arguments)."""
     bounds = {"max_series": args.max_series, "max_brokers": args.max_brokers,
-              "max_software_labels": args.max_software_labels, "max_census_rows": args.max_census_rows}
+              "max_software_labels": args.max_software_labels, "max_census_rows": args.max_census_rows,
+              "max_fingerprints_per_second": args.max_fingerprints_per_second}
     for name, value in bounds.items():
         if value < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
@@ -226,6 +227,7 @@ SETTINGS = {
     "max_brokers": (_int, 256),
     "max_software_labels": (_int, 1000),
     "max_census_rows": (_int, 10_000),
+    "max_fingerprints_per_second": (_int, 200),
     "max_closed_connections": (_int, 10_000),
     "closed_ttl": (_float, 900.0),
     "sibling_window": (_float, 300.0),
@@ -694,6 +696,10 @@ def _add_service_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-census-rows", type=_int, metavar="N",
                    help="rows of the client census (software, client_id, principal, listener); closed connections "
                    "of a new row past it are counted in census_overflow, not listed (default 10000)")
+    p.add_argument("--max-fingerprints-per-second", type=_int, metavar="N",
+                   help="fingerprint inferences of unannounced connections per second (replay: per second of the "
+                   "file's time); past it a connection is tried again later, counted in "
+                   "kafka_census_fingerprint_skipped_total{reason=\"budget\"} (default 200)")
 
 
 def _add_event_log_options(p: argparse.ArgumentParser) -> None:

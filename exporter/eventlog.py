@@ -129,7 +129,7 @@ from datetime import datetime, timezone
 
 import capture.events as _events
 from capture.events import ConnectionClosed, Event, RequestTally
-from exporter.rollup import DEFAULT_INTERVAL, ROLLUP_TYPE, TRAFFIC, Accumulator, Rollup, record
+from exporter.rollup import DEFAULT_INTERVAL, NOTED, ROLLUP_TYPE, TRAFFIC, Accumulator, FingerprintBasis, Rollup, record
 
 SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (1, 2)  # what parse_line and the pipeline read
@@ -300,6 +300,33 @@ def to_event(rec: dict) -> Event:
         return cls(**kwargs)
     except TypeError as e:
         raise ValueError(f"{cls.__name__}: {e}") from None
+
+
+def to_events(rec: dict) -> list[Event]:
+    """`to_event`, plus the fingerprint basis a ConnectionRollup record may carry (issue 15): a
+    `FingerprintBasis` first, then the RequestTally (none for a record that carries only the
+    basis). A tool rebuilding a registry from a log applies these, so that the registry's
+    connections are fingerprinted on the pairs the live one folded, not on the rollups' order."""
+    if rec.get("type") != ROLLUP_TYPE or "first_requests" not in rec:
+        return [to_event(rec)]
+    try:
+        first = tuple((_int16(k), _int16(v)) for k, v in rec["first_requests"])
+        avv = rec.get("api_versions_request_version")
+        if avv is not None:
+            avv = _int16(avv)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{ROLLUP_TYPE}: first_requests: {e}") from None
+    out: list[Event] = [FingerprintBasis(conn_id=rec["conn_id"], ts=rec["ts"], first_requests=first,
+                                         api_versions_request_version=avv)]
+    if rec.get("requests") or rec.get("responses") or rec.get("acks") or rec.get("folded"):  # not basis-only
+        out.append(_rollup_event(rec))
+    return out
+
+
+def _int16(value) -> int:
+    if type(value) is not int or not -0x8000 <= value < 0x8000:
+        raise ValueError(f"{value!r} is not an int16")
+    return value
 
 
 def _rollup_event(rec: dict) -> RequestTally:
@@ -768,14 +795,16 @@ class QueuedEventLog:
                         for item in evicted:
                             self._put_rollup(item)
                 return
-            if cls is ConnectionClosed:
-                with self._cond:
-                    taken = rollup.pop(event.conn_id)
-                    if taken is not None:
-                        if self._closing:
-                            self.closed_dropped += 1
-                        else:
-                            self._put_rollup(taken)
+            if cls in NOTED:
+                with self._cond:  # the fingerprint basis: a few dict operations
+                    rollup.note(event)
+                    if cls is ConnectionClosed:
+                        taken = rollup.pop(event.conn_id)
+                        if taken is not None:
+                            if self._closing:
+                                self.closed_dropped += 1
+                            else:
+                                self._put_rollup(taken)
         line = self.log.encode(event)
         if line is None:
             return

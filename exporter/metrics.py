@@ -141,6 +141,11 @@ class CensusCollector:
         yield _counter("broker_answers_dropped", "What of the brokers' ApiVersions answers was not kept: 'broker' "
                        "answers past --max-brokers entries, 'api' ranges of keys outside the API table, 'feature' "
                        "features with an invalid name or past 32 per broker.", ["what"], s.broker_drops)
+        yield _counter("fingerprint_calls", "Fingerprint inferences run for connections that announced no "
+                       "software.", [], {(): s.fingerprint_calls})
+        yield _counter("fingerprint_skipped", "Fingerprint inferences not run, by reason: 'budget', past "
+                       "--max-fingerprints-per-second (the connection is tried again later).", ["reason"],
+                       s.fingerprint_skipped)
         yield _counter("forgotten_closed_connections", "Recently closed connections dropped at the count bound.",
                        [], {(): s.forgotten_connections})
         yield _counter("truncated_strings", "Strings from the wire (client_id, principal, software, TLS subject) "

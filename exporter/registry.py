@@ -3,9 +3,11 @@
 Owns `ConnectionRegistry`, the connection object that `replay --format json` prints and the
 REST API serves (`ConnectionRecord.to_dict`), the client census, the brokers' announced API
 ranges and features, upgrade readiness, and the totals the Prometheus collector reads.
-Imports only `capture.events` (the event contract), the generated API table (reference data)
-and `exporter.fingerprint` (a pure module: infer() names an unannounced client), never
-capture's internals; nothing here knows about HTTP or Prometheus.
+Imports only `capture.events` (the event contract), the generated API table (reference data),
+`exporter.fingerprint` (a pure module: infer() names an unannounced client) and
+`exporter.rollup`'s `FingerprintBasis` (the event a registry rebuilt from an event log takes a
+connection's first requests from), never capture's internals; nothing here knows about HTTP or
+Prometheus.
 
 Model:
 - A connection leaves the open set the moment its `ConnectionClosed` arrives (its gauge drops
@@ -38,7 +40,17 @@ Model:
   connection sent, else a fingerprinted sibling's. Decided only at sync points (`_sync`: events
   a tally is handed over before), so tally mode and one event per request agree; bounded: one
   index entry per (address, client_id), at most `max_open`, and at most MAX_INFER_CALLS + 1
-  infer() calls per connection.
+  infer() calls per connection, and at most `max_fingerprints_per_second` in all per second of
+  `now()` (`--max-fingerprints-per-second`; past it a connection is tried again at its next sync
+  point, sweep or close, counted in `fingerprint_skipped["budget"]`).
+- An open connection with no announced identity waits under its (address, client_id)
+  (`_waiting`, at most MAX_WAITING_PER_KEY per key, `max_open` keys): when a sibling announces or
+  is fingerprinted at a sync point, the waiting ones take its identity at that event (at most
+  MAX_NAMED_PER_EVENT of them per event), not at their own next one.
+- A saved inferred identity (state file) comes back as "restored_sibling" /
+  "restored_fingerprint" in `inferred` and its gauge, never in the software fields.
+- A registry rebuilt from a schema 2 event log gets each connection's first requests from the
+  log (`FingerprintBasis`, exporter/eventlog.py `to_events`): the rollups lose request order.
 - "Now" is `clock()` when one is given (live capture: wall time), else the newest event's
   timestamp (replay: the file's own time).
 """
@@ -78,6 +90,8 @@ from capture.events import (
 )
 from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4
 
+from exporter.rollup import FingerprintBasis
+
 try:  # issue 15 part 1, owned by another module: until it exists no connection is fingerprinted
     from exporter.fingerprint import Observation, infer as _infer
 except ImportError:  # pragma: no cover - only before exporter/fingerprint.py lands
@@ -100,8 +114,19 @@ DEFAULT_SIBLING_WINDOW = 300.0
 MAX_FIRST_REQUESTS = 8
 MAX_INFER_CALLS = 3
 MAX_EVIDENCE = 8  # evidence strings kept of one inference
+# fingerprint.infer() calls allowed per second of registry time (`now()`), all connections: a
+# flood of unannounced connections (~170 us a call) must not take the capture thread. Past it a
+# connection stays un-inferred for now (counted, fingerprint_skipped["budget"]) and is tried again
+# at its next sync point or sweep, and at its close, when the next second's budget allows.
+DEFAULT_MAX_FINGERPRINTS_PER_SECOND = 200
+FINGERPRINT_SKIP_REASONS = ("budget",)
 SIBLING_OF_FINGERPRINT_CONFIDENCE = 0.75  # exporter.fingerprint's threshold: no inference below it
 MAX_FINGERPRINTED_SIBLINGS = 4  # fingerprinted connections kept per (client address, client_id) to name others
+# Open connections without an announced identity waiting, per (client address, client_id), for a
+# sibling to be identified (`_name_waiting` names them then, not at their own next sync point),
+# and how many of them one event may name: the work per event is bounded whatever the wire does.
+MAX_WAITING_PER_KEY = 16
+MAX_NAMED_PER_EVENT = 16
 # Label sets (histogram ones count 18: 16 buckets, _sum, _count) across the series that multiply
 # wire-driven dimensions. A large cluster: 4 listeners x 500 software pairs x ~15 (api, version)
 # pairs a client uses is 30k requests series, plus acks, latency and the gauge: ~35k. See the
@@ -190,6 +215,8 @@ def identity_source(rec: "ConnectionRecord") -> str:
     the capture or the proxy), the state file of the previous run, or why there is none (TLS
     hides it; the capture joined mid-stream; the client sent none)."""
     if rec.restored:  # from --state-file, until the connection's next ApiVersions exchange
+        if rec.software_name is None and rec.inferred is not None:
+            return rec.inferred["source"]  # "restored_sibling" / "restored_fingerprint": still an inference
         return "restored"
     if rec.identity_version is not None and rec.software_name is not None:
         # The proxy sees every byte, so its identity is certain; the capture's may be partial.
@@ -212,7 +239,7 @@ class ConnectionRecord:
                  "sasl_mechanism", "sasl_outcome", "first_seen", "last_seen", "closed_at", "bytes_from_client",
                  "bytes_from_broker", "requests", "decode_errors", "desyncs", "restored", "restored_identity_version",
                  "api_versions_request_version", "first_requests", "pending_requests", "inferred", "inferred_labels",
-                 "infer_calls", "infer_basis")
+                 "infer_calls", "infer_basis", "announce_pending")
 
     def __init__(self, ev: ConnectionOpened) -> None:
         self.id = ev.conn_id
@@ -265,6 +292,10 @@ class ConnectionRecord:
         self.inferred_labels: tuple | None = None
         self.infer_calls = 0
         self.infer_basis: tuple | None = None  # what the last infer() call saw
+        # Announced software before any client_id: it names its siblings once a request gives
+        # one (a registry rebuilt from a schema 2 log gets the ApiVersions request's client_id
+        # with the rollup that follows the ClientSoftware record).
+        self.announce_pending = False
 
     def census_key(self) -> tuple:
         inferred = self.inferred
@@ -360,6 +391,8 @@ class MetricsSnapshot:
     max_series: int = DEFAULT_MAX_SERIES
     series_folded: dict = field(default_factory=dict)  # family (BUDGETED) -> increments folded into "other"
     broker_drops: dict = field(default_factory=dict)  # BROKER_DROPS -> answers or entries not kept
+    fingerprint_calls: int = 0  # fingerprint.infer() calls
+    fingerprint_skipped: dict = field(default_factory=dict)  # reason -> infer() calls not made (budget)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -381,6 +414,11 @@ class SavedIdentity:
     sasl_mechanism: str | None
     first_seen: float  # seconds since the epoch
     last_seen: float
+    # An identity inferred for an unannounced connection (issue 15): {source: "sibling" |
+    # "fingerprint", name, version_range, confidence, evidence: [...], min_compatible,
+    # sibling_connection_id}, or None. Restored as "restored_sibling" / "restored_fingerprint",
+    # never into the software fields.
+    inferred: dict | None = None
 
     def four_tuple(self) -> tuple:
         return (self.client_address, self.client_port, self.broker_address, self.broker_port)
@@ -452,7 +490,22 @@ def _column_chunk(recs: list[ConnectionRecord]) -> list[list]:
 # `restored` last: what saved_identities() copies of an open record under the lock.
 _saved_fields = attrgetter("client_address", "client_port", "broker_address", "broker_port", "listener", "client_id",
                            "software_name", "software_version", "identity_version", "restored_identity_version",
-                           "principal", "sasl_mechanism", "first_seen", "last_seen", "restored")
+                           "principal", "sasl_mechanism", "first_seen", "last_seen", "restored", "inferred")
+
+RESTORED_EVIDENCE = "inferred before a restart (restored from the state file)"
+# Restored inferred identities (state file): their identity_source and inferred_software.source.
+RESTORED_INFERRED = {"sibling": "restored_sibling", "fingerprint": "restored_fingerprint"}
+_SAVED_SOURCE = {**{v: k for k, v in RESTORED_INFERRED.items()}, "sibling": "sibling", "fingerprint": "fingerprint"}
+
+
+def saved_inferred(inferred: dict | None) -> dict | None:
+    """What the state file keeps of a record's `inferred`: the REST form, with the source it was
+    inferred by (a restored one's original source: a second restart is still "restored_...")."""
+    if inferred is None:
+        return None
+    out = inferred_software(inferred)
+    out["source"] = _SAVED_SOURCE.get(out["source"], out["source"])
+    return out
 
 
 def _record_copy(rec: ConnectionRecord) -> tuple:
@@ -580,7 +633,7 @@ class ConnectionRegistry:
                  closed_ttl: float = DEFAULT_CLOSED_TTL, max_software_labels: int = DEFAULT_MAX_SOFTWARE_LABELS,
                  max_census_rows: int = DEFAULT_MAX_CENSUS_ROWS, max_series: int = DEFAULT_MAX_SERIES,
                  max_brokers: int = DEFAULT_MAX_BROKERS, sibling_window: float = DEFAULT_SIBLING_WINDOW,
-                 clock=None) -> None:
+                 max_fingerprints_per_second: int = DEFAULT_MAX_FINGERPRINTS_PER_SECOND, clock=None) -> None:
         # Held by apply() for one event, and by readers only to copy (`_copied`: a bounded chunk
         # of records per hold), never while they filter, sort or serialize (issue 13).
         self._lock = threading.RLock()
@@ -651,8 +704,14 @@ class ConnectionRegistry:
         self.sibling_window = sibling_window
         self._announced: OrderedDict[tuple, str] = OrderedDict()
         self._fingerprinted: OrderedDict[tuple, list[str]] = OrderedDict()  # same bounds, see above
+        self._waiting: OrderedDict[tuple, list[str]] = OrderedDict()  # `_wait`: at most max_open keys
         self.sibling_identities = 0  # connections that took a sibling's identity
         self.infer_calls = 0  # fingerprint.infer() calls, all connections (each bounded by MAX_INFER_CALLS + 1)
+        # ... and at most `max_fingerprints_per_second` of them per second of `now()` (`_infer_budget`)
+        self.max_fingerprints_per_second = max_fingerprints_per_second
+        self._budget_second: int | None = None
+        self._budget_used = 0
+        self.fingerprint_skipped: Counter[str] = Counter(dict.fromkeys(FINGERPRINT_SKIP_REASONS, 0))
         # Open unannounced connections by (listener, inferred name, inferred version range):
         # kafka_census_connections_inferred, under the series budget like the main gauge.
         self._inferred_gauge: Counter = Counter()
@@ -665,6 +724,7 @@ class ConnectionRegistry:
             TlsSession: self._tls_session,
             TrafficUpdate: self._traffic, DecodeError: self._decode_error, Desync: self._desync,
             ConnectionClosed: self._closed_ev, CaptureStats: self._capture_stats,
+            FingerprintBasis: self._logged_basis,
         }
 
     # --- writing ------------------------------------------------------------------------
@@ -742,9 +802,9 @@ class ConnectionRegistry:
             client_address=a, client_port=cp, broker_address=b, broker_port=bp, listener=listener, client_id=cid,
             client_software_name=name, client_software_version=version,
             identity_version=iv if iv is not None else restored_iv, principal=principal, sasl_mechanism=mechanism,
-            first_seen=first, last_seen=last)
-            for a, cp, b, bp, listener, cid, name, version, iv, restored_iv, principal, mechanism, first, last, restored
-            in rows if iv is not None or restored or principal]
+            first_seen=first, last_seen=last, inferred=saved_inferred(inferred) if name is None else None)
+            for a, cp, b, bp, listener, cid, name, version, iv, restored_iv, principal, mechanism, first, last, restored,
+            inferred in rows if iv is not None or restored or principal or inferred is not None]
         room = self.max_open - len(out)
         if room > 0 and restorable:
             out.extend(restorable[-room:])
@@ -976,7 +1036,8 @@ class ConnectionRegistry:
                 truncated_strings=self.truncated_strings, apply_lock_waits=self.apply_lock_waits, apply_lock_wait_seconds=self.apply_lock_wait_seconds,
                 apply_lock_wait_max=self.apply_lock_wait_max,
                 census_overflow=self.census_overflow, series=self._series, max_series=self.max_series,
-                series_folded=dict(self.series_folded), broker_drops=dict(self.broker_drops))
+                series_folded=dict(self.series_folded), broker_drops=dict(self.broker_drops),
+                fingerprint_calls=self.infer_calls, fingerprint_skipped=dict(self.fingerprint_skipped))
 
     # --- handlers (called under the lock) -----------------------------------------------
 
@@ -1035,6 +1096,26 @@ class ConnectionRegistry:
             self.restored_connections += 1
         rec.labels = self._labels(rec.listener, rec.software_name, rec.software_version)
         self._gauge[(rec.listener, *rec.labels)] += 1
+        if saved is not None and saved.inferred is not None and rec.software_name is None:
+            self._restore_inferred(rec, saved.inferred)
+
+    def _restore_inferred(self, rec: ConnectionRecord, saved: dict) -> None:
+        """A saved sibling or fingerprint identity, as "restored_sibling" / "restored_fingerprint":
+        in `inferred` and the inferred gauge, never in the software fields; it names no sibling
+        (only a live fingerprint does). A shape the state file checks (exporter/state.py)."""
+        source = RESTORED_INFERRED.get(saved.get("source"))
+        if source is None:
+            return
+        name, version_range = self._cut(saved["name"]), self._cut(saved["version_range"])
+        evidence = tuple(self._cut(e) for e in saved["evidence"] if e != RESTORED_EVIDENCE)[:MAX_EVIDENCE - 1]
+        self._set_inferred(rec, {
+            "source": source, "announced": False, "name": name, "version_range": version_range,
+            "confidence": float(saved["confidence"]),
+            "evidence": evidence + (RESTORED_EVIDENCE,),
+            "min_compatible": self._cut(saved.get("min_compatible")),
+            "sibling_connection_id": self._cut(saved.get("sibling_connection_id")), "of": None,
+        }, (name if len(name) <= MAX_SOFTWARE_LABEL_LEN else OTHER,
+            version_range if len(version_range) <= MAX_SOFTWARE_LABEL_LEN else OTHER))
 
     def _cut(self, value: str | None) -> str | None:
         """A wire string as kept: at most MAX_WIRE_STRING characters, a cut one ending in "…" and
@@ -1075,6 +1156,9 @@ class ConnectionRegistry:
         # A sibling is looked up at the next sync point (`_sync`), not here: a tally gives only
         # the run's last client_id, and the two modes must name the same sibling.
         rec.client_id = client_id
+        if rec.announce_pending:
+            rec.announce_pending = False
+            self._announce(rec)
 
     def _count_request(self, rec: ConnectionRecord, key: tuple[int, int], n: int = 1) -> None:
         """`key`: a `request_key`; `n` requests of it."""
@@ -1151,6 +1235,7 @@ class ConnectionRegistry:
         self._api_versions[self._slot("api_versions_responses", self._api_versions, key)] += 1
         if ev.accepted:
             rec.restored = False  # a real exchange overrides an identity from the state file
+            rec.announce_pending = False
             rec.identity_version = ev.request_version
             rec.software_name = self._cut(ev.name)
             rec.software_version = self._cut(ev.version)
@@ -1160,8 +1245,11 @@ class ConnectionRegistry:
                 rec.labels = self._labels(rec.listener, OTHER, OTHER)
             else:
                 rec.labels = self._labels(rec.listener, ev.name, ev.version)
-                if rec.software_name is not None and rec.client_id is not None:
-                    self._announce(rec)
+                if rec.software_name is not None:
+                    if rec.client_id is not None:
+                        self._announce(rec)
+                    else:
+                        rec.announce_pending = True
             self._gauge[(rec.listener, *rec.labels)] += 1
             if rec.software_name is not None and rec.inferred is not None:  # the wire's word ends any inference
                 self._set_inferred(rec, None)
@@ -1295,6 +1383,9 @@ class ConnectionRegistry:
             if new:
                 rec.first_requests = (first + tuple(_CANONICAL_KEY[k] for k in new))[:MAX_FIRST_REQUESTS]
         if rec.software_name is not None or rec.restored:  # announced (or restored): nothing to infer
+            if not sweep and self._waiting and rec.client_id is not None and rec.software_name is not None \
+                    and self._announced.get((rec.client_address, rec.client_id)) == rec.id:
+                self._name_waiting(rec, announced=True)
             return
         # Precedence: a sibling that announced its software; this connection's own fingerprint;
         # a sibling's fingerprint (kafkajs announces nothing on any connection, and its fetch
@@ -1311,6 +1402,71 @@ class ConnectionRegistry:
         # event (packet-ordered) every sibling's state is settled.
         if not sweep and (inferred is None or inferred["source"] == "sibling"):
             self._sibling(rec, fingerprinted=True)
+        if rec.client_id is not None:
+            inferred = rec.inferred
+            # Its siblings are named only at a sync point other than a sweep (see above); it waits
+            # for one from any (at a sweep its tally was handed over: its client_id is settled).
+            if not sweep and self._waiting and inferred is not None and inferred["source"] == "fingerprint":
+                self._name_waiting(rec, announced=False)
+            if not closing:
+                self._wait(rec)
+
+    def _wait(self, rec: ConnectionRecord) -> None:
+        """`rec` (open, no announced identity of its own or of a sibling) waits for a sibling of its
+        client address and client_id to be identified. At most MAX_WAITING_PER_KEY per key and
+        `max_open` keys (the least recently used dropped); closed or named ones leave lazily."""
+        inferred = rec.inferred
+        if inferred is not None and inferred["source"] == "sibling" and inferred["announced"]:
+            return  # nothing better can come
+        key = (rec.client_address, rec.client_id)
+        waiting = self._waiting
+        ids = waiting.get(key)
+        if ids is None:
+            waiting[key] = [rec.id]
+            if len(waiting) > self.max_open:
+                waiting.popitem(last=False)
+        elif rec.id not in ids and len(ids) < MAX_WAITING_PER_KEY:
+            ids.append(rec.id)
+
+    def _name_waiting(self, rec: ConnectionRecord, announced: bool) -> None:
+        """`rec` is identified at a sync point (`announced`: its KIP-511 fields; else its
+        fingerprint): the open connections waiting under its key take it as their sibling now,
+        with `_sync`'s precedence (an announced sibling over anything, a fingerprinted one only
+        over none or another sibling's). Only the sibling lookup runs for them, never their own
+        fold or fingerprint (their requests may still be in a tally). At most MAX_NAMED_PER_EVENT
+        per event; the others are first in line at the next."""
+        key = (rec.client_address, rec.client_id)
+        ids = self._waiting.get(key)
+        if not ids:
+            return
+        later: list[str] = []
+        done: list[str] = []
+        budget = MAX_NAMED_PER_EVENT
+        get = self.open.get
+        for wid in ids:
+            w = get(wid)
+            if w is None or w.software_name is not None or w.restored:
+                continue  # closed, or announced or restored since: no longer waiting
+            if w is rec:
+                done.append(wid)
+                continue
+            if budget == 0:
+                later.append(wid)
+                continue
+            budget -= 1
+            if announced:
+                self._sibling(w, key=key)
+            else:
+                inf = w.inferred
+                if inf is None or (inf["source"] == "sibling" and not inf["announced"]):
+                    self._sibling(w, fingerprinted=True, key=key)
+            inf = w.inferred
+            if not (inf is not None and inf["source"] == "sibling" and inf["announced"]):
+                done.append(wid)
+        if later or done:
+            self._waiting[key] = later + done
+        else:
+            del self._waiting[key]
 
     def _fingerprinted_sibling(self, rec: ConnectionRecord) -> None:
         """`rec` was fingerprinted: a candidate sibling for its client's connections that send
@@ -1345,14 +1501,16 @@ class ConnectionRegistry:
         if len(announced) > self.max_open:
             announced.popitem(last=False)
 
-    def _sibling(self, rec: ConnectionRecord, fingerprinted: bool = False) -> bool:
+    def _sibling(self, rec: ConnectionRecord, fingerprinted: bool = False, key: tuple | None = None) -> bool:
         """Give `rec` (no software fields) the identity of the connection that announced one
         (`fingerprinted`: or was fingerprinted) from the same client address and client_id, if it
         is open or spoke at most `sibling_window` seconds before `rec` opened (packet time, so a
-        replay gives what the live capture gave)."""
-        if rec.client_id is None:
-            return False
-        key = (rec.client_address, rec.client_id)
+        replay gives what the live capture gave). `key`: the (address, client_id) `rec` waits
+        under (`_name_waiting`), as of its last sync point."""
+        if key is None:
+            if rec.client_id is None:
+                return False
+            key = (rec.client_address, rec.client_id)
         window = self.sibling_window
         if not fingerprinted:
             sib = self._announced.get(key)
@@ -1417,6 +1575,9 @@ class ConnectionRegistry:
             return
         if rec.infer_calls > MAX_INFER_CALLS:
             return
+        if not self._infer_budget():  # tried again at the next sync point, sweep or close (basis unchanged)
+            self.fingerprint_skipped["budget"] += 1
+            return
         rec.infer_basis = basis
         rec.infer_calls += 1
         self.infer_calls += 1
@@ -1444,6 +1605,19 @@ class ConnectionRegistry:
         }, (name if len(name) <= MAX_SOFTWARE_LABEL_LEN else OTHER,
             version_range if len(version_range) <= MAX_SOFTWARE_LABEL_LEN else OTHER))
 
+    def _infer_budget(self) -> bool:
+        """One infer() call out of this second's budget (seconds of `now()`: wall time live, the
+        events' own time in a replay, so a replay decides as fast or slow as it runs); False when
+        it is spent."""
+        second = int(self.now())
+        if second != self._budget_second:
+            self._budget_second = second
+            self._budget_used = 0
+        if self._budget_used >= self.max_fingerprints_per_second:
+            return False
+        self._budget_used += 1
+        return True
+
     def _set_inferred(self, rec: ConnectionRecord, inferred: dict | None, labels: tuple = ()) -> None:
         """Replace an open record's inferred identity, moving it in the inferred gauge."""
         if rec.inferred_labels is not None:
@@ -1456,6 +1630,26 @@ class ConnectionRegistry:
         self._inferred_gauge[key] += 1
         if inferred["source"] == "fingerprint" and rec.client_id is not None:
             self._fingerprinted_sibling(rec)
+
+    def _logged_basis(self, ev: FingerprintBasis) -> None:
+        """A registry rebuilt from a schema 2 event log: the connection's first_requests (and
+        ApiVersions request version) as the live registry folded them, which the log's rollups
+        cannot give (they lose request order). Taken as the connection's own; the pairs pending
+        since keep pending, those it names no longer. Not a sync point."""
+        rec = self.open.get(ev.conn_id)
+        if rec is None:
+            return
+        first: list = []
+        for pair in ev.first_requests[:MAX_FIRST_REQUESTS]:
+            key = _CANONICAL_KEY.get(tuple(pair))
+            if key is not None and key not in first:
+                first.append(key)
+        rec.first_requests = tuple(first)
+        pending = rec.pending_requests
+        if pending:
+            pending.difference_update(first)
+        if rec.api_versions_request_version is None and ev.api_versions_request_version is not None:
+            rec.api_versions_request_version = ev.api_versions_request_version
 
     def _capture_stats(self, ev: CaptureStats) -> None:
         self._capture[ev.conn_id] = ev

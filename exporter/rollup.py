@@ -38,16 +38,27 @@ from __future__ import annotations
 from bisect import bisect_left
 from operator import add as _add
 
+from dataclasses import dataclass
+
 from capture.events import (
     LATENCY_BUCKETS,
+    ApiVersionsAnswer,
+    ClientSoftware,
     ConnectionClosed,
+    ConnectionOpened,
+    DecodeError,
+    Desync,
     Event,
     ProduceAcks,
     RequestSeen,
     RequestTally,
     ResponseSeen,
+    SaslHandshake,
+    SaslIdentity,
+    TlsDetected,
     TrafficUpdate,
 )
+from capture.kafka.api_table import API_TABLE
 
 ROLLUP_TYPE = "ConnectionRollup"
 ROLLUP_SCHEMA = 2
@@ -65,13 +76,53 @@ DEFAULT_MAX_ENTRIES = 200_000
 DEFAULT_INTERVAL = 60.0
 _NBUCKETS = len(LATENCY_BUCKETS) + 1
 
+# --- the fingerprint basis (issue 15) ----------------------------------------------------------
+# What exporter.fingerprint.infer() reads of a connection besides its counts: its first
+# MAX_FIRST_REQUESTS distinct (api_key, api_version) pairs and the version of its first
+# ApiVersions request. A rollup loses request order, so the writer keeps them itself, by the
+# registry's own rule (exporter/registry.py, ConnectionRecord.first_requests): pairs of the
+# generated API table, first seen between two sync points, folded in key order at the next sync
+# point (BASIS_SYNC: the events at which the registry calls `_sync`, a traffic sweep excluded).
+# tests/test_eventlog_versions.py holds the two equal on a real capture.
+MAX_FIRST_REQUESTS = 8  # exporter.registry.MAX_FIRST_REQUESTS, without importing it
+BASIS_SYNC = frozenset({ClientSoftware, ApiVersionsAnswer, SaslHandshake, SaslIdentity, TlsDetected, DecodeError,
+                        Desync, ConnectionClosed})
+NOTED = BASIS_SYNC | {ConnectionOpened}  # the non-traffic events `Rollup.note` reads
+_TABLE_PAIRS = frozenset((s.key, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FingerprintBasis(Event):
+    """A connection's fingerprint basis as the event log recorded it (fields `first_requests` and
+    `api_versions_request_version` of a ConnectionRollup record; exporter.eventlog.to_events):
+    what a registry rebuilt from a schema 2 log takes as the connection's own, since the
+    rollups it reads lost the order of the requests. Never produced by a capture."""
+
+    first_requests: tuple[tuple[int, int], ...]
+    api_versions_request_version: int | None
+
+
+class _Basis:
+    """One open connection's basis as the registry folds it: `first` (folded), `pending` (pairs
+    seen since the last sync point), `written` (what the last record carried), `ts` (of the last
+    change)."""
+
+    __slots__ = ("first", "pending", "avv", "written", "ts")
+
+    def __init__(self) -> None:
+        self.first: tuple = ()
+        self.pending: set | None = None
+        self.avv: int | None = None
+        self.written: tuple = ((), None)
+        self.ts = 0.0
+
 
 class Accumulator:
     """One connection's traffic since its last record. `ts`: the latest request or response
     counted; `client_id`: the last non-null client_id of a request counted; `traffic`: the
     latest TrafficUpdate (its counters are cumulative: the earlier ones say nothing more)."""
 
-    __slots__ = ("ts", "client_id", "requests", "responses", "acks", "folded", "traffic")
+    __slots__ = ("ts", "client_id", "requests", "responses", "acks", "folded", "traffic", "basis")
 
     def __init__(self) -> None:
         self.ts = 0.0
@@ -81,13 +132,16 @@ class Accumulator:
         self.acks: dict[tuple[int, bool], int] = {}
         self.folded = 0
         self.traffic: TrafficUpdate | None = None
+        # (first_requests, api_versions_request_version) when they changed since the connection's
+        # previous record (set as the accumulator is taken out), else None
+        self.basis: tuple | None = None
 
     def entries(self) -> int:
         return len(self.requests) + len(self.responses) + len(self.acks)
 
     def counted(self) -> bool:
         """Anything for a ConnectionRollup record (else only a TrafficUpdate is held)."""
-        return bool(self.requests or self.responses or self.acks or self.folded)
+        return bool(self.requests or self.responses or self.acks or self.folded or self.basis is not None)
 
 
 class Rollup:
@@ -108,6 +162,12 @@ class Rollup:
         self.evicted = 0  # accumulators written early at the connection or entry bound
         self.folded = 0  # requests, responses and acks not itemised (MAX_PAIRS, MAX_ACKS)
         self._out: list[tuple[str, Accumulator]] = []
+        # The fingerprint basis of every open connection (`note`), at most `max_connections`
+        # (the oldest dropped first, counted in `bases_dropped`: its later records carry none);
+        # `_changed`: those whose basis changed since their last record, in order of change.
+        self.bases: dict[str, _Basis] = {}
+        self._changed: dict[str, None] = {}
+        self.bases_dropped = 0
 
     def __len__(self) -> int:
         return len(self.conns)
@@ -125,10 +185,82 @@ class Rollup:
             acc.traffic = event
         else:
             self._count(acc, cls, event)
+            basis = self.bases.get(event.conn_id)
+            if basis is not None and len(basis.first) < MAX_FIRST_REQUESTS:
+                self._seen(basis, cls, event)
         if self._out:
             out, self._out = self._out, []
             return out
         return None
+
+    @staticmethod
+    def _seen(basis: _Basis, cls, event) -> None:
+        """Pairs of a request or a tally, pending until the next sync point (as the registry's
+        `_request` and `_tally`)."""
+        if cls is RequestSeen:
+            keys = ((event.api_key, event.api_version),)
+        elif cls is RequestTally:
+            keys = [(k, v) for k, v, _, _ in event.requests]
+        else:
+            return
+        for key in keys:
+            if key in _TABLE_PAIRS:
+                if basis.pending is None:
+                    basis.pending = {key}
+                else:
+                    basis.pending.add(key)
+
+    def note(self, event: Event) -> None:
+        """A connection event other than traffic (every one the log is given, in order): keeps
+        the fingerprint basis. ConnectionOpened starts one; the first ClientSoftware gives the
+        ApiVersions request version; a BASIS_SYNC event folds the pending pairs, as the registry
+        does. A ConnectionClosed must then be followed by `pop`."""
+        cls = type(event)
+        if cls is ConnectionOpened:
+            bases = self.bases
+            if len(bases) >= self.max_connections:
+                oldest = next(iter(bases))
+                del bases[oldest]
+                self._changed.pop(oldest, None)
+                self.bases_dropped += 1
+            bases[event.conn_id] = _Basis()
+            return
+        if cls not in BASIS_SYNC:
+            return
+        basis = self.bases.get(event.conn_id)
+        if basis is None:
+            return
+        changed = False
+        if cls is ClientSoftware and basis.avv is None:
+            basis.avv = event.request_version
+            changed = True
+        pending = basis.pending
+        if pending:
+            basis.pending = None
+            first = basis.first
+            new = sorted(k for k in pending if k not in first)
+            if new and len(first) < MAX_FIRST_REQUESTS:
+                basis.first = (first + tuple(new))[:MAX_FIRST_REQUESTS]
+                changed = True
+        if changed:
+            basis.ts = event.ts
+            if (basis.first, basis.avv) != basis.written:
+                self._changed[event.conn_id] = None
+
+    def _with_basis(self, conn_id: str, acc: Accumulator | None) -> Accumulator | None:
+        """`acc` (or a new, basis-only accumulator) carrying the connection's basis if it changed
+        since its last record; `acc` itself otherwise."""
+        if conn_id not in self._changed:
+            return acc
+        del self._changed[conn_id]
+        basis = self.bases.get(conn_id)
+        if basis is None:
+            return acc
+        if acc is None:
+            acc = Accumulator()
+            acc.ts = basis.ts
+        acc.basis = basis.written = (basis.first, basis.avv)
+        return acc
 
     def _evict_oldest(self, keep: Accumulator | None = None) -> bool:
         """Hand out the longest-held accumulator (insertion order) but `keep`; False if none."""
@@ -140,7 +272,7 @@ class Rollup:
         del self.conns[conn_id]
         self.entries -= acc.entries()
         self.evicted += 1
-        self._out.append((conn_id, acc))
+        self._out.append((conn_id, self._with_basis(conn_id, acc)))
         return True
 
     def _entry(self, acc: Accumulator) -> None:
@@ -177,18 +309,26 @@ class Rollup:
             acc.ts = event.ts
 
     def pop(self, conn_id: str) -> tuple[str, Accumulator] | None:
-        """The connection's accumulator, taken out (at its ConnectionClosed), or None."""
+        """The connection's accumulator, taken out (at its ConnectionClosed, after `note`), with
+        its last basis if that changed since its last record (alone if it had no traffic since),
+        or None. The connection's basis is forgotten."""
         acc = self.conns.pop(conn_id, None)
-        if acc is None:
-            return None
-        self.entries -= acc.entries()
-        return (conn_id, acc)
+        if acc is not None:
+            self.entries -= acc.entries()
+        acc = self._with_basis(conn_id, acc)
+        self.bases.pop(conn_id, None)
+        return None if acc is None else (conn_id, acc)
 
     def take(self) -> list[tuple[str, Accumulator]]:
         """Every accumulator, taken out (at the interval, at close): O(1) under the owner's lock
         but the list, which the writer builds records from."""
         conns, self.conns = self.conns, {}
         self.entries = 0
+        if self._changed:  # at most one record per connection whose basis changed (<= 9 changes each)
+            for conn_id in list(self._changed):
+                acc = self._with_basis(conn_id, conns.get(conn_id))
+                if acc is not None:
+                    conns[conn_id] = acc
         return list(conns.items())
 
     # -- merging ----------------------------------------------------------------------------
@@ -252,7 +392,7 @@ def record(conn_id: str, acc: Accumulator) -> dict | None:
     None when it holds only a TrafficUpdate."""
     if not acc.counted():
         return None
-    return {
+    rec = {
         "schema": ROLLUP_SCHEMA, "type": ROLLUP_TYPE, "ts": acc.ts, "conn_id": conn_id,
         "client_id": acc.client_id,
         "requests": [[k, v, c[0], c[1]] for (k, v), c in sorted(acc.requests.items())],
@@ -260,6 +400,11 @@ def record(conn_id: str, acc: Accumulator) -> dict | None:
         "acks": [[a, t, n] for (a, t), n in sorted(acc.acks.items())],
         "folded": acc.folded,
     }
+    if acc.basis is not None:
+        first, avv = acc.basis
+        rec["first_requests"] = [[k, v] for k, v in first]
+        rec["api_versions_request_version"] = avv
+    return rec
 
 
 class Roller:
@@ -288,6 +433,7 @@ class Roller:
             if evicted is not None:
                 out.extend(evicted)
             return out
+        self.rollup.note(event)
         if cls is ConnectionClosed:
             taken = self.rollup.pop(event.conn_id)
             if taken is not None:

@@ -27,11 +27,19 @@ Format (UTF-8 JSON, one object; times in seconds since the epoch):
                       "client_id": "orders", "client_software_name": "apache-kafka-java",
                       "client_software_version": "3.9.0", "identity_version": 4,
                       "principal": "orders-svc", "sasl_mechanism": "SCRAM-SHA-512",
-                      "first_seen": 1763700000.5, "last_seen": 1763762579.9}]}
+                      "first_seen": 1763700000.5, "last_seen": 1763762579.9, "inferred": null}]}
+
+`inferred` (issue 15): the identity inferred for a connection that announced no software, or
+null: {"source": "sibling"|"fingerprint", "name", "version_range", "confidence", "evidence":
+[<= 8 strings], "min_compatible", "sibling_connection_id"} (the REST `inferred_software`). It
+comes back as identity_source "restored_sibling" / "restored_fingerprint", never in the
+software fields: a restart does not turn an inference into an announced identity. A file of an
+older writer, without the field, reads as null.
 
 Version policy as in the event log: adding a field keeps the version (readers ignore what
 they do not know), renaming, removing or retyping one bumps it. Only open connections with an
-identity to restore are written (an accepted ApiVersions, a restoration, or a principal), plus
+identity to restore are written (an accepted ApiVersions, a restoration, a principal, or an
+inferred identity), plus
 restored identities still waiting for their connection, at most --max-connections; no
 secret is ever in it (the registry holds none). The file is created 0600: it names hosts and
 principals.
@@ -96,13 +104,38 @@ def _version(value) -> bool:
     return value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 32767)
 
 
+MAX_EVIDENCE = 8  # evidence strings of an inferred identity (exporter.registry.MAX_EVIDENCE)
+_INFERRED_SOURCES = frozenset(("sibling", "fingerprint"))
+
+
+def _inferred(value) -> bool:
+    """None, or an inferred identity as `exporter.registry.saved_inferred` writes it: exactly its
+    keys, each of its type, a source the registry restores, at most MAX_EVIDENCE strings."""
+    if value is None:
+        return True
+    if not isinstance(value, dict) or set(value) != _INFERRED_KEYS:
+        return False
+    confidence = value["confidence"]
+    evidence = value["evidence"]
+    return (value["source"] in _INFERRED_SOURCES and _string(value["name"]) and _string(value["version_range"])
+            and isinstance(confidence, (int, float)) and not isinstance(confidence, bool)
+            and math.isfinite(confidence) and 0 <= confidence <= 1
+            and isinstance(evidence, list) and len(evidence) <= MAX_EVIDENCE and all(map(_string, evidence))
+            and _optional_string(value["min_compatible"]) and _optional_string(value["sibling_connection_id"]))
+
+
+_INFERRED_KEYS = frozenset(("source", "name", "version_range", "confidence", "evidence", "min_compatible",
+                            "sibling_connection_id"))
+
 #: Every field of an entry and its check; an entry missing one, or failing one, spoils the file.
 _FIELD_CHECKS = {
     "client_address": _string, "client_port": _port, "broker_address": _string, "broker_port": _port,
     "listener": _string, "client_id": _optional_string, "client_software_name": _optional_string,
     "client_software_version": _optional_string, "identity_version": _version, "principal": _optional_string,
-    "sasl_mechanism": _optional_string, "first_seen": _time, "last_seen": _time,
+    "sasl_mechanism": _optional_string, "first_seen": _time, "last_seen": _time, "inferred": _inferred,
 }
+#: Fields added within version 1, and their value when a file of an older writer lacks them.
+_ADDED = {"inferred": None}
 assert set(_FIELD_CHECKS) == {f.name for f in fields(SavedIdentity)}, "state format and SavedIdentity differ"
 _FIELDS = tuple(f.name for f in fields(SavedIdentity))
 
@@ -140,10 +173,12 @@ def decode_state(data: bytes, *, max_entries: int) -> list[SavedIdentity]:
             raise StateError(f"connection {i} is not an object")
         for name, check in _FIELD_CHECKS.items():
             if name not in entry:
+                if name in _ADDED:
+                    continue
                 raise StateError(f"connection {i} has no {name}")
             if not check(entry[name]):
                 raise StateError(f"connection {i} has a bad {name}")
-        out.append(SavedIdentity(**{name: entry[name] for name in _FIELD_CHECKS}))
+        out.append(SavedIdentity(**{name: entry.get(name, _ADDED.get(name)) for name in _FIELD_CHECKS}))
     return out
 
 

@@ -50,6 +50,7 @@ from exporter.registry import (
     DEFAULT_CLOSED_TTL,
     DEFAULT_MAX_BROKERS,
     DEFAULT_MAX_CENSUS_ROWS,
+    DEFAULT_MAX_FINGERPRINTS_PER_SECOND,
     DEFAULT_MAX_CLOSED,
     DEFAULT_MAX_SERIES,
     DEFAULT_MAX_SOFTWARE_LABELS,
@@ -458,12 +459,14 @@ def test_bounds_are_settings_with_safe_defaults():
     resolve_settings(args, environ={})
     assert _registry_bounds(args) == {"max_series": DEFAULT_MAX_SERIES, "max_brokers": DEFAULT_MAX_BROKERS,
                                       "max_software_labels": DEFAULT_MAX_SOFTWARE_LABELS,
-                                      "max_census_rows": DEFAULT_MAX_CENSUS_ROWS}
+                                      "max_census_rows": DEFAULT_MAX_CENSUS_ROWS,
+                                      "max_fingerprints_per_second": DEFAULT_MAX_FINGERPRINTS_PER_SECOND}
     args = parser.parse_args(["replay", "x.pcap", "--max-series", "10"])
     resolve_settings(args, environ={"KAFKA_CENSUS_MAX_BROKERS": "3"})
     assert _registry_bounds(args) == {"max_series": 10, "max_brokers": 3,
                                       "max_software_labels": DEFAULT_MAX_SOFTWARE_LABELS,
-                                      "max_census_rows": DEFAULT_MAX_CENSUS_ROWS}
+                                      "max_census_rows": DEFAULT_MAX_CENSUS_ROWS,
+                                      "max_fingerprints_per_second": DEFAULT_MAX_FINGERPRINTS_PER_SECOND}
     args = parser.parse_args(["replay", "x.pcap", "--max-software-labels", "0"])
     resolve_settings(args, environ={})
     with pytest.raises(UsageError, match="--max-software-labels must be at least 1"):

@@ -33,7 +33,7 @@ import pytest
 from capture.listeners import ListenerMap
 from capture.replay import replay
 from exporter import cli
-from exporter.eventlog import EventLog, QueuedEventLog, encode, encode_rollup, list_logs, read_events, to_event
+from exporter.eventlog import EventLog, QueuedEventLog, encode, encode_rollup, list_logs, read_events, to_events
 from exporter.registry import ConnectionRegistry
 from exporter.rollup import rolled
 
@@ -157,19 +157,10 @@ def test_the_tables_are_not_trivially_equal(tables, logs):
 # --- the registry: a replay tool reading either version reaches the same state -----------------
 
 
-# Issue 15: which requests a connection sent first, and so what a fingerprint infers from them,
-# needs request order; a v2 log keeps per-connection rollups only (a request of the eventlog owner
-# is in notes/requests.md). Compared without them for v2 logs.
-_ORDER_FIELDS = ("first_requests", "inferred_software", "identity_source")
-_ORDER_SERIES = ("kafka_census_connections_inferred",)  # and the label sets counted: kafka_census_series
-
-
-def _without_order(census: dict) -> dict:
-    return {"connections": [{k: v for k, v in c.items() if k not in _ORDER_FIELDS} for c in census["connections"]],
-            "clients": sorted(({k: v for k, v in c.items() if k not in _ORDER_FIELDS} for c in census["clients"]),
-                              key=repr),
-            "metrics": {k: v for k, v in census["metrics"].items()
-                        if not k.startswith(_ORDER_SERIES) and k != "kafka_census_series"}}
+def _without_transient(census: dict) -> dict:
+    metrics = {k: v for k, v in census["metrics"].items() if k != "kafka_census_series"
+               and not (k.startswith("kafka_census_connections_inferred{") and v == 0)}
+    return dict(census, metrics=metrics)
 
 
 def _census(events) -> dict:
@@ -196,16 +187,32 @@ def _census(events) -> dict:
 def test_the_registry_reaches_the_same_state_from_either_version(logs, real_clients_capture):
     path, port = real_clients_capture
     want = _census(_replay(path, port, tally=False))
+    # Not trivially: connections with first requests, and the log's records carry them.
+    assert all(c["first_requests"] for c in want["connections"] if c["requests"])
+    assert any("first_requests" in r for r in _records(logs["v2"]))
+    assert {c["identity_source"] for c in want["connections"]} >= {"sibling", "fingerprint"}
     for name in ("v1", "v2", "v2-fine"):
         # In ts order (a stable sort), as exporter/eventlog.py says a replay tool applies a log: a
         # rollup is written when its round comes, after later records of its connection.
-        got = _census(to_event(rec) for rec in sorted(_records(logs[name]), key=lambda r: r["ts"]))
-        if name != "v1":  # v1 logs each request, in order
-            got, want = _without_order(got), _without_order(_census(_replay(path, port, tally=False)))
+        # A v2 log's rollups lose request order: its records carry each connection's first_requests
+        # as the live registry folded them (`to_events` gives them back), so the rebuilt registry
+        # fingerprints like the live one (issue 15): first_requests, inferred_software and
+        # identity_source are compared too, and the inferred gauge.
+        got = _census(e for rec in sorted(_records(logs[name]), key=lambda r: r["ts"]) for e in to_events(rec))
+        if name != "v1":
+            # A label set of the inferred gauge that once had a connection stays at 0, and so is
+            # counted by kafka_census_series: a connection named by a sibling at a traffic sweep
+            # before it announced itself leaves one, and a v2 log keeps a connection's last sweep
+            # per round only. The gauge's values are compared, not that history.
+            got, want = _without_transient(got), _without_transient(want)
         assert got["connections"] == want["connections"], name
         assert got["clients"] == want["clients"], name
         assert got["metrics"].keys() == want["metrics"].keys(), name
         for key, value in want["metrics"].items():  # latency sums are added in another order
+            if key == "kafka_census_fingerprint_calls_total" and name != "v1":
+                # how often infer() ran on the way depends on when the rollups came, not what it named
+                assert value > 0 and got["metrics"][key] > 0
+                continue
             assert math.isclose(got["metrics"][key], value, rel_tol=1e-9), (name, key)
 
 

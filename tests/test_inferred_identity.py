@@ -5,6 +5,7 @@ contract whatever the fingerprint table says (tests/test_fingerprint.py tests th
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import pytest
@@ -189,3 +190,70 @@ def test_a_connection_joined_mid_stream_is_not_fingerprinted(calls):
         req("m", 1.1, 3, 2), req("m", 1.2, 0, 2), sweep("m", 1.3),
         ConnectionClosed(conn_id="m", ts=2.0, reason="fin", pending_requests=0))
     assert calls == [] and reg.get("m")["identity_source"] == "mid_stream"
+
+
+def test_a_flood_of_unannounced_connections_spends_at_most_the_budget_per_second(calls, monkeypatch):
+    """500 unannounced connections within one second of an injected clock, a budget of 50 infer()
+    calls a second: at most 50 calls in any second, the rest counted as skipped for the budget and
+    tried again at their later sweeps as the clock moves on, until every one is named; the
+    exporter's counter says so."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from exporter.metrics import CensusCollector
+
+    now = [1000.25]
+    seconds: list[int] = []
+    stub = registry_module._infer
+
+    def timed(obs):
+        seconds.append(int(now[0]))
+        return stub(obs)
+
+    monkeypatch.setattr(registry_module, "_infer", timed)
+    reg = ConnectionRegistry(clock=lambda: now[0], max_fingerprints_per_second=50)
+    n = 500
+    for i in range(n):
+        old_java(reg, f"c{i}", now[0], 40000 + i)
+    per_second = Counter(seconds)
+    assert per_second == {1000: 50}
+    skipped = reg.snapshot().fingerprint_skipped["budget"]
+    assert skipped >= n - 50  # each of the others at least once (a connection tries at each sync point)
+    named = lambda: sum(1 for c in reg.connections() if c["identity_source"] == "fingerprint")  # noqa: E731
+    assert named() == 50
+    rounds = 0
+    while named() < n:
+        rounds += 1
+        assert rounds <= n // 50 + 1, "retries must name the others as the budget allows"
+        now[0] += 1.0
+        for i in range(n):
+            feed(reg, sweep(f"c{i}", now[0]))
+    assert max(Counter(seconds).values()) <= 50
+    for i in range(n):
+        feed(reg, ConnectionClosed(conn_id=f"c{i}", ts=now[0], reason="fin", pending_requests=0))
+    assert max(Counter(seconds).values()) <= 50  # the closes too: what the budget leaves keeps its inference
+    assert all(c["identity_source"] == "fingerprint" for c in reg.connections())
+    prom = CollectorRegistry()
+    prom.register(CensusCollector(reg))
+    text = generate_latest(prom).decode()
+    total = reg.snapshot().fingerprint_skipped["budget"]
+    assert total > skipped
+    assert f'kafka_census_fingerprint_skipped_total{{reason="budget"}} {float(total)}' in text
+    assert f"kafka_census_fingerprint_calls_total {float(len(seconds))}" in text
+
+
+def test_the_budget_setting_from_flag_environment_and_default():
+    from exporter import cli
+
+    parser = cli.build_parser()
+
+    def resolved(argv, environ=None):
+        args = parser.parse_args(argv)
+        cli.resolve_settings(args, environ or {})
+        return cli._registry_bounds(args)["max_fingerprints_per_second"]
+
+    base = ["capture", "-i", "lo"]
+    assert resolved(base) == 200 == registry_module.DEFAULT_MAX_FINGERPRINTS_PER_SECOND
+    assert resolved([*base, "--max-fingerprints-per-second", "5"]) == 5
+    assert resolved(base, {"KAFKA_CENSUS_MAX_FINGERPRINTS_PER_SECOND": "7"}) == 7
+    with pytest.raises(cli.UsageError, match="--max-fingerprints-per-second must be at least 1"):
+        resolved([*base, "--max-fingerprints-per-second", "0"])

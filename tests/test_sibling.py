@@ -255,3 +255,89 @@ def test_the_index_keeps_no_record_alive_past_the_closed_bound():
     assert reg.get("a") is None and reg._announced  # the id is still indexed, the record is gone
     feed(reg, opened("b", 3.0, port=40001), request("b", 3.0), sweep("b", 3.5))
     assert reg.get("b")["identity_source"] == "none"
+
+
+def test_a_waiting_connection_is_named_when_its_sibling_announces_not_at_its_own_next_event():
+    """b has spoken (a sweep: it waits under its address and client_id); a announces later: b is
+    named at a's ClientSoftware, with no event of its own."""
+    reg = feed(ConnectionRegistry(), opened("a", 1.0), opened("b", 1.0, port=40001), request("b", 1.0),
+               sweep("b", 1.05), request("a", 1.1, 18, 3), announce("a", 1.2))
+    b = reg.get("b")
+    assert b["identity_source"] == "sibling" and b["inferred_software"]["sibling_connection_id"] == "a"
+    assert inferred_gauge(reg) == {("PLAINTEXT", "kafkajs", "2.2.4"): 1}
+    # another client id, or another address, does not wait there
+    feed(reg, opened("c", 1.3, port=40002), request("c", 1.3, client_id="other"), sweep("c", 1.35),
+         opened("d", 1.3, address="10.0.1.2", port=40003), request("d", 1.3), sweep("d", 1.35),
+         opened("e", 1.4, port=40004), request("e", 1.4, 18, 3), announce("e", 1.5, version="2.2.5"))
+    assert reg.get("c")["identity_source"] == "none" and reg.get("d")["identity_source"] == "none"
+    assert reg.get("b")["inferred_software"]["sibling_connection_id"] == "a"  # named for good: not moved
+
+
+def test_a_waiting_connection_takes_a_siblings_new_fingerprint_at_once(monkeypatch):
+    """b (too little to fingerprint) is named after its fingerprinted sibling a; a's fingerprint
+    then narrows at a's next sync point: b follows at that event, not at its own next one."""
+    from dataclasses import dataclass
+
+    from exporter import registry as registry_module
+
+    @dataclass(frozen=True)
+    class Inf:
+        name: str
+        version_range: str
+        confidence: float
+        evidence: tuple
+        min_compatible: str | None
+
+    def infer(obs):  # a's first pairs name a range; more of them narrow it; b's single pair names nothing
+        if len(obs.first_requests) >= 4:
+            return Inf("kafkajs", ">=2.0.0,<2.1.0", 0.95, ("narrow",), "1.12.0")
+        if len(obs.first_requests) >= 2:
+            return Inf("kafkajs", ">=1.12.0,<2.1.0", 0.9, ("wide",), "1.12.0")
+        return None
+
+    monkeypatch.setattr(registry_module, "_infer", infer)
+
+    def a_sync(ts):  # an unaccepted ApiVersions exchange: a sync point of a's, where its fingerprint settles
+        return ClientSoftware(conn_id="a", ts=ts, request_version=0, name=None, version=None, valid=None,
+                              error_code=35, accepted=False)
+
+    reg = feed(ConnectionRegistry(), opened("a", 1.0), opened("b", 1.0, port=40001), request("b", 1.0, 1, 11),
+               sweep("b", 1.05))  # b waits
+    assert reg.get("b")["identity_source"] == "none"
+    feed(reg, request("a", 1.1, 3, 6), request("a", 1.1, 10, 2), a_sync(1.2))
+    assert reg.get("a")["inferred_software"]["version_range"] == ">=1.12.0,<2.1.0"
+    b = reg.get("b")  # named at a's event, with none of its own since its sweep
+    assert b["identity_source"] == "sibling" and b["inferred_software"]["version_range"] == ">=1.12.0,<2.1.0"
+    assert b["inferred_software"]["sibling_connection_id"] == "a"
+    feed(reg, request("a", 1.3, 0, 7), request("a", 1.3, 11, 5), a_sync(1.4))
+    assert reg.get("a")["inferred_software"]["version_range"] == ">=2.0.0,<2.1.0"
+    assert reg.get("b")["inferred_software"]["version_range"] == ">=2.0.0,<2.1.0"  # follows at once
+    assert inferred_gauge(reg) == {("PLAINTEXT", "kafkajs", ">=2.0.0,<2.1.0"): 2}
+
+
+def test_the_work_per_event_and_the_waiting_list_are_bounded(monkeypatch):
+    from exporter import registry as registry_module
+    from exporter.registry import MAX_WAITING_PER_KEY
+
+    monkeypatch.setattr(registry_module, "MAX_NAMED_PER_EVENT", 5)
+    reg = ConnectionRegistry()
+    n = MAX_WAITING_PER_KEY + 10
+    for i in range(n):
+        feed(reg, opened(f"b{i}", 1.0, port=41000 + i), request(f"b{i}", 1.0), sweep(f"b{i}", 1.01))
+    assert len(reg._waiting[("10.0.1.1", "app")]) == MAX_WAITING_PER_KEY
+
+    def named():
+        return sum(1 for c in reg.connections() if c["identity_source"] == "sibling")
+
+    feed(reg, opened("a", 2.0), request("a", 2.0, 18, 3), announce("a", 2.1))
+    assert named() == 5  # one event names at most that many
+    counts = []
+    for k in range(3):  # a's next sync points name the next ones in line
+        feed(reg, ClientSoftware(conn_id="a", ts=2.2 + k, request_version=3, name="kafkajs", version="2.2.4",
+                                 valid=True, error_code=0, accepted=True))
+        counts.append(named())
+    assert counts == [10, 15, MAX_WAITING_PER_KEY]
+    assert ("10.0.1.1", "app") not in reg._waiting  # all named for good: the list is gone
+    # the others (past the per-key bound) are named at their own next sync point, as before
+    feed(reg, *(sweep(f"b{i}", 6.0) for i in range(n)))
+    assert named() == n

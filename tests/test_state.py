@@ -132,7 +132,7 @@ def test_round_trip_restores_identity_on_a_mid_stream_join(tmp_path):
         "client_address": "10.0.1.1", "client_port": 40001, "broker_address": "10.0.0.5", "broker_port": 9092,
         "listener": "PLAINTEXT", "client_id": "orders", "client_software_name": "librdkafka",
         "client_software_version": "2.6.0", "identity_version": 3, "principal": "orders-svc",
-        "sasl_mechanism": "SCRAM-SHA-512", "first_seen": NOW - 100, "last_seen": NOW - 98}
+        "sasl_mechanism": "SCRAM-SHA-512", "first_seen": NOW - 100, "last_seen": NOW - 98, "inferred": None}
     assert stat.S_IMODE(path.stat().st_mode) == 0o600  # it names hosts and principals
     assert os.listdir(tmp_path) == ["state.json"]  # no temporary file left behind
 
@@ -544,3 +544,157 @@ def test_cli_state_file_errors(tmp_path):
     assert out.returncode == 2 and "--state-interval must be positive" in out.stderr, out.stderr
     out = _cli("capture", "-i", "lo", "--state-file", tmp_path / "s.json")
     assert out.returncode == 2 and "--state-file" in out.stderr and "needs --http" in out.stderr, out.stderr
+
+
+# --- inferred identities (issue 15): saved, restored labelled as inferred ---------------------
+
+def _inferring_run(clock: Clock, monkeypatch) -> ConnectionRegistry:
+    """6 announces librdkafka under client_id "shop"; 7 (same address and client_id, no ApiVersions)
+    takes it as its sibling; 8 sends ApiVersions v0 and Produce v2 and is fingerprinted (infer()
+    replaced by a stub: this is the registry's and the file's contract, not the table's)."""
+    from exporter import registry as registry_module
+    from exporter.fingerprint import Inference
+
+    def infer(obs):
+        if (0, 2) in obs.requests:
+            return Inference("apache-kafka-java", "0.10.2.0-0.11.0.3", 0.9, ("Produce v2", "ApiVersions v0"), "2.1")
+        return None
+
+    monkeypatch.setattr(registry_module, "_infer", infer)
+    t = clock.t - 100
+
+    def produce(conn_id, ts, client_id):
+        return RequestSeen(conn_id=conn_id, ts=ts, api_key=0, api_name="Produce", api_version=2, correlation_id=8,
+                           client_id=client_id, size=40)
+
+    def sibling_opened(n, ts):  # same client address as 6
+        return ConnectionOpened(conn_id=cid(n), ts=ts, client_address="10.0.1.6", client_port=40000 + n,
+                                broker_address="10.0.0.5", broker_port=9092, listener="PLAINTEXT",
+                                security_protocol="PLAINTEXT", mid_stream=False, source="capture")
+
+    return feed(
+        ConnectionRegistry(clock=clock),
+        sibling_opened(6, t), request(cid(6), t + 0.5, "shop"), software(cid(6), t + 1, "librdkafka", "2.6.0"),
+        sibling_opened(7, t + 2), request(cid(7), t + 3, "shop"),
+        ClientSoftware(conn_id=cid(7), ts=t + 4, request_version=0, name=None, version=None, valid=None,
+                       error_code=35, accepted=False),  # a sync point: named then
+        opened(8, t, mid_stream=False), request(cid(8), t + 1, "old-app"),
+        software(cid(8), t + 1.5, None, None, request_version=0), produce(cid(8), t + 2, "old-app"),
+        request(cid(8), t + 2.5, "old-app"),
+        SaslIdentity(conn_id=cid(8), ts=t + 3, mechanism="PLAIN", principal="old", outcome="failure",
+                     error_code=58, framing="SaslAuthenticate"),  # a sync point after its requests
+    )
+
+
+def _restart(path: Path, clock: Clock) -> ConnectionRegistry:
+    clock.t += 30
+    reg = ConnectionRegistry(clock=clock)
+    assert keeper(path, reg, clock).restore() == 3
+    for n, address in ((6, "10.0.1.6"), (7, "10.0.1.6"), (8, "10.0.1.8")):  # each joined mid-stream
+        reg.apply(ConnectionOpened(conn_id=cid(n, 2), ts=clock.t, client_address=address, client_port=40000 + n,
+                                   broker_address="10.0.0.5", broker_port=9092, listener="PLAINTEXT",
+                                   security_protocol="PLAINTEXT", mid_stream=True, source="capture"))
+    return reg
+
+
+def test_inferred_identities_are_saved_and_come_back_labelled_as_inferred(tmp_path, monkeypatch):
+    clock = Clock()
+    path = tmp_path / "state.json"
+    first = _inferring_run(clock, monkeypatch)
+    assert [first.get(cid(n))["identity_source"] for n in (6, 7, 8)] == ["api_versions_v3", "sibling", "fingerprint"]
+    assert keeper(path, first, clock).save()
+    saved = {c["client_port"]: c for c in json.loads(path.read_text())["connections"]}
+    assert saved[40006]["inferred"] is None and saved[40006]["client_software_name"] == "librdkafka"
+    assert saved[40007]["client_software_name"] is None
+    assert saved[40007]["inferred"] == {
+        "source": "sibling", "name": "librdkafka", "version_range": "2.6.0", "confidence": 0.9,
+        "evidence": [f"connection {cid(6)} from the same client address and client_id announced librdkafka 2.6.0 "
+                     "(ApiVersions v3)"], "min_compatible": None, "sibling_connection_id": cid(6)}
+    assert saved[40008]["inferred"]["source"] == "fingerprint"
+    assert saved[40008]["inferred"]["min_compatible"] == "2.1"
+
+    reg = _restart(path, clock)
+    six, seven, eight = (reg.get(cid(n, 2)) for n in (6, 7, 8))
+    assert six["identity_source"] == "restored" and six["inferred_software"] is None
+    assert seven["identity_source"] == "restored_sibling" and eight["identity_source"] == "restored_fingerprint"
+    for conn, name in ((seven, "librdkafka"), (eight, "apache-kafka-java")):
+        # never an announced identity: the software fields stay empty, the gauge says unknown
+        assert conn["client_software_name"] is None and conn["client_software_version"] is None
+        inferred = conn["inferred_software"]
+        assert inferred["name"] == name and inferred["source"] == conn["identity_source"]
+        assert inferred["evidence"][-1] == "inferred before a restart (restored from the state file)"
+    assert eight["inferred_software"]["evidence"][:2] == ["Produce v2", "ApiVersions v0"]
+    assert eight["inferred_software"]["min_compatible"] == "2.1"
+    snap = reg.snapshot()
+    assert snap.connections[("PLAINTEXT", "unknown", "unknown")] == 2
+    assert {k: v for k, v in snap.connections_inferred.items() if v} == {
+        ("PLAINTEXT", "librdkafka", "2.6.0"): 1, ("PLAINTEXT", "apache-kafka-java", "0.10.2.0-0.11.0.3"): 1}
+    sources = {(r["client_id"], r["identity_source"]) for r in reg.clients()}
+    assert sources == {("shop", "announced"), ("shop", "restored_sibling"), ("old-app", "restored_fingerprint")}
+    assert reg.query(filters={"identity_source": "restored_fingerprint"})[1] == 1
+
+    # A second restart: still restored inferences (the original source is what the file keeps).
+    assert keeper(path, reg, clock).save()
+    again = {c["client_port"]: c["inferred"] for c in json.loads(path.read_text())["connections"]}
+    assert again[40007]["source"] == "sibling" and again[40008]["source"] == "fingerprint"
+    assert len(again[40008]["evidence"]) <= state_mod.MAX_EVIDENCE
+    third = _restart(path, clock)
+    assert [third.get(cid(n, 2))["identity_source"] for n in (6, 7, 8)] == [
+        "restored", "restored_sibling", "restored_fingerprint"]
+    evidence = third.get(cid(8, 2))["inferred_software"]["evidence"]
+    assert evidence.count("inferred before a restart (restored from the state file)") == 1  # not once per restart
+    assert evidence[:2] == ["Produce v2", "ApiVersions v0"]
+
+    # The wire's word ends it: an accepted ApiVersions with software fields on the connection.
+    feed(third, software(cid(8, 2), clock.t + 1, "apache-kafka-java", "3.9.0", request_version=3))
+    eight = third.get(cid(8, 2))
+    assert eight["identity_source"] == "api_versions_v3" and eight["inferred_software"] is None
+    assert {k: v for k, v in third.snapshot().connections_inferred.items() if v} == {
+        ("PLAINTEXT", "librdkafka", "2.6.0"): 1}
+
+
+def test_a_file_of_the_previous_writer_without_inferred_is_read(tmp_path):
+    path = tmp_path / "state.json"
+    entry = {"client_address": "10.0.1.1", "client_port": 40001, "broker_address": "10.0.0.5", "broker_port": 9092,
+             "listener": "PLAINTEXT", "client_id": "orders", "client_software_name": "librdkafka",
+             "client_software_version": "2.6.0", "identity_version": 3, "principal": None, "sasl_mechanism": None,
+             "first_seen": NOW - 100, "last_seen": NOW - 98}
+    path.write_text(json.dumps({"format": FORMAT, "version": 1, "written_at": NOW, "connections": [entry]}))
+    (saved,) = state_mod.read_state(str(path), max_entries=10)
+    assert saved.inferred is None and saved.client_software_name == "librdkafka"
+
+
+_GOOD_INFERRED = {"source": "fingerprint", "name": "kafkajs", "version_range": ">=2.0.0", "confidence": 0.9,
+                  "evidence": ["a"], "min_compatible": None, "sibling_connection_id": None}
+
+
+@pytest.mark.parametrize("inferred", [
+    dict(_GOOD_INFERRED, source="announced"),  # never a way to forge an announced identity
+    dict(_GOOD_INFERRED, source="restored_fingerprint"),
+    dict(_GOOD_INFERRED, evidence=["e"] * 9),  # bounded like the registry's
+    dict(_GOOD_INFERRED, confidence=1.5),
+    dict(_GOOD_INFERRED, confidence=float("nan")),
+    dict(_GOOD_INFERRED, name="x" * 40000),
+    dict(_GOOD_INFERRED, extra=1),
+    {k: v for k, v in _GOOD_INFERRED.items() if k != "evidence"},
+    "kafkajs",
+], ids=["announced", "restored-source", "evidence", "confidence", "nan", "long-name", "extra-key", "missing-key",
+        "string"])
+def test_a_bad_inferred_identity_spoils_the_file_with_one_warning(tmp_path, census_log, inferred):
+    path = tmp_path / "state.json"
+    entry = {"client_address": "10.0.1.1", "client_port": 40001, "broker_address": "10.0.0.5", "broker_port": 9092,
+             "listener": "PLAINTEXT", "client_id": "orders", "client_software_name": None,
+             "client_software_version": None, "identity_version": None, "principal": None, "sasl_mechanism": None,
+             "first_seen": NOW - 100, "last_seen": NOW - 98, "inferred": inferred}
+    text = json.dumps({"format": FORMAT, "version": 1, "written_at": NOW, "connections": [entry]},
+                      allow_nan=True)
+    path.write_text(text)
+    with pytest.raises(StateError, match="bad inferred"):
+        state_mod.read_state(str(path), max_entries=10)
+    clock = Clock()
+    assert keeper(path, ConnectionRegistry(clock=clock), clock).restore() == 0
+    assert len(warnings(census_log)) == 1
+    good = dict(entry, inferred=_GOOD_INFERRED)
+    path.write_text(json.dumps({"format": FORMAT, "version": 1, "written_at": NOW, "connections": [good]}))
+    (saved,) = state_mod.read_state(str(path), max_entries=10)
+    assert saved.inferred == _GOOD_INFERRED
