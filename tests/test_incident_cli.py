@@ -4,9 +4,12 @@ operator runs it: the real command, a subprocess, against a real sidecar -- `kaf
 announces its software, aiokafka does not and is inferred), a connection held open, and a raw
 client whose client_id carries terminal escapes and which sends Produce v2 (removed by Kafka 4.0).
 
-Where no real peer can produce the case -- an aggregator's partial answer, a server that answers
-garbage, one that never answers -- a small local HTTP server stands in (said at each test); the
-aggregator's own end-to-end test covers partial answers for real.
+Against the real `kafka-census aggregate` in front of two real sidecars (`replay --serve` of
+recorded real clients): the PEER column, and a real partial answer once one sidecar is stopped.
+Where no real peer can produce the case -- a partial answer told only by its header, an
+aggregator none of whose peers answered, a server that answers garbage, one that never answers --
+a small local HTTP server stands in (said at each test); tests/test_aggregate.py covers the
+aggregator's answers themselves.
 
 Needs root (live capture), as `make test` has on CI.
 """
@@ -59,6 +62,14 @@ def one_error_line(out: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+def api(base: str, path: str, **params) -> dict:
+    """GET base/api/v1/PATH?PARAMS with the token, decoded."""
+    query = ("?" + urllib.parse.urlencode(params)) if params else ""
+    req = urllib.request.Request(base + "/api/v1/" + path + query, headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.load(resp)
+
+
 class Sidecar(Census):
     def __init__(self, port: int, http_port: int, token_file: Path) -> None:
         self.token_file = token_file
@@ -66,11 +77,7 @@ class Sidecar(Census):
                           "--api-token-file", str(token_file)], http_port)
 
     def api(self, path: str, **params) -> dict:
-        query = ("?" + urllib.parse.urlencode(params)) if params else ""
-        req = urllib.request.Request(self.base + "/api/v1/" + path + query,
-                                     headers={"Authorization": f"Bearer {TOKEN}"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.load(resp)
+        return api(self.base, path, **params)
 
     def cli(self, *args, env: dict | None = None) -> subprocess.CompletedProcess:
         return cli(*args, "--server", self.base, "--token-file", self.token_file, env=env)
@@ -504,3 +511,58 @@ def test_a_bad_answer_is_exit_1_in_one_line(status, body, extra, message):
     line = one_error_line(out)
     assert message in line and "\x1b" not in line, line
     assert len(server.server.paths) == 1  # a redirect is not followed
+
+
+# --- the real aggregator in front of two real sidecars (each a `replay --serve` of a recorded
+# real client, so no capture is needed): the PEER column, and a real partial answer ------------
+
+RECORDINGS = {"kafkajs-2.0.0.pcap": 45369, "confluent-kafka-python-2.3.0.pcap": 58823}  # file: Tansu's port
+FINGERPRINTS = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
+
+
+class Replay(Census):
+    def __init__(self, pcap: str, broker_port: int, token_file: Path) -> None:
+        super().__init__(["replay", str(FINGERPRINTS / pcap), "--serve", "--listener", f"PLAINTEXT={broker_port}",
+                          "--api-token-file", str(token_file)], peers.free_port())
+
+
+def test_against_the_real_aggregator_peers_are_named_and_a_missing_one_is_exit_5(tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    replays = [Replay(pcap, port, token_file) for pcap, port in RECORDINGS.items()]
+    agg = None
+    try:
+        agg = Census(["aggregate", "--peers", ",".join(r.base for r in replays), "--peer-token-file",
+                      str(token_file), "--api-token-file", str(token_file), "--cache-seconds", "0",
+                      "--peer-timeout", "5"], peers.free_port())
+
+        def run(*args):
+            return cli(*args, "--server", agg.base, "--token-file", token_file)
+
+        out = run("connections", "--order-by", "client_port")
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert lines[0].split()[:3] == ["CLIENT", "PEER", "CLIENT-ID"]
+        shown_peers = {line.split()[1] for line in lines[1:]}
+        assert shown_peers == {r.target for r in replays}  # every row names its sidecar
+        kafkajs = [line for line in lines[1:] if line.split()[2] == "kafkajs"]  # sends no software name
+        assert kafkajs and all(line.split()[3] == "kafkajs" and line.split()[5] == "(inferred)" for line in kafkajs)
+        as_json = run("connections", "-o", "json", "--order-by", "client_port")
+        body = json.loads(as_json.stdout)
+        assert len(lines) == 1 + len(body["connections"]) and body["partial"] is False
+        assert body["total"] == sum(api(r.base, "connections")["total"] for r in replays) == len(lines) - 1
+        assert body == api(agg.base, "connections", order_by="client_port")
+        wide = run("clients", "-o", "wide")
+        assert wide.returncode == 0 and wide.stdout.splitlines()[0].split()[-1] == "PEERS", wide.stdout
+
+        gone = replays.pop()
+        gone.stop()
+        out = run("connections", "--order-by", "client_port")
+        assert out.returncode == 5, out.stderr
+        assert {line.split()[1] for line in out.stdout.splitlines()[1:]} == {replays[0].target}
+        warning = out.stderr.strip().splitlines()
+        assert len(warning) == 1 and warning[0].startswith("warning: partial answer: missing 1 peer (1 of 2 peers "
+                                                           f"answered): {gone.target} (")
+    finally:
+        for census in ([agg] if agg else []) + replays:
+            census.stop()
