@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import socketserver
 import subprocess
@@ -327,6 +328,42 @@ def test_caller_token_and_peer_token(tmp_path):
         assert "peer-secret-1234" not in err and "caller-secret-5678" not in err
     finally:
         guarded.stop()
+
+
+def test_sighup_rereads_the_peer_token(tmp_path):
+    right = tmp_path / "sidecar-token"
+    right.write_text("the-right-token\n")
+    peer_token = tmp_path / "peer-token"
+    peer_token.write_text("an-old-token\n")
+    guarded = Served(create_app(build_registry(), api_token=ApiToken(right)))
+    agg = Agg([guarded.name], "--peer-token-file", str(peer_token), "--peer-probe-interval", "0")
+    try:
+        status, _, body = agg.answer("/api/v1/brokers")
+        assert status == 502 and body["missing_peers"][0]["kind"] == "unauthorized"
+        peer_token.write_text("the-right-token\n")
+        agg.proc.send_signal(signal.SIGHUP)
+        wait_for("the new peer token", lambda: agg.answer("/api/v1/brokers")[0] == 200)
+        peer_token.write_text("")  # an empty file: the token in force stays
+        agg.proc.send_signal(signal.SIGHUP)
+        assert agg.answer("/api/v1/clients")[2]["partial"] is False  # before or after that reload: the old token
+    finally:
+        code, err = agg.stop()
+        guarded.stop()
+    assert "the previous peer token stays in force" in err and "the-right-token" not in err, err
+
+
+def test_settings_from_a_config_file(sidecar, tmp_path):
+    config = tmp_path / "aggregate.yaml"
+    config.write_text(f"peers: [{sidecar.base}]\nallow-unauthenticated: true\ncache-seconds: 0\n"
+                      "peer-probe-interval: 0\n")
+    port = free_port()
+    agg = Census(["aggregate", "--config", str(config)], port)
+    try:
+        for _ in range(2):
+            status, headers, body = fetch(agg.base, "/api/v1/clients")
+            assert status == 200 and body["partial"] is False and headers["x-kafka-census-cache"] == "miss"
+    finally:
+        agg.stop()
 
 
 # --- one connection -------------------------------------------------------------------------
