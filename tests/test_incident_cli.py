@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import threading
+import unicodedata
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -32,7 +33,6 @@ from pathlib import Path
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-from exporter.incident import cell_width
 from tests import peers
 from tests.census import Census, wait_for
 from tests.kafka_frames import produce_v0_2, raw_request, request_frame
@@ -41,9 +41,16 @@ SCRIPT = Path(sys.executable).parent / "kafka-census"
 TOKEN = "incident-test-token-0123456789abcdef"
 HOSTILE_ID = "census-evil\x1b[31mRED\x1b[0m\n\u202eX"
 HELD_ID = "census-held"
+WIDE_ID = "計費服務-請求客戶端-" * 3  # East Asian wide: two terminal cells per character
 EVERY_CONNECTION_COLUMN = ["CLIENT", "CLIENT-ID", "SOFTWARE", "PRINCIPAL", "STATE", "LISTENER", "LAST-SEEN",
                            "AGE", "REQUESTS", "ID", "BROKER", "PROTOCOL", "IDENTITY", "CONFIDENCE", "SASL",
                            "BYTES-IN", "BYTES-OUT", "DECODE-ERRORS", "DESYNCS", "FIRST-SEEN", "LAST-SEEN-AT"]
+
+
+def cell_width(text: str) -> int:
+    """Terminal cells of `text` (measured here, not by the module under test): East Asian wide
+    and full-width characters take two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
 def cli(*args, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -104,6 +111,7 @@ def sidecar(tmp_path_factory):
             for name in ("confluent-kafka", "aiokafka"):
                 peers.run_client(name, broker.bootstrap, timeout=90)
             _send_and_close(port, produce_v0_2(2, 1, acks=1, client_id=HOSTILE_ID))
+            _send_and_close(port, raw_request(18, 0, 1, WIDE_ID, b""))  # ApiVersions v0
             held = socket.create_connection(("127.0.0.1", port), timeout=5)
             held.sendall(request_frame(ApiVersionsRequest(client_software_name="census-held",
                                                           client_software_version="0.1.0"), 1, HELD_ID))
@@ -245,6 +253,7 @@ def test_a_narrow_terminal_gets_lines_that_fit(sidecar):
     assert all(cell_width(line) <= 60 for line in lines), lines
     assert lines[0].split()[:3] == ["CLIENT", "CLIENT-ID", "SOFTWARE"]
     assert "…" in out.stdout  # cut, not wrapped
+    assert [line for line in lines if line.split()[1].startswith("計費服務-")]  # cut by cells, not characters
     assert "hidden to fit 60 columns; -o wide shows every column" in out.stderr
     api = rows(sidecar)
     for line, c in zip(lines[1:], api):
