@@ -43,9 +43,10 @@ from exporter import aggregate_merge as merge
 from exporter.api import (API_PREFIX, DEFAULT_LIMIT, MAX_LIMIT, OPEN_PATHS, ORDER_BY_PATTERN, UPGRADE_TARGETS, Broker,
                           BrokerList, Client, ClientList, ClientUsingRemoved, ConnectionList, ConnectionUsingRemoved,
                           Error, SoftwareUsingRemoved, Status, TooManyOrderTerms, UpgradeReadiness,
-                          _AsgiEndpoint, _BrowserSafeHeaders, _document_bearer, _encode, parse_order_by)
+                          AsgiEndpoint, BrowserSafeHeaders, IdentitySourceOfRow, document_bearer, parse_order_by)
 from exporter.api import Connection as _Connection
-from exporter.api import _Model
+from exporter.api import Model as _Model
+from exporter.api import encode as _encode
 from exporter.auth import ApiToken, BearerAuth, TokenError, read_token
 from exporter.textsafe import visible
 
@@ -662,11 +663,11 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
     if api_token is not None:
         open_paths = OPEN_PATHS if metrics_auth else OPEN_PATHS | {"/metrics"}
         app.add_middleware(BearerAuth, token=api_token, open_paths=open_paths)
-        _document_bearer(app, open_paths)
-    app.add_middleware(_BrowserSafeHeaders)
+        document_bearer(app, open_paths)
+    app.add_middleware(BrowserSafeHeaders)
     prom = CollectorRegistry(auto_describe=False)
     prom.register(AggregateCollector(agg))
-    app.router.routes.append(Route("/metrics", endpoint=_AsgiEndpoint(make_asgi_app(registry=prom)),
+    app.router.routes.append(Route("/metrics", endpoint=AsgiEndpoint(make_asgi_app(registry=prom)),
                                    include_in_schema=False))
 
     @app.get("/healthz", response_model=Status, tags=["health"], summary="The process is up")
@@ -790,7 +791,7 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
         client_software_version: Annotated[str, Query()] = None,
         client_id: Annotated[str, Query()] = None,
         principal: Annotated[str, Query()] = None,
-        identity_source: Annotated[Literal["announced", "sibling", "fingerprint", "none"], Query()] = None,
+        identity_source: Annotated[IdentitySourceOfRow, Query()] = None,
         inferred_software_name: Annotated[str, Query(description="Name inferred for clients that announced none")] \
             = None,
     ) -> Response:

@@ -23,10 +23,8 @@ import socket
 import socketserver
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 import uvicorn
