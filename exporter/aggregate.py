@@ -177,8 +177,9 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
         try:
             peers.set_addresses(resolve(*dns))
             peers.dns_lookups["ok"] += 1
-        except OSError as exc:
-            raise StartError(f"--peers-dns {dns[0]}: cannot resolve it: {exc.strerror or exc}") from None
+        except (OSError, UnicodeError) as exc:
+            raise StartError(f"--peers-dns {dns[0]}: cannot resolve it: {getattr(exc, 'strerror', None) or exc}") \
+                from None
     sock = _bind(args)
     agg = Aggregator(peers, timeout=args.peer_timeout, max_bytes=args.peer_max_mb << 20,
                      concurrency=args.peer_concurrency, peer_token=peer_token, cache_seconds=args.cache_seconds,

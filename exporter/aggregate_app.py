@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
+import re
 import socket
 import time
 from collections import Counter, OrderedDict
@@ -74,6 +76,21 @@ def host_port_name(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
+
+
+def valid_host(host: str) -> bool:
+    """An IP address, or a DNS name of 1-63 character labels (letters, digits, '-', '_'), at
+    most 253 characters: what getaddrinfo can be asked without an IDNA error."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    name = host[:-1] if host.endswith(".") else host
+    return 0 < len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split("."))
+
+
 def parse_peer_url(value: str) -> tuple[str, str]:
     """`http://host:port`, `https://host:port` or `host:port` -> (name, base URL). Raises
     ValueError with the reason. No path (a peer's name must not hold "/"), no credentials in
@@ -90,8 +107,8 @@ def parse_peer_url(value: str) -> tuple[str, str]:
         raise ValueError(f"bad peer {value!r}: the scheme is http or https")
     if parts.username is not None or parts.password is not None:
         raise ValueError(f"bad peer {value!r}: no credentials in the URL; the token goes in --peer-token-file")
-    if not parts.hostname:
-        raise ValueError(f"bad peer {value!r}: no host")
+    if not parts.hostname or not valid_host(parts.hostname):
+        raise ValueError(f"bad peer {value!r}: the host is not an address or a DNS name")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise ValueError(f"bad peer {value!r}: expected http://HOST:PORT, without a path")
     if port is None:
@@ -107,6 +124,9 @@ def parse_dns(value: str) -> tuple[str, int]:
     name = name.strip("[]")
     if not sep or not name or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"bad --peers-dns {value!r}: expected NAME:PORT, e.g. kafka-census-peers.kafka.svc:9595")
+    if not valid_host(name):
+        raise ValueError(f"bad --peers-dns {value!r}: {name!r} is not a DNS name (labels of 1-63 letters, digits "
+                         "or '-', at most 253 characters)")
     return name, int(port)
 
 
@@ -191,9 +211,10 @@ class Peers:
         try:
             infos = await asyncio.wait_for(loop.getaddrinfo(self.dns[0], self.dns[1], type=socket.SOCK_STREAM,
                                                             proto=socket.IPPROTO_TCP), timeout)
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (OSError, UnicodeError, asyncio.TimeoutError) as exc:
             self.dns_lookups["error"] += 1
-            reason = "timed out" if isinstance(exc, asyncio.TimeoutError) else (exc.strerror or str(exc))
+            reason = "timed out" if isinstance(exc, asyncio.TimeoutError) else (
+                getattr(exc, "strerror", None) or str(exc))
             self.dns_error = f"{self.dns[0]}: {reason}"
             log.warning("--peers-dns %s: lookup failed (%s); keeping the last %d peers", self.dns[0],
                         self.dns_error, len(self.dns_peers))
