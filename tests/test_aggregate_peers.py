@@ -48,11 +48,13 @@ class Served:
 
     def __init__(self, app) -> None:
         self.requests = 0
+        self.queries: list[tuple[str, bytes]] = []
         self.port = free_port()
 
         async def counting(scope, receive, send):
             if scope["type"] == "http":
                 self.requests += 1
+                self.queries.append((scope["path"], scope["query_string"]))
             await app(scope, receive, send)
 
         self.server = uvicorn.Server(uvicorn.Config(counting, host="127.0.0.1", port=self.port, log_level="warning",
@@ -250,6 +252,11 @@ def test_whole_answers_are_cached_partial_ones_never(sidecar):
         assert first[1]["x-kafka-census-cache"] == "miss" and second[1]["x-kafka-census-cache"] == "hit"
         assert first[2] == second[2]
         assert sidecar.requests == before + 1  # asked once
+        assert sidecar.queries[-1] == ("/api/v1/connections", b"state=all&limit=3")  # the limit pushed down
+        agg.answer("/api/v1/connections?client_id=orders&order_by=last_seen%20desc,client_port&limit=2")
+        assert sidecar.queries[-1] == ("/api/v1/connections", b"state=all&client_id=orders&order_by=last_seen+desc"
+                                                              b"%2Cclient_port&limit=2")
+        before += 1
         agg.answer("/api/v1/connections?limit=4")  # another query: another entry
         agg.answer("/api/v1/clients")
         assert sidecar.requests == before + 3
