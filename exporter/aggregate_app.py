@@ -768,7 +768,8 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
             ("principal", principal), ("address", address), ("inferred_software_name", inferred_software_name),
             ("identity_source", identity_source), ("order_by", order_by), ("limit", str(limit)),
         ) if v is not None]
-        return await serve(request, "connections", API_PREFIX + "/connections", params, merge.check_connections,
+        return await serve(request, "connections", API_PREFIX + "/connections", params,
+                           lambda body: merge.check_connections(body, limit),
                            lambda: merge.ConnectionsMerger(terms, limit))
 
     @app.get(API_PREFIX + "/connections/{conn_id:path}", response_model=AggConnection, tags=["connections"],

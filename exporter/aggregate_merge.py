@@ -81,11 +81,16 @@ def check_connection(row: Any, where: str = "connection") -> None:
         raise InvalidAnswer(f"{where}: idle_seconds is not a number")
 
 
-def check_connections(body: Any) -> None:
-    for row in _list_of(body, "connections"):
+def check_connections(body: Any, limit: int | None = None) -> None:
+    """`limit`: the page asked for; a peer that sends more rows is not answering the question
+    (and would make the merge sort what it never needed)."""
+    rows = _list_of(body, "connections")
+    if limit is not None and len(rows) > limit:
+        raise InvalidAnswer(f"{len(rows)} connections for limit={limit}")
+    for row in rows:
         check_connection(row)
-    if not _is_int(body.get("total")) or body["total"] < 0:
-        raise InvalidAnswer("total is not a count")
+    if not _is_int(body.get("total")) or body["total"] < len(rows):
+        raise InvalidAnswer("total is not a count of at least the rows listed")
 
 
 def _check_inferred(value) -> None:

@@ -592,6 +592,15 @@ def test_a_connection_listing_of_the_wrong_shape_is_invalid(body):
         merge.check_connections(body)
 
 
+def test_a_page_longer_than_the_limit_asked_is_invalid():
+    body = {"connections": [_conn(1), _conn(2)], "total": 2}
+    merge.check_connections(body, limit=2)
+    with pytest.raises(merge.InvalidAnswer, match="2 connections for limit=1"):
+        merge.check_connections(body, limit=1)
+    with pytest.raises(merge.InvalidAnswer):
+        merge.check_connections({"connections": [_conn(1), _conn(2)], "total": 1})
+
+
 def test_split_id():
     assert merge.split_id("127.0.0.1:9101/10.0.0.5:9092-10.0.0.7:1-2") == ("127.0.0.1:9101", "10.0.0.5:9092-10.0.0.7:1-2")
     assert merge.split_id("[::1]:9101/::1:9092-::1:5-7") == ("[::1]:9101", "::1:9092-::1:5-7")
