@@ -1,7 +1,9 @@
 """PySpark jobs over kafka-census event logs and pcap archives: the fleet view.
 
 `events` parses event logs in the executors (quarantining bad lines) and models connections;
-`jobs` defines the tables; `pcaps` turns pcap archives into event logs with `capture`;
-`report` renders one HTML file; `cli` runs one job. Nothing imports `pipeline`: the
-`kafka-census pipeline` command starts it as `python -m pipeline`.
+`identity` names the connections that announced no software (sibling or fingerprint, with
+`exporter.fingerprint`, a pure module; never the registry); `jobs` defines the tables; `pcaps`
+turns pcap archives into event logs with `capture`; `report` renders one HTML file; `cli` runs
+one job. Nothing imports `pipeline`: the `kafka-census pipeline` command starts it as
+`python -m pipeline`.
 """

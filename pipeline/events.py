@@ -6,6 +6,9 @@ per connection: who, where, identity, first/last seen) and `requests` (per conne
 version, a count). Parsing runs in the executors with `exporter.eventlog.parse_line`, the same
 reader the exporter's tests use, so the pipeline and the writer cannot disagree on the format.
 Imports pyspark, `exporter.eventlog` and the generated API table; nothing imports `pipeline`.
+The fields `pipeline.identity` names unannounced clients from (issue 15) are read here too:
+ConnectionOpened's mid_stream, a ConnectionRollup's first_requests, an ApiVersionsAnswer's
+maxima (`broker_max`).
 
 Both schema versions are read, and give the same tables for the same traffic (tests/
 test_eventlog_versions.py): requests are counted from a schema 1 log's RequestSeen lines (one
@@ -60,6 +63,18 @@ EVENT_SCHEMA = T.StructType([
         T.StructField("api_version", T.IntegerType()),
         T.StructField("n", T.LongType()),
     ]))),
+    # issue 15 (pipeline.identity): ConnectionOpened's mid_stream; a schema 2 ConnectionRollup's
+    # first_requests (the registry's fold, when it changed); an accepted ApiVersionsAnswer's
+    # maxima per api
+    T.StructField("mid_stream", T.BooleanType()),
+    T.StructField("first_requests", T.ArrayType(T.StructType([
+        T.StructField("api_key", T.IntegerType()),
+        T.StructField("api_version", T.IntegerType()),
+    ]))),
+    T.StructField("broker_max", T.ArrayType(T.StructType([
+        T.StructField("api_key", T.IntegerType()),
+        T.StructField("max_version", T.IntegerType()),
+    ]))),
 ])
 QUARANTINE_SCHEMA = T.StructType([
     T.StructField("file", T.StringType()),
@@ -70,7 +85,9 @@ QUARANTINE_SCHEMA = T.StructType([
 # ResponseSeen only for last_seen: a tally's or rollup's ts counts responses too.
 REQUEST_TYPES = frozenset({"RequestSeen", "RequestTally", "ConnectionRollup"})
 USED_TYPES = frozenset({"ConnectionOpened", "ClientSoftware", "SaslIdentity", "TlsSession", "ConnectionClosed",
-                        "ResponseSeen", *REQUEST_TYPES})
+                        "ResponseSeen", "ApiVersionsAnswer", *REQUEST_TYPES})
+# Types whose ts is not a connection's activity for last_seen (an answer is read for its maxima only).
+NOT_ACTIVITY = ("ApiVersionsAnswer",)
 _HOST = re.compile(r"events-[0-9TZ]+-(?P<host>.+)-[0-9]+\.ndjson(?:\.active)?$")
 _SOURCE_DIR = re.compile(r"/source=(?P<source>[^/]+)/[^/]+$")  # pcap-decode's partitioned output
 MAX_QUARANTINED_LINE = 2000  # characters of a bad line kept in the quarantine output
@@ -132,8 +149,27 @@ def _requests(t: str, rec: dict):
     return out
 
 
+def _pairs(rec: dict, field: str, width: int, pick):
+    """An array field of [int, ...] entries of `width` as (int, int) tuples by `pick`, or None."""
+    entries = rec.get(field)
+    if entries is None:
+        return None
+    if type(entries) is not list:
+        raise TypeError(f"field {field}: {type(entries).__name__} where list was expected")
+    out = []
+    for entry in entries:
+        if type(entry) is not list or len(entry) != width:
+            raise TypeError(f"field {field}: entry {entry!r} has not {width} values")
+        out.append(tuple(_int(entry[i], f"field {field}") for i in pick))
+    return out
+
+
 def _row(source: str, rec: dict):
     t = rec["type"]
+    first = _pairs(rec, "first_requests", 2, (0, 1)) if t == "ConnectionRollup" else None
+    broker_max = None
+    if t == "ApiVersionsAnswer" and _check(rec, "error_code", int) == 0:
+        broker_max = _pairs(rec, "api_ranges", 3, (0, 2))
     broker = None
     if t == "ConnectionOpened":
         broker = f"{_check(rec, 'broker_address', str)}:{_check(rec, 'broker_port', int)}"
@@ -147,7 +183,8 @@ def _row(source: str, rec: dict):
             # a TLS client certificate's subject is a principal too (the proxy's TlsSession)
             _check(rec, "client_subject" if t == "TlsSession" else "principal", str),
             _check(rec, "mechanism", str), _check(rec, "outcome", str), _check(rec, "reason", str),
-            _requests(t, rec))
+            _requests(t, rec), _check(rec, "mid_stream", bool) if t == "ConnectionOpened" else None, first,
+            broker_max)
 
 
 def _parse_partition(rows):
@@ -208,7 +245,7 @@ def connections(events: DataFrame) -> DataFrame:
     opened = (events.filter(F.col("type") == "ConnectionOpened")
               .groupBy(key).agg(F.min("ts").alias("first_seen"), F.first("client_address").alias("client_address"),
                                 F.first("broker").alias("broker"), F.first("listener").alias("listener")))
-    seen = events.groupBy(key).agg(F.max("ts").alias("last_seen"))
+    seen = events.filter(~F.col("type").isin(*NOT_ACTIVITY)).groupBy(key).agg(F.max("ts").alias("last_seen"))
     ident = (events.filter((F.col("type") == "ClientSoftware") & F.col("accepted"))
              .groupBy(key).agg(F.max_by(F.struct("software_name", "software_version"), "ts").alias("sw")))
     cid = (events.filter(F.col("type").isin(*REQUEST_TYPES) & F.col("client_id").isNotNull())

@@ -1,9 +1,10 @@
 """The fleet tables, as Spark DataFrames over `pipeline.events.connections` and `requests`.
 
-Owns the definitions of `inventory`, `adoption`, `api_usage` and `upgrade_readiness` and
-`write_table` (Parquet plus a CSV for spreadsheets). Pure DataFrame code: the same on
-`local[*]` and on a cluster. Imports pyspark and the generated API table (which versions a
-target broker removes).
+Owns the definitions of `inventory`, `adoption`, `api_usage`, `upgrade_readiness` and
+`readiness_by_software` (who to upgrade by software, announced or inferred, over
+`pipeline.identity.identities`) and `write_table` (Parquet plus a CSV for spreadsheets). Pure
+DataFrame code: the same on `local[*]` and on a cluster. Imports pyspark and the generated API
+table (which versions a target broker removes).
 
 Definitions (the README repeats them):
 - a *client* is (client_software_name, client_software_version, client_id, principal,
@@ -99,6 +100,59 @@ def upgrade_readiness(spark: SparkSession, conns: DataFrame, reqs: DataFrame, ta
                  F.timestamp_seconds(F.max("last_seen")).alias("last_seen"))
             .withColumn("target", F.lit(target))
             .orderBy(*CLIENT_KEY, "api_key", "api_version"))
+
+
+BY_SOFTWARE_KEY = ["software_name", "software_version", "identity_source", "client_id", "principal"]
+
+
+def readiness_by_software(spark: SparkSession, idents: DataFrame, reqs: DataFrame, target: str) -> DataFrame:
+    """Who to upgrade, as /api/v1/upgrade-readiness's `clients_by_software`: one row per
+    (software, version or range, identity source, client_id, principal) whose connections used an
+    api version `target` removes. software_name/version: the announced ones, else the inferred
+    library and version range (identity_source sibling or fingerprint, pipeline.identity), else
+    null ("none"). With the listeners, connections, requests, the removed versions used and the
+    lowest versions the target accepts, and for an inferred library its first release compatible
+    with the target (min_compatible), the inference's confidence and evidence (of the group's
+    first connection)."""
+    removed = F.broadcast(_removed_table(spark, target))
+    announced = F.col("identity_source") == "announced"
+    named = (idents.withColumn("software_name", F.when(announced, F.col("client_software_name"))
+                               .otherwise(F.col("inferred_software_name")))
+             .withColumn("software_version", F.when(announced, F.col("client_software_version"))
+                         .otherwise(F.col("inferred_version_range")))
+             .select("source", "conn_id", *BY_SOFTWARE_KEY, "listener", "first_seen", "last_seen",
+                     "inferred_confidence", "min_compatible", "evidence"))
+    used = (reqs.join(removed, ["api_key", "api_version"])
+            .withColumn("api_used", F.concat_ws(" v", "api", F.col("api_version").cast("string")))
+            .withColumn("api_minimum", F.when(F.col("minimum_version").isNull(), F.concat(F.col("api"),
+                                                                                          F.lit(" (removed)")))
+                        .otherwise(F.concat_ws(" v", "api", F.col("minimum_version").cast("string")))))
+    first = F.struct("first_seen", "source", "conn_id")
+    # Group keys as one JSON string each: they hold nulls (no principal, no name), which a join
+    # would not match.
+    named = (named.withColumn("_k", F.to_json(F.struct(*BY_SOFTWARE_KEY)))
+             .withColumn("_kl", F.to_json(F.struct(*BY_SOFTWARE_KEY, "listener"))))
+    # connections: all of the group's on each listener where it used a removed version (the REST
+    # API's total_connections: its census rows are per listener), not only those that used one
+    per_listener = named.groupBy("_k", "_kl").agg(F.countDistinct("source", "conn_id").alias("n"))
+    offending = used.join(named, ["source", "conn_id"])
+    sizes = (offending.select("_kl").distinct().join(per_listener, "_kl")
+             .groupBy("_k").agg(F.sum("n").alias("connections")))
+    return (offending
+            .groupBy(*BY_SOFTWARE_KEY, "_k")
+            .agg(F.array_sort(F.collect_set("listener")).alias("listeners"),
+                 F.sum("requests").alias("requests"),
+                 F.array_sort(F.collect_set("api_used")).alias("removed_apis"),
+                 F.array_sort(F.collect_set("api_minimum")).alias("minimum_versions"),
+                 F.min_by("min_compatible", first).alias("min_compatible"),
+                 F.min_by("inferred_confidence", first).alias("inferred_confidence"),
+                 F.min_by("evidence", first).alias("evidence"),
+                 F.timestamp_seconds(F.max("last_seen")).alias("last_seen"))
+            .join(sizes, "_k").drop("_k")
+            .select(*BY_SOFTWARE_KEY, "listeners", "connections", "requests", "removed_apis", "minimum_versions",
+                    "min_compatible", "inferred_confidence", "evidence", "last_seen")
+            .withColumn("target", F.lit(target))
+            .orderBy(*BY_SOFTWARE_KEY))
 
 
 def write_table(df: DataFrame, out_dir: str, name: str) -> int:

@@ -1,7 +1,8 @@
 """`report`: the fleet tables and three charts in one self-contained HTML file.
 
 Owns the report's content and markup: the header (when, inputs, window, counts), the
-upgrade-readiness verdict and table, inline SVG charts (version adoption over time, share of
+upgrade-readiness verdict and table (and by software: the unannounced clients named by sibling
+or fingerprint, `pipeline.identity`), inline SVG charts (version adoption over time, share of
 connections without a client identity, requests with removed API versions by client) and the
 inventory, adoption and api-usage tables. The tables come from `pipeline.jobs` over
 `pipeline.events`, exactly what the table jobs write, and are also written next to the HTML
@@ -338,6 +339,15 @@ COLUMNS = {
         ("Lowest accepted", _lowest, PLAIN), ("Requests", _field("requests"), NUM),
         ("Connections", _field("connections"), NUM),
         ("Last seen (UTC)", _field("last_seen"), PLAIN)],
+    "upgrade_readiness_by_software": [
+        ("Software (announced or inferred)", lambda r: f"{_fmt(r.get('software_name'))} "
+                                                      f"{_fmt(r.get('software_version'))}", FREE),
+        ("Identity", _field("identity_source"), PLAIN), ("Client id", _field("client_id"), FREE),
+        ("Principal", _field("principal"), FREE), ("APIs used", _field("removed_apis"), LIST),
+        ("Lowest accepted", _field("minimum_versions"), LIST),
+        ("First compatible release", _field("min_compatible"), PLAIN),
+        ("Confidence", _field("inferred_confidence"), NUM), ("Evidence", _field("evidence"), LIST),
+        ("Connections", _field("connections"), NUM), ("Requests", _field("requests"), NUM)],
     "inventory": [
         ("Software", _software, FREE), ("Client id", _field("client_id"), FREE),
         ("Principal", _field("principal"), FREE), ("Address", _field("client_address"), PLAIN),
@@ -452,7 +462,14 @@ def render(*, generated: float, inputs: list[str], target: str, since: float | N
                    f"used an API version Kafka {_e(target)} removes, in the traffic seen ({_e(seen)}).</div>")
     sections = [
         ("readiness", f"Upgrade readiness for Kafka {target}", verdict + table_html(
-            "upgrade_readiness", tables["upgrade_readiness"], totals["upgrade_readiness"])),
+            "upgrade_readiness", tables["upgrade_readiness"], totals["upgrade_readiness"]) + (
+            '<h3 id="by-software">By software</h3><p class="note">The clients above by software: announced '
+            "(KIP-511), else inferred (identity sibling: announced on another connection of the same address "
+            "and client id; fingerprint: from the API versions it sent), with the first release of an inferred "
+            "library compatible with Kafka " + _e(target) + " and the evidence.</p>"
+            + table_html("upgrade_readiness_by_software", tables["upgrade_readiness_by_software"],
+                         totals["upgrade_readiness_by_software"])
+            if "upgrade_readiness_by_software" in tables else "")),
         ("charts", "Charts", "".join(
             f'<figure id="{fid}"><figcaption><h3>{_e(cap)}</h3></figcaption>{body}</figure>'
             for fid, cap, body in (
@@ -478,7 +495,7 @@ def render(*, generated: float, inputs: list[str], target: str, since: float | N
         f"<main>{body}</main>"
         "<footer>Made by <code>kafka-census pipeline report</code>. A client is one inventory row; a day is the "
         "UTC date a connection started; \u201cunknown\u201d software means the client sent no ApiVersions request "
-        "naming itself. The four tables are also next to this file as CSV (<code>NAME.csv/</code>) and Parquet "
+        "naming itself. The tables are also next to this file as CSV (<code>NAME.csv/</code>) and Parquet "
         "(<code>NAME/</code>).</footer>"
         "</body></html>\n")
 
@@ -491,6 +508,7 @@ def run_report(spark, args, progress) -> dict:
     from pipeline import events as ev
     from pipeline import jobs
     from pipeline.cli import UsageError, load_input
+    from pipeline.identity import identities
     from pipeline.pcaps import write_file
 
     if args.target not in jobs.TARGETS:
@@ -505,6 +523,8 @@ def run_report(spark, args, progress) -> dict:
     n_conns = conns.count()
 
     frames = {"upgrade_readiness": jobs.upgrade_readiness(spark, conns, reqs, args.target),
+              "upgrade_readiness_by_software": jobs.readiness_by_software(
+                  spark, identities(events, conns, reqs), reqs, args.target),
               "inventory": jobs.inventory(conns, reqs), "adoption": jobs.adoption(conns),
               "api_usage": jobs.api_usage(conns, reqs)}
     totals = {}

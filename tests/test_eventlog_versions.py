@@ -123,6 +123,7 @@ def _rows(df) -> list[tuple]:
 def tables(logs, spark) -> dict[str, dict[str, list]]:
     from pipeline import events as pev
     from pipeline import jobs
+    from pipeline.identity import identities
 
     out = {}
     for name, directory in logs.items():
@@ -134,13 +135,18 @@ def tables(logs, spark) -> dict[str, dict[str, list]]:
             "inventory": _rows(jobs.inventory(conns, reqs)), "adoption": _rows(jobs.adoption(conns)),
             "api_usage": _rows(jobs.api_usage(conns, reqs)),
             "upgrade_readiness": _rows(jobs.upgrade_readiness(spark, conns, reqs, "4.0")),
+            # issue 15: who the unannounced connections are (pipeline.identity), and who to upgrade by
+            # software; a schema 2 log gives its connections' first requests, a schema 1 log its order
+            "identities": _rows(identities(events, conns, reqs)),
+            "readiness_by_software": _rows(jobs.readiness_by_software(
+                spark, identities(events, conns, reqs), reqs, "4.0")),
         }
     return out
 
 
 @pytest.mark.parametrize("version", ["v1-tally", "v2", "v2-fine"])
 @pytest.mark.parametrize("table", ["connections", "requests", "inventory", "adoption", "api_usage",
-                                   "upgrade_readiness"])
+                                   "upgrade_readiness", "identities", "readiness_by_software"])
 def test_every_table_is_the_same_from_either_version(tables, version, table):
     assert tables[version][table] == tables["v1"][table]
 
@@ -152,6 +158,8 @@ def test_the_tables_are_not_trivially_equal(tables, logs):
     assert len(v1["connections"]) >= 6 and len(v1["api_usage"]) > 10
     software = {row[8] for row in v1["connections"] if row[8]}  # client_software_name
     assert {"confluent-kafka-python", "kafka-python"} <= software
+    sources = {row[11] for row in v1["identities"]}  # identity_source, after the connection's columns
+    assert {"announced", "sibling", "fingerprint"} <= sources, sources
 
 
 # --- the registry: a replay tool reading either version reaches the same state -----------------

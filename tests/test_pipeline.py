@@ -49,7 +49,8 @@ CENSUS = Path(sys.executable).parent / "kafka-census"
 KEY = ("client_software_name", "client_software_version", "client_id", "principal", "client_address", "listener",
        "broker")  # an inventory row's client
 USED_TYPES = {"ConnectionOpened", "ClientSoftware", "RequestSeen", "SaslIdentity", "TlsSession", "ConnectionClosed",
-              "ResponseSeen", "RequestTally", "ConnectionRollup"}
+              "ResponseSeen", "RequestTally", "ConnectionRollup",
+              "ApiVersionsAnswer"}  # read for the broker's maxima (pipeline.identity), not as activity
 ROLLED = ("RequestTally", "ConnectionRollup")  # request counts per (api_key, api_version): schema 1 tally, schema 2
 REAL_CLIENTS = ("confluent-kafka", "kafka-python", "kafkajs", "platformatic")
 DAY0 = datetime(2026, 11, 20, tzinfo=timezone.utc).timestamp()
@@ -300,6 +301,8 @@ def oracle_connections(recs, since: float | None = None, until: float | None = N
     for source, r in recs:
         ts = r["ts"]
         if r["type"] not in USED_TYPES or (since is not None and ts < since) or (until is not None and ts >= until):
+            continue
+        if r["type"] == "ApiVersionsAnswer":
             continue
         c = conns[(source, r["conn_id"])]
         c.last_seen = max(c.last_seen, ts)

@@ -154,6 +154,14 @@ def test_counts_and_tables_match_what_the_jobs_wrote(run):
         with open(part, newline="", encoding="utf-8") as f:
             rows[name] = list(csv.DictReader(f))
         assert len(rows[name]) == summary["rows"][name]
+    (part,) = glob.glob(str(run["out"] / "upgrade_readiness_by_software.csv" / "part-*.csv"))
+    with open(part, newline="", encoding="utf-8") as f:
+        by_software = list(csv.DictReader(f))
+    assert len(by_software) == summary["rows"]["upgrade_readiness_by_software"] == 2
+    # legacy-billing announced nothing, and Produce v2 with Fetch v3 is too little to name it: "none"
+    assert sorted((r["client_id"], r["identity_source"]) for r in by_software) == [
+        (XSS_ID, "announced"), ("legacy-billing", "none")]
+    assert 'id="by-software"' in run["html"]
     removed = sorted((r["client_id"], r["api"], r["api_version"]) for r in rows["upgrade_readiness"])
     assert removed == [(XSS_ID, "OffsetCommit", "1"), ("legacy-billing", "Fetch", "3"),
                        ("legacy-billing", "Produce", "2")]
@@ -204,3 +212,132 @@ def test_ready_verdict_and_none_without_traffic():
     assert 'class="verdict ready"' in html and "Ready for Kafka 4.0" in html
     nothing = html_for(connections=0)
     assert "No verdict" in nothing and "Ready for" not in nothing
+
+
+# --- inferred clients (issue 15): the fleet report names them as /api/v1/upgrade-readiness does ---
+#
+# Real captures: recordings of real clients against Tansu (tests/fixtures/fingerprints), none of
+# which announces its software on every connection: kafka-node and sarama (fingerprint, and
+# versions Kafka 4.0 removed), kafkajs (fetch connections named by a fingerprinted sibling),
+# kafka-python 2.1.6 (announced on one connection, the others named by it). Each is replayed
+# through the capture into an event log as the exporter writes it (schema 2 rollups) under its own
+# host name, and into a live registry: per connection and per software group, the pipeline must
+# say what the registry says.
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from capture.listeners import ListenerMap  # noqa: E402
+from capture.replay import replay  # noqa: E402
+from exporter.eventlog import QueuedEventLog  # noqa: E402
+from exporter.registry import ConnectionRegistry  # noqa: E402
+
+FINGERPRINTS = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
+INFERRED_RECORDINGS = ("kafka-node-5.0.0", "sarama-1.22.1", "kafkajs-2.1.0", "kafka-python-2.1.6")
+
+
+@pytest.fixture(scope="module")
+def inferred(spark, tmp_path_factory):
+    from pipeline import events as pev
+    from pipeline import jobs
+    from pipeline.identity import identities
+
+    manifest = json.loads((FINGERPRINTS / "MANIFEST.json").read_text())["recordings"]
+    logs = tmp_path_factory.mktemp("inferred")
+    registries = {}
+    for name in INFERRED_RECORDINGS:
+        m = manifest[name]
+        events: list = []
+        replay(FINGERPRINTS / m["file"], ListenerMap.parse([f"PLAINTEXT={m['tansu_port']}"]), events.append,
+               tally=True)
+        reg = ConnectionRegistry(clock=lambda: 2e9, closed_ttl=1e12)
+        now = [events[0].ts]
+        log = QueuedEventLog(EventLog(logs, host=name, clock=lambda: now[0]), rollup_seconds=60)
+        for event in events:
+            now[0] = event.ts
+            reg.apply(event)
+            log.write(event)
+        log.close()
+        registries[name] = reg
+    events, quarantine = pev.load_events(spark, [str(logs)])
+    assert quarantine.count() == 0
+    conns, reqs = pev.connections(events).cache(), pev.requests(events).cache()
+    idents = identities(events, conns, reqs).cache()
+    by_software = jobs.readiness_by_software(spark, idents, reqs, "4.0")
+    return {"registries": registries, "logs": logs, "idents": [r.asDict() for r in idents.collect()],
+            "by_software": [r.asDict() for r in by_software.collect()]}
+
+
+def test_every_connection_has_the_identity_the_live_registry_gives_it(inferred):
+    got = {(r["source"], r["conn_id"]): r for r in inferred["idents"]}
+    sources = set()
+    for name, reg in inferred["registries"].items():
+        for c in reg.connections():
+            row = got[(name, c["id"])]
+            live = c["inferred_software"]
+            source = "announced" if c["client_software_name"] else (live["source"] if live else "none")
+            sources.add(source)
+            assert row["identity_source"] == source, (name, c["id"])
+            if live is not None:
+                assert (row["inferred_software_name"], row["inferred_version_range"], row["min_compatible"]) == (
+                    live["name"], live["version_range"], live["min_compatible"]), (name, c["id"])
+                assert row["inferred_confidence"] == pytest.approx(live["confidence"])
+                if source == "fingerprint":
+                    assert row["evidence"] == live["evidence"]
+                else:
+                    assert row["sibling_conn_id"] == live["sibling_connection_id"]
+            else:
+                assert row["inferred_software_name"] is None and row["evidence"] is None
+    assert sources == {"announced", "sibling", "fingerprint"}
+
+
+def test_the_fleet_readiness_names_inferred_clients_like_the_rest_api(inferred):
+    want = []
+    for reg in inferred["registries"].values():
+        for g in reg.upgrade_readiness("4.0")["clients_by_software"]:
+            want.append((g["software_name"], g["software_version"], g["identity_source"], g["client_id"],
+                         g["principal"], g["total_connections"], g["min_compatible"],
+                         sorted(f"{r['api']} v{r['api_version']}" for r in g["removed_requests"]),
+                         sum(r["count"] for r in g["removed_requests"])))
+    got = [(r["software_name"], r["software_version"], r["identity_source"], r["client_id"], r["principal"],
+            r["connections"], r["min_compatible"], r["removed_apis"], r["requests"]) for r in inferred["by_software"]]
+    assert sorted(got, key=repr) == sorted(want, key=repr)
+    names = {r["software_name"] for r in inferred["by_software"]}
+    assert {"kafka-node", "sarama"} <= names and None not in names  # every offender named
+    for r in inferred["by_software"]:
+        assert r["identity_source"] == "fingerprint" and r["evidence"] and r["inferred_confidence"] >= 0.75
+        assert r["minimum_versions"] and r["target"] == "4.0"
+
+
+def test_the_upgrade_readiness_job_writes_the_by_software_table(inferred, spark, tmp_path):
+    """`kafka-census pipeline upgrade-readiness`: beside its table, one by software whose CSV names
+    the unannounced clients, labelled, with min_compatible and the evidence."""
+    from pipeline.cli import run_tables
+
+    out = tmp_path / "out"
+    args = build_parser().parse_args(["upgrade-readiness", "--input", str(inferred["logs"]), "--output", str(out)])
+    summary = run_tables(spark, args)
+    assert summary["rows_by_software"] == len(inferred["by_software"]) >= 2
+    (part,) = glob.glob(str(out / "upgrade_readiness_by_software.csv" / "part-*.csv"))
+    with open(part, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0])[:5] == ["software_name", "software_version", "identity_source", "client_id", "principal"]
+    sarama = [r for r in rows if r["software_name"] == "sarama"]
+    assert sarama and all(r["identity_source"] == "fingerprint" and r["evidence"] for r in sarama)
+    assert {r["software_name"] for r in rows} == {r["software_name"] for r in inferred["by_software"]}
+    assert all("v" in r["removed_apis"] and r["minimum_versions"] for r in rows)
+
+
+def test_the_pipeline_names_clients_without_the_registry():
+    """pipeline.identity uses exporter.fingerprint (pure, standard library only), never the
+    registry: the executors rebuild nothing of the exporter's state."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "pipeline"
+    for path in root.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert "exporter.registry" not in mods, path.name
+    identity = (root / "identity.py").read_text()
+    assert "from exporter.fingerprint import" in identity

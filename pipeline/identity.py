@@ -1,0 +1,162 @@
+"""Who the connections that announced no software are (issue 15), over event logs, in Spark.
+
+Owns `identities` (one row per connection of `pipeline.events.connections`, with its identity
+source and, for an unannounced one, the inferred library, version range, confidence,
+min_compatible and evidence) and `infer_row` (the fingerprint of one connection, run in the
+executors). The same rules as the live registry (exporter/registry.py), on whole connections:
+
+- `announced`: the connection's own KIP-511 fields (an accepted ApiVersions v3+);
+- `sibling`: else the software a connection of the same client address and client_id announced
+  (same `source`, i.e. the same sidecar), if it announced before this one ended and was seen
+  within `window` seconds before this one opened (`--sibling-window`, 300 s): the latest such;
+- `fingerprint`: else `exporter.fingerprint.infer()` on what the connection sent: the version of
+  its first ApiVersions request, its request counts per (api, version), its client_id and its
+  first requests: from the log's own record of them (schema 2 ConnectionRollup records carry
+  `first_requests` as the registry folded them), else, for a schema 1 log, the first eight
+  distinct pairs in the order the log has them; and the broker's maxima from the latest
+  ApiVersions answer of the same broker. Never for a connection joined mid-stream;
+- `sibling` again, of a fingerprint: else the fingerprint of a connection of the same address and
+  client_id within the window (the most confident, then the oldest), at the fingerprint's
+  threshold confidence (0.75);
+- `none`.
+
+Imports pyspark, the generated API table and `exporter.fingerprint` (a pure, standard-library
+module: the table and infer(); shipped to the executors with the rest of the sources), never the
+registry.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from capture.kafka.api_table import API_TABLE
+
+DEFAULT_WINDOW = 300.0  # exporter.registry.DEFAULT_SIBLING_WINDOW
+MAX_FIRST_REQUESTS = 8
+MAX_EVIDENCE = 8
+ANNOUNCED_SIBLING_CONFIDENCE = 0.9  # as the registry: not 1, a NAT may put two processes behind one address
+SIBLING_OF_FINGERPRINT_CONFIDENCE = 0.75
+_TABLE_PAIRS = frozenset((s.key, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1))
+
+INFERENCE = T.StructType([
+    T.StructField("name", T.StringType()),
+    T.StructField("version_range", T.StringType()),
+    T.StructField("confidence", T.DoubleType()),
+    T.StructField("evidence", T.ArrayType(T.StringType())),
+    T.StructField("min_compatible", T.StringType()),
+])
+
+
+def infer_row(logged_first, seen, counts, avv, client_id, broker_max):
+    """The fingerprint of one connection (a row of `identities`' input), or None. Runs in the
+    executors; the arguments are Spark rows and lists."""
+    from exporter.fingerprint import Observation, infer
+
+    requests = {}
+    for k, v, n in counts or ():
+        if (k, v) in _TABLE_PAIRS:
+            requests[(k, v)] = requests.get((k, v), 0) + n
+    if logged_first is not None:
+        first = tuple((k, v) for k, v in logged_first if (k, v) in _TABLE_PAIRS)[:MAX_FIRST_REQUESTS]
+    else:  # schema 1: the order the log has them
+        first = tuple((k, v) for _, k, v in sorted(seen or ()) if (k, v) in _TABLE_PAIRS)[:MAX_FIRST_REQUESTS]
+    if not first:
+        return None
+    try:
+        found = infer(Observation(api_versions_request_version=avv, requests=requests, first_requests=first,
+                                  client_id=client_id,
+                                  broker_max=None if broker_max is None else {k: hi for k, hi in broker_max}))
+    except Exception:  # noqa: BLE001 - as the registry: a fault of the inference is no identity, not a failed job
+        return None
+    if found is None:
+        return None
+    return (str(found.name), str(found.version_range), round(float(found.confidence), 3),
+            [str(e) for e in tuple(found.evidence)[:MAX_EVIDENCE]], found.min_compatible)
+
+
+_infer_udf = F.udf(infer_row, INFERENCE)
+
+
+def identities(events: DataFrame, conns: DataFrame, reqs: DataFrame, window: float = DEFAULT_WINDOW) -> DataFrame:
+    """`conns` (pipeline.events.connections) with: identity_source ("announced", "sibling",
+    "fingerprint", "none"), inferred_software_name, inferred_version_range, inferred_confidence,
+    min_compatible, evidence (array) and sibling_conn_id. See the module docstring."""
+    key = ["source", "conn_id"]
+    logged = (events.filter(F.col("first_requests").isNotNull())
+              .groupBy(key).agg(F.max_by("first_requests", "ts").alias("logged_first")))
+    avv = (events.filter(F.col("type") == "ClientSoftware")
+           .groupBy(key).agg(F.min_by("request_version", "ts").alias("avv")))
+    seen = (events.filter(F.col("requests").isNotNull())
+            .select(*key, "ts", F.explode("requests").alias("r"))
+            .groupBy(*key, "r.api_key", "r.api_version").agg(F.min("ts").alias("t"))
+            .groupBy(key).agg(F.collect_list(F.struct("t", "api_key", "api_version")).alias("seen")))
+    counts = (reqs.groupBy(key).agg(F.collect_list(F.struct("api_key", "api_version", "requests")).alias("counts")))
+    mid = (events.filter(F.col("type") == "ConnectionOpened")
+           .groupBy(key).agg(F.max(F.col("mid_stream").cast("int")).alias("mid_stream")))
+    # The broker's maxima: its latest answer, per sidecar, listener and broker.
+    answers = (events.filter(F.col("broker_max").isNotNull()).select(*key, "ts", "broker_max")
+               .join(conns.select(*key, "listener", "broker"), key)
+               .groupBy("source", "listener", "broker").agg(F.max_by("broker_max", "ts").alias("broker_max")))
+    df = (conns.join(logged, key, "left").join(avv, key, "left").join(seen, key, "left")
+          .join(counts, key, "left").join(mid, key, "left")
+          .join(answers, ["source", "listener", "broker"], "left"))
+    unannounced = F.col("client_software_name").isNull()
+    df = df.withColumn("own", F.when(unannounced & (F.coalesce("mid_stream", F.lit(0)) == 0), _infer_udf(
+        "logged_first", "seen", "counts", "avv", "client_id", "broker_max")))
+
+    client = ["source", "client_address", "client_id"]
+    me = df.select(*key, *client, "first_seen", "last_seen")
+    # An announced sibling: the latest that announced before this one ended and was seen within the window.
+    announced = (df.filter(~unannounced & F.col("client_id").isNotNull())
+                 .select(*client, F.col("conn_id").alias("sib_id"), F.col("first_seen").alias("sib_first"),
+                         F.col("last_seen").alias("sib_last"),
+                         F.col("client_software_name").alias("sib_name"),
+                         F.col("client_software_version").alias("sib_version")))
+    latest = Window.partitionBy(*key).orderBy(F.desc("sib_first"), F.desc("sib_id"))
+    sib = (me.join(announced, client)
+           .filter((F.col("sib_id") != F.col("conn_id")) & (F.col("sib_first") <= F.col("last_seen"))
+                   & (F.col("sib_last") >= F.col("first_seen") - window))
+           .withColumn("rank", F.row_number().over(latest)).filter(F.col("rank") == 1)
+           .select(*key, "sib_id", "sib_name", "sib_version"))
+    # A fingerprinted sibling: the most confident, then the oldest, within the window.
+    printed = (df.filter(F.col("own").isNotNull() & F.col("client_id").isNotNull())
+               .select(*client, F.col("conn_id").alias("fp_id"), F.col("first_seen").alias("fp_first"),
+                       F.col("last_seen").alias("fp_last"), F.col("own").alias("fp")))
+    best = Window.partitionBy(*key).orderBy(F.desc("fp.confidence"), "fp_first", "fp_id")
+    fsib = (me.join(printed, client)
+            .filter((F.col("fp_id") != F.col("conn_id")) & (F.col("fp_first") <= F.col("last_seen"))
+                    & (F.col("fp_last") >= F.col("first_seen") - window))
+            .withColumn("rank", F.row_number().over(best)).filter(F.col("rank") == 1)
+            .select(*key, "fp_id", "fp"))
+    df = df.join(sib, key, "left").join(fsib, key, "left")
+
+    is_sib = unannounced & F.col("sib_id").isNotNull()
+    is_own = unannounced & F.col("sib_id").isNull() & F.col("own").isNotNull()
+    is_fsib = unannounced & F.col("sib_id").isNull() & F.col("own").isNull() & F.col("fp_id").isNotNull()
+
+    def pick(sib_value, own_value, fsib_value):
+        return F.when(is_sib, sib_value).when(is_own, own_value).when(is_fsib, fsib_value)
+
+    return df.select(
+        *conns.columns,
+        F.when(~unannounced, F.lit("announced")).when(is_sib, F.lit("sibling")).when(is_own, F.lit("fingerprint"))
+        .when(is_fsib, F.lit("sibling")).otherwise(F.lit("none")).alias("identity_source"),
+        pick(F.col("sib_name"), F.col("own.name"), F.col("fp.name")).alias("inferred_software_name"),
+        pick(F.coalesce("sib_version", F.lit("unknown")), F.col("own.version_range"), F.col("fp.version_range"))
+        .alias("inferred_version_range"),
+        pick(F.lit(ANNOUNCED_SIBLING_CONFIDENCE), F.col("own.confidence"), F.lit(SIBLING_OF_FINGERPRINT_CONFIDENCE))
+        .alias("inferred_confidence"),
+        pick(F.lit(None).cast("string"), F.col("own.min_compatible"), F.col("fp.min_compatible"))
+        .alias("min_compatible"),
+        pick(F.array(F.concat(F.lit("connection "), F.col("sib_id"),
+                              F.lit(" from the same client address and client_id announced "), F.col("sib_name"),
+                              F.lit(" "), F.coalesce("sib_version", F.lit("unknown")))),
+             F.col("own.evidence"),
+             F.array(F.concat(F.lit("connection "), F.col("fp_id"),
+                              F.lit(" from the same client address and client_id was fingerprinted as "),
+                              F.col("fp.name"), F.lit(" "), F.col("fp.version_range"))))
+        .alias("evidence"),
+        pick(F.col("sib_id"), F.lit(None).cast("string"), F.col("fp_id")).alias("sibling_conn_id"),
+    )
