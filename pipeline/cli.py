@@ -4,7 +4,8 @@
 Owns argument parsing, the Spark session (master `local[*]` by default, `--master` passed
 through unchanged, UTC session time zone, no UI), the run summary and exit codes (0 ok, 1 the
 input is unusable, 2 bad usage). Jobs: inventory, adoption, api-usage, upgrade-readiness
-(over event logs), pcap-decode (pcaps -> event logs) and report (one HTML file). Progress: a
+(over event logs; upgrade-readiness also writes its table by software, the unannounced clients
+named), pcap-decode (pcaps -> event logs) and report (one HTML file). Progress: a
 line per stage on stderr; Spark's own console progress bar when stderr is a terminal.
 """
 
@@ -124,8 +125,17 @@ def run_tables(spark, args) -> dict:
     rows = jobs.write_table(table, args.output, name)
     progress(f"{args.job}: {rows} rows -> {args.output}/{name}/ (Parquet) and {args.output}/{name}.csv/ "
              f"({time.perf_counter() - started:.1f} s)")
-    return {"job": args.job, "events": n_events, "quarantined_lines": n_bad, "rows": rows,
-            "output": args.output}
+    summary = {"job": args.job, "events": n_events, "quarantined_lines": n_bad, "rows": rows, "output": args.output}
+    if args.job == "upgrade-readiness":
+        # Who to upgrade by software, the unannounced clients named by sibling or fingerprint
+        # (issue 15), as /api/v1/upgrade-readiness's clients_by_software.
+        from pipeline.identity import identities
+
+        by_software = jobs.readiness_by_software(spark, identities(events, conns, reqs), reqs, args.target)
+        n = summary["rows_by_software"] = jobs.write_table(by_software, args.output, f"{name}_by_software")
+        progress(f"{args.job}: {n} rows by software -> {args.output}/{name}_by_software/ (Parquet) and "
+                 f"{args.output}/{name}_by_software.csv/")
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
