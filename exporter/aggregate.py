@@ -227,7 +227,8 @@ def _run(agg, sock, args: argparse.Namespace, access: dict, peer_token, version:
     peers = agg.peers
     where = ", ".join(p.name for p in peers.current()[:5]) + (" ..." if len(peers.current()) > 5 else "")
     dns = f"; --peers-dns {peers.dns[0]}:{peers.dns[1]} every {args.peers_dns_interval:g} s" if peers.dns else ""
-    print(f"aggregating {len(peers.current())} peers ({where}){dns}:\n  REST     {base}/api/v1/connections\n"
+    count = len(peers.current())
+    print(f"aggregating {count} peer{'' if count == 1 else 's'} ({where}){dns}:\n  REST     {base}/api/v1/connections\n"
           f"  peers    {base}/api/v1/peers\n  metrics  {base}/metrics\nCtrl-C to stop", file=sys.stderr, flush=True)
     if access.get("api_token") is None:
         log.warning("the aggregator's REST API is open to anyone who can reach %s (--allow-unauthenticated)", base)
