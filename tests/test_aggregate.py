@@ -1,7 +1,8 @@
 """The aggregator end to end (issue 16): three real Tansu brokers, each watched by its own
 `kafka-census capture -i lo` (the real command; its --listener names only its broker's port, so
 the BPF filter keeps the other brokers' traffic out), real clients spread over them, and the
-real `kafka-census aggregate` in front. Its answers must equal the union of the three sidecars'
+real `kafka-census aggregate` in front, tokens as deployed (each sidecar needs its API token,
+which the aggregator holds as --peer-token-file; callers need the aggregator's own). Its answers must equal the union of the three sidecars'
 (connections with filters, order_by and limit; census rows merged with counts summed; brokers;
 upgrade readiness). Then one sidecar is stopped: answers are marked partial naming it (body and
 header) and /api/v1/peers shows it down; it is restarted on the same port and the answers are
@@ -45,19 +46,32 @@ def conforms(path: str, status: int, body: dict) -> None:
 SPREAD = (("confluent-kafka", 0), ("confluent-kafka", 1), ("kafka-python", 1), ("aiokafka", 2))
 
 
+# As deployed: the sidecars need their API token, which the aggregator has as --peer-token-file;
+# callers of the aggregator need its own token.
+SIDECAR_TOKEN, CALLER_TOKEN = "sidecar-token-0123456789", "caller-token-9876543210"
+TOKENS: dict[str, str] = {}  # base URL -> the token its server wants
+
+
 def fetch(base: str, path: str) -> tuple[int, dict, dict]:
-    """(status, headers with lower-case names, JSON body) of GET base+path, errors included."""
+    """(status, headers with lower-case names, JSON body) of GET base+path with the token that
+    server wants, errors included."""
+    request = urllib.request.Request(base + path, headers={"Authorization": f"Bearer {TOKENS[base]}"})
     try:
-        with urllib.request.urlopen(base + path, timeout=30) as resp:
+        with urllib.request.urlopen(request, timeout=30) as resp:
             return resp.status, {k.lower(): v for k, v in resp.headers.items()}, json.load(resp)
     except urllib.error.HTTPError as err:
         return err.code, {k.lower(): v for k, v in err.headers.items()}, json.load(err)
 
 
 class Sidecar(Census):
-    def __init__(self, broker_port: int, http_port: int) -> None:
-        self.broker_port = broker_port
-        super().__init__(["capture", "-i", "lo", "--listener", f"PLAINTEXT={broker_port}"], http_port)
+    def __init__(self, broker_port: int, http_port: int, token_file) -> None:
+        self.broker_port, self.token_file = broker_port, token_file
+        TOKENS[f"http://127.0.0.1:{http_port}"] = SIDECAR_TOKEN
+        super().__init__(["capture", "-i", "lo", "--listener", f"PLAINTEXT={broker_port}",
+                          "--api-token-file", str(token_file)], http_port)
+
+    def get(self, path: str):
+        return fetch(self.base, path)[2]
 
     @property
     def name(self) -> str:
@@ -65,8 +79,10 @@ class Sidecar(Census):
 
 
 class Aggregator(Census):
-    def __init__(self, sidecars: list[Sidecar], http_port: int) -> None:
-        super().__init__(["aggregate", "--peers", ",".join(s.base for s in sidecars), "--allow-unauthenticated",
+    def __init__(self, sidecars: list[Sidecar], http_port: int, tokens) -> None:
+        TOKENS[f"http://127.0.0.1:{http_port}"] = CALLER_TOKEN
+        super().__init__(["aggregate", "--peers", ",".join(s.base for s in sidecars),
+                          "--peer-token-file", str(tokens / "sidecar"), "--api-token-file", str(tokens / "caller"),
                           "--peer-timeout", "5", "--peer-probe-interval", "1"], http_port)
 
     def answer(self, path: str) -> tuple[int, dict, dict]:
@@ -76,9 +92,12 @@ class Aggregator(Census):
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
     import contextlib
 
+    tokens = tmp_path_factory.mktemp("tokens")
+    (tokens / "sidecar").write_text(SIDECAR_TOKEN + "\n")
+    (tokens / "caller").write_text(CALLER_TOKEN + "\n")
     with contextlib.ExitStack() as stack:
         brokers = []
         for _ in range(3):
@@ -86,7 +105,7 @@ def cluster():
             brokers.append(stack.enter_context(peers.start_tansu(port, port)))
         sidecars = []
         for broker in brokers:
-            sidecar = Sidecar(broker.port, peers.free_port())
+            sidecar = Sidecar(broker.port, peers.free_port(), tokens / "sidecar")
             stack.callback(lambda s=sidecar: s.stop())
             sidecars.append(sidecar)
         errors = []
@@ -105,7 +124,7 @@ def cluster():
         assert not errors, errors
         for sidecar in sidecars:
             sidecar.wait_closed()
-        agg = Aggregator(sidecars, peers.free_port())
+        agg = Aggregator(sidecars, peers.free_port(), tokens)
         stack.callback(agg.stop)
         yield brokers, sidecars, agg
 
@@ -217,6 +236,10 @@ def test_census_rows_merge_by_key_with_counts_summed(cluster):
 
 def test_brokers_and_upgrade_readiness_over_the_peers(cluster):
     _, sidecars, agg = cluster
+    for base in (agg.base, sidecars[0].base):  # neither answers without its token
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(base + "/api/v1/brokers", timeout=30)
+        assert refused.value.code == 401
     brokers = whole(agg, "/api/v1/brokers")["brokers"]
     assert sorted(brokers, key=lambda b: (b["peer"], b["broker"])) == sorted(
         union(sidecars, "/api/v1/brokers", "brokers"), key=lambda b: (b["peer"], b["broker"]))
@@ -269,7 +292,7 @@ def test_a_stopped_peer_makes_answers_partial_until_it_returns(cluster):
     assert all(listed[s.name]["up"] for s in live)
     assert agg.samples("kafka_census_aggregate_peer_up")[(("peer", gone.name),)] == 0
 
-    back = Sidecar(gone.broker_port, int(gone.target.rsplit(":", 1)[1]))  # the same port
+    back = Sidecar(gone.broker_port, int(gone.target.rsplit(":", 1)[1]), gone.token_file)  # the same port
     sidecars[1] = back
     try:
         wait_for("answers to be whole again",
