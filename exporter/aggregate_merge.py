@@ -189,19 +189,37 @@ def order_connections(rows: list[dict], terms: list[tuple[str, bool]]) -> None:
 
 class ConnectionsMerger:
     """The listing over peers: every peer was asked with the same filters, order and limit;
-    the union is ordered again and cut to `limit` as each answer is added, so at most `limit`
-    rows (plus one peer's page) are kept whatever the number of peers."""
+    the union is ordered again and cut to `limit`. Rows are kept as (peer, row) and copied with
+    the prefixed id only when they make the page; the union is ordered and cut whenever it
+    passes twice the limit, so at most 2 x `limit` rows (plus one peer's page) are kept
+    whatever the number of peers."""
 
     def __init__(self, terms: list[tuple[str, bool]], limit: int) -> None:
         self.terms, self.limit = terms, limit
-        self.rows: list[dict] = []
+        self.kept: list[tuple[str, dict]] = []
         self.total = 0
 
     def add(self, peer: str, body: dict) -> None:
         self.total += body["total"]
-        self.rows.extend(peer_row(peer, r) for r in body["connections"])
-        order_connections(self.rows, self.terms)
-        del self.rows[self.limit:]
+        self.kept.extend((peer, r) for r in body["connections"])
+        if len(self.kept) > 2 * self.limit:
+            self._cut()
+
+    def _cut(self) -> None:
+        kept = self.kept
+        # The tie-break is the id as listed, PEER/ID: its order is (PEER, "/", ID)'s.
+        kept.sort(key=lambda pr: (pr[1]["first_seen"], pr[0] + ID_SEPARATOR + pr[1]["id"]))
+        for name, desc in reversed(self.terms):
+            if desc:
+                kept.sort(key=lambda pr: (0,) if pr[1].get(name) is None else (1, pr[1][name]), reverse=True)
+            else:
+                kept.sort(key=lambda pr: (1,) if pr[1].get(name) is None else (0, pr[1][name]))
+        del kept[self.limit:]
+
+    @property
+    def rows(self) -> list[dict]:
+        self._cut()
+        return [peer_row(peer, r) for peer, r in self.kept]
 
     def result(self) -> dict:
         return {"connections": self.rows, "total": self.total, "limit": self.limit}

@@ -542,7 +542,7 @@ def test_connections_merge_keeps_limit_rows_in_the_sidecars_order():
                   [("bytes_from_client", True)], [("client_software_name", True), ("client_port", False)]):
         m = merge.ConnectionsMerger(terms, 5)
         m.add("p1", {"connections": a, "total": 10})
-        assert len(m.rows) == 5
+        assert len(m.kept) == 10  # not cut yet: at most twice the limit
         m.add("p2", {"connections": b, "total": 10})
         out = m.result()
         assert out["total"] == 20 and len(out["connections"]) == 5
