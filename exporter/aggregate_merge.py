@@ -3,8 +3,8 @@
 Owns the check that a peer's answer has the sidecar's shape (`check_*`: what the merge reads
 has the types the merge needs; anything else is the peer's `invalid` answer, never a
 traceback or a row silently dropped) and the mergers: connections (ids prefixed with the
-peer, ordered again by the sidecar's rules, cut to the limit as each peer answers, so at most
-`limit` rows are kept whatever the number of peers), census rows (merged by their key, counts
+peer, ordered again by the sidecar's rules and cut to the limit whenever the union passes
+twice it, so at most 2 x `limit` rows are kept whatever the number of peers), census rows (merged by their key, counts
 summed), brokers (listed per peer), upgrade readiness (each part merged as its listing).
 
 Used by exporter.aggregate_app; imports only the standard library: a merge is a function of
