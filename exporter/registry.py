@@ -790,7 +790,8 @@ class ConnectionRegistry:
 
     def saved_identities(self) -> list[SavedIdentity]:
         """What the state file keeps: every open connection with an identity a mid-stream join
-        could not see again (an accepted ApiVersions, a restoration, or a principal), then the
+        could not see again (an accepted ApiVersions, a restoration, a principal, or an inferred
+        identity: `SavedIdentity.inferred`, for a connection without software fields), then the
         restored identities still waiting for their quiet connection (so that a second restart
         does not lose them), newest first; at most `max_open` in all. Copied in chunks, like a
         REST listing: at 100k connections one copy under the lock held it for 0.8 s."""
@@ -1414,7 +1415,8 @@ class ConnectionRegistry:
     def _wait(self, rec: ConnectionRecord) -> None:
         """`rec` (open, no announced identity of its own or of a sibling) waits for a sibling of its
         client address and client_id to be identified. At most MAX_WAITING_PER_KEY per key and
-        `max_open` keys (the least recently used dropped); closed or named ones leave lazily."""
+        `max_open` keys (the oldest key dropped first); one leaves at its close, or when found
+        closed or named."""
         inferred = rec.inferred
         if inferred is not None and inferred["source"] == "sibling" and inferred["announced"]:
             return  # nothing better can come
@@ -1669,6 +1671,11 @@ class ConnectionRegistry:
             return
         self._sync(rec, closing=True)  # the last word: what the whole connection said
         del self.open[ev.conn_id]
+        waiting = self._waiting.get((rec.client_address, rec.client_id)) if self._waiting else None
+        if waiting is not None and rec.id in waiting:  # no longer waiting: keep no closed id alive
+            waiting.remove(rec.id)
+            if not waiting:
+                del self._waiting[(rec.client_address, rec.client_id)]
         self._gauge[(rec.listener, *rec.labels)] -= 1
         if rec.inferred_labels is not None:
             self._inferred_gauge[rec.inferred_labels] -= 1

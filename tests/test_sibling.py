@@ -341,3 +341,13 @@ def test_the_work_per_event_and_the_waiting_list_are_bounded(monkeypatch):
     # the others (past the per-key bound) are named at their own next sync point, as before
     feed(reg, *(sweep(f"b{i}", 6.0) for i in range(n)))
     assert named() == n
+
+
+def test_a_closed_connection_leaves_the_waiting_list():
+    reg = feed(ConnectionRegistry(), opened("b", 1.0, port=40001), request("b", 1.0), sweep("b", 1.05),
+               opened("c", 1.0, port=40002), request("c", 1.0), sweep("c", 1.05))
+    assert reg._waiting[("10.0.1.1", "app")] == ["b", "c"]
+    feed(reg, closed("b", 2.0))
+    assert reg._waiting[("10.0.1.1", "app")] == ["c"]
+    feed(reg, closed("c", 2.0))
+    assert not reg._waiting  # no closed connection's id kept
