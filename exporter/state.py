@@ -51,7 +51,9 @@ of the wrong shape is reported in ONE warning line and ignored. Entries silent f
 the idle timeout are stale (the broker has closed those connections) and dropped. A state file
 that cannot be created at all (its directory missing and not creatable, not writable, or the
 path is a directory) is a start-up error (`StateError`); a later failed write is a warning, a
-count (`state_write_errors`) and the old file kept.
+count (`state_write_errors`) and the old file kept. A save never writes more than the reader
+takes (`MAX_STATE_BYTES`): past it the inferred identities are left out first, then the last
+entries, counted (`state_entries_dropped`) with a warning.
 """
 
 from __future__ import annotations
@@ -256,7 +258,7 @@ class StateKeeper:
     an older snapshot."""
 
     def __init__(self, path: str, registry, *, interval: float = DEFAULT_INTERVAL, idle_timeout: float,
-                 max_entries: int, clock=time.time, monotonic=time.monotonic) -> None:
+                 max_entries: int, clock=time.time, monotonic=time.monotonic, max_bytes: int = MAX_STATE_BYTES) -> None:
         if interval <= 0 or idle_timeout <= 0 or max_entries < 1:
             raise ValueError("interval, idle_timeout and max_entries must be positive")
         check_writable(path)
@@ -267,8 +269,10 @@ class StateKeeper:
         self.max_entries = max_entries
         self.clock = clock
         self.monotonic = monotonic
+        self.max_bytes = max_bytes
         self.writes = 0
         self.write_errors = 0
+        self.entries_dropped = 0  # entries left out of a save to keep the file within max_bytes
         self._last_save = monotonic()
         self._failing = False
         self._save_lock = threading.Lock()
@@ -331,7 +335,7 @@ class StateKeeper:
         with self._save_lock:
             self._last_save = self.monotonic()
             try:
-                data = encode_state(self.registry.saved_identities(), self.clock())
+                data = self._bounded(self.registry.saved_identities(), self.clock())
                 write_atomic(self.path, data)
             except (OSError, ValueError) as exc:  # ValueError: a NaN time would not be JSON
                 self.write_errors += 1
@@ -344,6 +348,25 @@ class StateKeeper:
             self._failing = False
             return True
 
+    def _bounded(self, saved: list[SavedIdentity], now: float) -> bytes:
+        """The file's bytes, within `max_bytes` (which the reader refuses beyond): if the entries do
+        not fit, the inferred identities go first (an inference can be made again; an announced
+        identity cannot be seen again mid-stream), then the last entries, counted in
+        `entries_dropped` and warned about."""
+        data = encode_state(saved, now)
+        if len(data) <= self.max_bytes:
+            return data
+        ranked = sorted(saved, key=lambda e: e.inferred is not None)  # stable: the announced ones first
+        keep = len(ranked)
+        while keep and len(data) > self.max_bytes:
+            keep = min(keep - 1, int(keep * self.max_bytes / len(data) * 0.98))  # the mean entry's share
+            data = encode_state(ranked[:keep], now)
+        dropped = len(saved) - keep
+        self.entries_dropped += dropped
+        log.warning("state file %s: %d of %d connection identities left out to stay within %d bytes",
+                    self.path, dropped, len(saved), self.max_bytes)
+        return data
+
     def health(self) -> dict:
         return {"state_restored_connections": self.registry.restored_connections,
-                "state_write_errors": self.write_errors}
+                "state_write_errors": self.write_errors, "state_entries_dropped": self.entries_dropped}

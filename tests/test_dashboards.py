@@ -338,7 +338,7 @@ def exported() -> dict[str, set[str]]:
     prom.register(CensusCollector(registry, version="test", health=lambda: {
         # what exporter/serve.py's health() reports with --event-log and --state-file
         "event_log_written": 1, "event_log_write_errors": 0, "event_log_dropped": 0,
-        "state_restored_connections": 0, "state_write_errors": 0}))
+        "state_restored_connections": 0, "state_write_errors": 0, "state_entries_dropped": 0}))
     families = list(prom.collect())
     empty = [f.name for f in families if not f.samples]
     assert not empty, f"add an event to _census_events() so these families have samples: {empty}"

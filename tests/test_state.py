@@ -698,3 +698,33 @@ def test_a_bad_inferred_identity_spoils_the_file_with_one_warning(tmp_path, cens
     path.write_text(json.dumps({"format": FORMAT, "version": 1, "written_at": NOW, "connections": [good]}))
     (saved,) = state_mod.read_state(str(path), max_entries=10)
     assert saved.inferred == _GOOD_INFERRED
+
+
+def test_a_save_stays_within_what_the_reader_takes_inferred_identities_first_out(tmp_path, monkeypatch, census_log):
+    """The reader refuses a file over its byte bound; the writer never writes one: past it the
+    inferred identities are left out first (an inference can be made again), then the last
+    entries, counted and warned about once per save."""
+    clock = Clock()
+    reg = _inferring_run(clock, monkeypatch)  # 6 announced, 7 sibling, 8 fingerprint
+    t = clock.t - 50
+    for n in range(20, 60):  # announced ones
+        feed(reg, opened(n, t, mid_stream=False), request(cid(n), t + 0.1, f"app-{n}"),
+             software(cid(n), t + 0.2, "librdkafka", "2.6.0"))
+    path = tmp_path / "state.json"
+    unbounded = keeper(tmp_path / "whole.json", reg, clock)
+    assert unbounded.save() and unbounded.entries_dropped == 0
+    whole = (tmp_path / "whole.json").stat().st_size
+    limit = whole - 300  # the two inferred entries (~500 bytes) must go, nothing else
+    k = keeper(path, reg, clock, max_bytes=limit)
+    assert k.save()
+    assert path.stat().st_size <= limit
+    doc = json.loads(path.read_text())
+    assert all(c["inferred"] is None for c in doc["connections"])
+    assert len(doc["connections"]) == 43 - k.entries_dropped and 1 <= k.entries_dropped <= 2
+    assert k.health()["state_entries_dropped"] == k.entries_dropped
+    assert any("left out to stay within" in w for w in warnings(census_log))
+    tiny = keeper(tmp_path / "tiny.json", reg, clock, max_bytes=5000)
+    assert tiny.save() and (tmp_path / "tiny.json").stat().st_size <= 5000
+    kept = state_mod.read_state(str(tmp_path / "tiny.json"), max_entries=100, max_bytes=5000)
+    assert len(kept) == 43 - tiny.entries_dropped and tiny.entries_dropped >= 20
+    assert all(e.inferred is None and e.client_software_name for e in kept)
