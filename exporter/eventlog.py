@@ -3,7 +3,8 @@
 Owns `EventLog` (the writer behind `--event-log DIR`), `QueuedEventLog` (its writer thread and
 bounded queue, for the serving commands, and there the per-connection rollup of request
 traffic), the record format (`SCHEMA_VERSION`, `to_record`, `encode`, `rollup_lines`) and the
-reader side (`parse_line`, `read_events`, `list_logs`, `to_event`), which reads schema 1 and 2.
+reader side (`parse_line`, `read_events`, `list_logs`, `to_event`, `to_events`), which reads
+schema 1 and 2.
 Imports only `capture.events` (the event contract), `exporter.rollup` and the standard library.
 
 Record: one JSON object per line, compact, keys in this order:
@@ -49,6 +50,13 @@ same way: the latest one is held and written after the rollup, the earlier ones 
 - `folded`: requests, responses and acks of this delta not itemised because the connection
   passed the per-connection bound (exporter/rollup.py: 64 (api, version) pairs, 8 acks
   pairs); 0 for every real client seen so far.
+- `first_requests` ([[api_key, api_version], ...], at most 8) and `api_versions_request_version`
+  (issue 15): present when they changed since the connection's previous record: its first
+  distinct API versions as the registry folds them and the version of its first ApiVersions
+  request, which a fingerprint needs and a rollup's counts lose. They change at most 9 times per
+  connection; one that changed after the connection's last traffic gets a record of its own
+  (empty arrays) at the next round or just before its ConnectionClosed. `to_events` hands them
+  back (`FingerprintBasis`), so a registry rebuilt from a log fingerprints like the live one.
 - the rollup state is bounded (exporter/rollup.py: connections and entries); past a bound the
   longest-held connection's record is written early, so a connection may get more records
   than its rounds, never fewer counts. A crash loses the counts of the current round.

@@ -6,8 +6,10 @@ counts, bytes and latency buckets, plus Produce acks counts), `record` (one accu
 `ConnectionRollup` record (plus its connection's latest TrafficUpdate), schema 2, see
 exporter/eventlog.py's docstring), `Roller` and `rolled` (an event stream -> the same stream
 with its traffic rolled up, for batch writers: `pipeline.pcaps` and tests) and `TRAFFIC` (the
-event types a rollup absorbs). Imports only `capture.events` and the standard library;
-`exporter.eventlog` imports it, never the reverse.
+event types a rollup absorbs), and each open connection's fingerprint basis (`note`,
+`FingerprintBasis`: its first requests as the registry folds them, carried by the records).
+Imports only `capture.events`, the generated API table and the standard library;
+`exporter.eventlog` and `exporter.registry` (for `FingerprintBasis`) import it, never the reverse.
 
 Semantics: a rollup record holds **deltas**: what the connection did since its previous
 `ConnectionRollup` record (or since it opened), never running totals; a reader sums them. An
