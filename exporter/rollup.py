@@ -326,8 +326,9 @@ class Rollup:
         return None if acc is None else (conn_id, acc)
 
     def take(self) -> list[tuple[str, Accumulator]]:
-        """Every accumulator, taken out (at the interval, at close): O(1) under the owner's lock
-        but the list, which the writer builds records from."""
+        """Every accumulator, taken out (at the interval, at close), plus a basis-only one for each
+        connection whose basis changed without traffic since its last record: under the owner's
+        lock, the list and one step per such connection (each changes at most 9 times)."""
         conns, self.conns = self.conns, {}
         self.entries = 0
         if self._changed:  # at most one record per connection whose basis changed (<= 9 changes each)
