@@ -728,3 +728,24 @@ def test_a_save_stays_within_what_the_reader_takes_inferred_identities_first_out
     kept = state_mod.read_state(str(tmp_path / "tiny.json"), max_entries=100, max_bytes=5000)
     assert len(kept) == 43 - tiny.entries_dropped and tiny.entries_dropped >= 20
     assert all(e.inferred is None and e.client_software_name for e in kept)
+
+
+def test_restored_inferences_through_the_rest_api(tmp_path, monkeypatch):
+    """The REST API serves and filters the restored inferences, and its schema names the values."""
+    from fastapi.testclient import TestClient
+
+    from exporter.api import create_app
+
+    clock = Clock()
+    path = tmp_path / "state.json"
+    assert keeper(path, _inferring_run(clock, monkeypatch), clock).save()
+    reg = _restart(path, clock)
+    with TestClient(create_app(reg)) as client:
+        rows = client.get("/api/v1/connections", params={"identity_source": "restored_fingerprint"}).json()
+        assert [c["id"] for c in rows["connections"]] == [cid(8, 2)]
+        assert rows["connections"][0]["inferred_software"]["source"] == "restored_fingerprint"
+        census = client.get("/api/v1/clients", params={"identity_source": "restored_sibling"})
+        assert census.status_code == 200
+        assert [r["client_id"] for r in census.json()["clients"]] == ["shop"]
+        schema = client.get("/openapi.json").json()["components"]["schemas"]
+        assert "restored_fingerprint" in schema["InferredSoftware"]["properties"]["source"]["enum"]
