@@ -33,6 +33,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -46,6 +47,8 @@ from helm_python import _native
 from capture.listeners import ListenerMap
 from exporter.cli import build_parser
 from exporter.serve import parse_http
+from tests import peers
+from tests.census import wait_for
 from tests.test_table_memory import FLOW_BYTES, RECORD_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1501,3 +1504,87 @@ def test_schema_rejects_bad_aggregator_values(aggregator, where):
     with pytest.raises(helm_python.HelmValuesError) as err:
         render({"aggregator": aggregator})
     assert where in str(err.value)
+
+
+def materialize(docs: list[dict], spec: dict, c: dict, root: Path, args: list[str], ports: dict[str, str]) -> list[str]:
+    """The container's arguments as it would run them here: each mounted Secret written under
+    `root` with the rendered Secret's bytes (items, paths), the file paths rewritten to it, and
+    `--FLAG=` values of `ports` replaced (addresses on loopback)."""
+    secrets = {s["metadata"]["name"]: s for s in of_kind(docs, "Secret")}
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    mounts = {}
+    for m in c.get("volumeMounts", []):
+        source = volumes[m["name"]]["secret"]
+        target = root / m["name"]
+        target.mkdir(parents=True)
+        for item in source["items"]:
+            (target / item["path"]).write_bytes(base64.b64decode(secrets[source["secretName"]]["data"][item["key"]]))
+        mounts[m["mountPath"]] = str(target)
+    out = []
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if flag in ports:
+            arg = f"{flag}={ports[flag]}"
+        for mount, local in mounts.items():
+            if value.startswith(mount + "/"):
+                arg = f"{flag}={local}{value[len(mount):]}"
+        out.append(arg)
+    return out
+
+
+def test_aggregator_wiring_runs(tmp_path):
+    """The chart's proxy and aggregator arguments and Secrets, run for real (ports on loopback,
+    the DNS name of the peers' Service answered by 127.0.0.1): the aggregator reaches the peer
+    with the peers' token file and is ready, answers callers holding its own token, and refuses
+    the peers' token and no token."""
+    import httpx
+
+    values = mode_values("proxy", aggregator={"enabled": True})
+    values["api"] = {"auth": {"token": "peer-token-0123456789"}}
+    docs = manifests(render(values))
+    [(pspec, proxy)] = [(s, container(s)) for _, _, s in peer_pods(docs)]
+    deployment, _, _, agg = aggregator_parts(docs)
+    peer_http, agg_http, listen = (peers.free_port() for _ in range(3))
+    proxy_args = materialize(docs, pspec, proxy, tmp_path / "proxy", proxy["args"], {
+        "--http": f"127.0.0.1:{peer_http}", "--listen": f"127.0.0.1:{listen}", "--upstream": "127.0.0.1:9"})
+    assert parse_cli(agg["args"]).peers_dns.endswith(":9595")
+    agg_args = materialize(docs, deployment["spec"]["template"]["spec"], agg, tmp_path / "aggregator", agg["args"], {
+        "--http": f"127.0.0.1:{agg_http}", "--peers-dns": f"127.0.0.1:{peer_http}"})
+    own = (tmp_path / "aggregator" / "kafka-census-api-token" / "token").read_text()
+    peer_token = (tmp_path / "aggregator" / "kafka-census-peer-token" / "token").read_text()
+    assert peer_token == "peer-token-0123456789" != own
+    census = Path(sys.executable).parent / "kafka-census"
+    procs = [subprocess.Popen([str(census), *a], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for a in (proxy_args, agg_args)]
+    try:
+        base = f"http://127.0.0.1:{agg_http}"
+
+        def ready(url):
+            assert all(p.poll() is None for p in procs), [p.stderr.read() for p in procs if p.poll() is not None]
+            try:
+                return httpx.get(url + "/readyz", timeout=2).status_code == 200
+            except httpx.TransportError:
+                return False
+        wait_for("the proxy to be ready", lambda: ready(f"http://127.0.0.1:{peer_http}"))
+        wait_for("the aggregator to be ready", lambda: ready(base))
+        answer = httpx.get(base + "/api/v1/peers", headers={"Authorization": f"Bearer {own}"}, timeout=10)
+        assert answer.status_code == 200, answer.text
+        [peer] = answer.json()["peers"]
+        assert peer["up"] is True and peer["peer"] == f"127.0.0.1:{peer_http}", peer
+        listing = httpx.get(base + "/api/v1/connections", headers={"Authorization": f"Bearer {own}"}, timeout=10)
+        assert listing.status_code == 200 and listing.json()["partial"] is False, listing.text
+        for headers in ({"Authorization": f"Bearer {peer_token}"}, {}):
+            assert httpx.get(base + "/api/v1/connections", headers=headers, timeout=10).status_code == 401
+        # --metrics-auth: its /metrics needs its own token too
+        assert httpx.get(base + "/metrics", timeout=10).status_code == 401
+        assert "kafka_census_aggregate_peer_up" in httpx.get(
+            base + "/metrics", headers={"Authorization": f"Bearer {own}"}, timeout=10).text
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
