@@ -17,7 +17,8 @@ tests/test_image.py).
   selects exactly the pods that run kafka-census (the broker pods in sidecar mode, checked in a
   parent chart's StatefulSet), nothing else selects the aggregator's pods, the NetworkPolicies
   let it (and only it, besides httpFrom) reach the peers' HTTP port, and the peer token file is
-  the Secret key the peers themselves read.
+  the Secret key the peers themselves read; the rendered proxy and aggregator are run for real
+  with the rendered Secrets' bytes as their files.
 - Secure by default (issue 13): in every mode the REST API and /metrics need a token from a
   Secret the chart creates and the ServiceMonitor sends, nothing escalates privileges, NET_RAW
   is in the capture container only, an unauthenticated non-loopback address is refused, the
