@@ -93,6 +93,8 @@ def identities(events: DataFrame, conns: DataFrame, reqs: DataFrame, window: flo
             .groupBy(*key, "r.api_key", "r.api_version").agg(F.min("ts").alias("t"))
             .groupBy(key).agg(F.collect_list(F.struct("t", "api_key", "api_version")).alias("seen")))
     counts = (reqs.groupBy(key).agg(F.collect_list(F.struct("api_key", "api_version", "requests")).alias("counts")))
+    announced_v = (events.filter((F.col("type") == "ClientSoftware") & F.col("accepted"))
+                   .groupBy(key).agg(F.max_by("request_version", "ts").alias("identity_version")))
     mid = (events.filter(F.col("type") == "ConnectionOpened")
            .groupBy(key).agg(F.max(F.col("mid_stream").cast("int")).alias("mid_stream")))
     # The broker's maxima: its latest answer, per sidecar, listener and broker.
@@ -100,7 +102,7 @@ def identities(events: DataFrame, conns: DataFrame, reqs: DataFrame, window: flo
                .join(conns.select(*key, "listener", "broker"), key)
                .groupBy("source", "listener", "broker").agg(F.max_by("broker_max", "ts").alias("broker_max")))
     df = (conns.join(logged, key, "left").join(avv, key, "left").join(seen, key, "left")
-          .join(counts, key, "left").join(mid, key, "left")
+          .join(counts, key, "left").join(mid, key, "left").join(announced_v, key, "left")
           .join(answers, ["source", "listener", "broker"], "left"))
     unannounced = F.col("client_software_name").isNull()
     df = df.withColumn("own", F.when(unannounced & (F.coalesce("mid_stream", F.lit(0)) == 0), _infer_udf(
@@ -113,13 +115,14 @@ def identities(events: DataFrame, conns: DataFrame, reqs: DataFrame, window: flo
                  .select(*client, F.col("conn_id").alias("sib_id"), F.col("first_seen").alias("sib_first"),
                          F.col("last_seen").alias("sib_last"),
                          F.col("client_software_name").alias("sib_name"),
-                         F.col("client_software_version").alias("sib_version")))
+                         F.col("client_software_version").alias("sib_version"),
+                         F.col("identity_version").alias("sib_iv")))
     latest = Window.partitionBy(*key).orderBy(F.desc("sib_first"), F.desc("sib_id"))
     sib = (me.join(announced, client)
            .filter((F.col("sib_id") != F.col("conn_id")) & (F.col("sib_first") <= F.col("last_seen"))
                    & (F.col("sib_last") >= F.col("first_seen") - window))
            .withColumn("rank", F.row_number().over(latest)).filter(F.col("rank") == 1)
-           .select(*key, "sib_id", "sib_name", "sib_version"))
+           .select(*key, "sib_id", "sib_name", "sib_version", "sib_iv"))
     # A fingerprinted sibling: the most confident, then the oldest, within the window.
     printed = (df.filter(F.col("own").isNotNull() & F.col("client_id").isNotNull())
                .select(*client, F.col("conn_id").alias("fp_id"), F.col("first_seen").alias("fp_first"),
@@ -152,7 +155,8 @@ def identities(events: DataFrame, conns: DataFrame, reqs: DataFrame, window: flo
         .alias("min_compatible"),
         pick(F.array(F.concat(F.lit("connection "), F.col("sib_id"),
                               F.lit(" from the same client address and client_id announced "), F.col("sib_name"),
-                              F.lit(" "), F.coalesce("sib_version", F.lit("unknown")))),
+                              F.lit(" "), F.coalesce("sib_version", F.lit("unknown")),
+                              F.lit(" (ApiVersions v"), F.col("sib_iv").cast("string"), F.lit(")"))),
              F.col("own.evidence"),
              F.array(F.concat(F.lit("connection "), F.col("fp_id"),
                               F.lit(" from the same client address and client_id was fingerprinted as "),

@@ -282,9 +282,8 @@ def test_every_connection_has_the_identity_the_live_registry_gives_it(inferred):
                 assert (row["inferred_software_name"], row["inferred_version_range"], row["min_compatible"]) == (
                     live["name"], live["version_range"], live["min_compatible"]), (name, c["id"])
                 assert row["inferred_confidence"] == pytest.approx(live["confidence"])
-                if source == "fingerprint":
-                    assert row["evidence"] == live["evidence"]
-                else:
+                assert row["evidence"] == live["evidence"], (name, c["id"])
+                if source == "sibling":
                     assert row["sibling_conn_id"] == live["sibling_connection_id"]
             else:
                 assert row["inferred_software_name"] is None and row["evidence"] is None
