@@ -46,6 +46,7 @@ _CIMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+cimport|cimport\s+([\w.]+))", r
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the directory holding capture/
 _status: dict[str, str] = {}
+_redirect: set[str] = set()  # modules that run as Python although an extension sits beside them
 
 
 def _path(name: str, suffix: str) -> str:
@@ -110,11 +111,12 @@ def _cimports(name: str) -> set[str]:
 
 class _SourceFinder:
     """Finds the `.py` of the modules that must not load as their extension (the default finder
-    would prefer the extension beside it)."""
+    would prefer the extension beside it). Where no extension exists (a source tree, or the zip a
+    Spark job ships to its executors) the default finder is left to do its work."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if _status.get(name, COMPILED) == COMPILED:
+        if name not in _redirect:
             return None
         return importlib.util.spec_from_file_location(name, _path(name, ".py"))
 
@@ -124,7 +126,8 @@ def install() -> None:
     if _status:
         return
     _status.update(_decide())
-    if any(s != COMPILED for s in _status.values()):
+    _redirect.update(n for n, s in _status.items() if s != COMPILED and _extension(n) is not None)
+    if _redirect:
         sys.meta_path.insert(0, _SourceFinder)
 
 
