@@ -7,7 +7,7 @@ PY          := $(VENV)/bin/python
 NODE_DIR    := tests/clients/node
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-system setup-python setup-node native demo test test-pure fuzz bench soak regen clean
+.PHONY: setup setup-system setup-python setup-node native demo test test-pure test-spark-cluster fuzz bench soak regen clean
 
 setup: setup-system setup-python setup-node native
 
@@ -67,6 +67,11 @@ test: setup
 
 test-pure: setup
 	KAFKA_CENSUS_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_TESTS) $(PYTEST_ARGS)
+
+# Every fleet job on a real Spark standalone cluster (a master and two workers from the pyspark
+# installation, on loopback), its outputs against local[*]'s; make test runs it too.
+test-spark-cluster: setup
+	$(PY) -m pytest -q tests/test_spark_cluster.py $(PYTEST_ARGS)
 
 # A long random search with the fuzz harness (make test runs it short and derandomized):
 # FUZZ_EXAMPLES per test, ~15 min at 10000; failures are kept in .hypothesis/ and replayed first.

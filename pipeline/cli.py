@@ -1,8 +1,9 @@
 """`kafka-census pipeline JOB ...` (also `python -m pipeline JOB ...` and
 `spark-submit pipeline/__main__.py JOB ...`): run one fleet job on Spark.
 
-Owns argument parsing, the Spark session (master `local[*]` by default, `--master` passed
-through unchanged, UTC session time zone, no UI), the run summary and exit codes (0 ok, 1 the
+Owns argument parsing, the Spark session (master `local[*]` by default, `--master` and
+`--conf` passed through unchanged, UTC session time zone, no UI; on any other master the
+project's sources are shipped to the executors, pipeline/ship.py), the run summary and exit codes (0 ok, 1 the
 input is unusable, 2 bad usage). Jobs: inventory, adoption, api-usage, upgrade-readiness
 (over event logs; upgrade-readiness also writes its table by software, the unannounced clients
 named), pcap-decode (pcaps -> event logs) and report (one HTML file). Progress: a
@@ -42,6 +43,13 @@ def _when(value: str) -> float:
     return dt.timestamp()
 
 
+def _conf(value: str) -> tuple[str, str]:
+    key, sep, val = value.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{value!r} is not KEY=VALUE, e.g. spark.executor.memory=4g")
+    return key.strip(), val
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kafka-census pipeline",
                                 description="Fleet jobs on Spark over kafka-census event logs or pcap archives.")
@@ -50,7 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="event-log directories or files (any Hadoop URI Spark reads); for pcap-decode: "
                         "pcap/pcapng files or directories")
     p.add_argument("--output", required=True, metavar="DIR", help="where the job writes (Parquet + CSV, or HTML)")
-    p.add_argument("--master", default="local[*]", help="Spark master, passed through (default local[*])")
+    p.add_argument("--master", default="local[*]", help="Spark master, passed through (default local[*]); "
+                   "on spark://, yarn or k8s:// the project's code is shipped to the executors")
+    p.add_argument("--conf", action="append", default=[], type=_conf, metavar="KEY=VALUE",
+                   help="a Spark setting, passed through (repeatable), e.g. spark.executor.memory=4g")
     p.add_argument("--since", type=_when, metavar="WHEN", help="only events at or after (ISO date/time, UTC)")
     p.add_argument("--until", type=_when, metavar="WHEN", help="only events before (ISO date/time, UTC)")
     p.add_argument("--target", default="4.0", help="upgrade-readiness: the broker version to check (default 4.0)")
@@ -59,20 +70,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def spark_session(master: str, app: str):
+def spark_session(master: str, app: str, conf: list[tuple[str, str]] = ()):
     from pyspark.sql import SparkSession
 
-    if master.startswith("local"):
+    local = master.startswith("local")
+    executor_python = dict(conf).get("spark.pyspark.python")
+    if executor_python:
+        # pyspark (unlike spark-submit) takes the executors' interpreter from PYSPARK_PYTHON only.
+        os.environ["PYSPARK_PYTHON"] = executor_python
+    elif local:
         # Local Python workers run this interpreter (the venv with pcapy-ng for pcap-decode)
         # rather than the first python3 on PATH, unless the operator chose one.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-    return (SparkSession.builder.master(master).appName(f"kafka-census {app}")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.ui.showConsoleProgress", "true" if sys.stderr.isatty() else "false")
-            .config("spark.sql.shuffle.partitions", os.environ.get("KAFKA_CENSUS_SHUFFLE_PARTITIONS", "8"))
-            .getOrCreate())
+    builder = (SparkSession.builder.master(master).appName(f"kafka-census {app}")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.ui.showConsoleProgress", "true" if sys.stderr.isatty() else "false")
+               .config("spark.sql.shuffle.partitions", os.environ.get("KAFKA_CENSUS_SHUFFLE_PARTITIONS", "8")))
+    for key, value in conf:  # the operator's word last: it overrides the defaults above
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    if not local:
+        # Executors elsewhere have Python and Spark, not kafka-census: ship its sources.
+        from pipeline.ship import code_archive
+
+        spark.sparkContext.addPyFile(str(code_archive()))
+    return spark
 
 
 def progress(msg: str) -> None:
@@ -144,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.since is not None and args.until is not None and args.since >= args.until:
         parser.error("--since must be before --until")
     try:
-        spark = spark_session(args.master, args.job)
+        spark = spark_session(args.master, args.job, args.conf)
     except Exception as exc:  # Java missing, bad master URL...
         print(f"error: cannot start Spark with master {args.master!r}: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 1

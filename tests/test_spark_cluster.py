@@ -1,0 +1,121 @@
+"""The fleet jobs on a real Spark standalone cluster (issue 17): a master and two workers
+started from the pyspark installation on loopback (tests/spark_cluster.py), each job submitted
+with `--master spark://...`, its outputs equal to `local[*]`'s.
+
+The executors run a Python interpreter with nothing of kafka-census (nor pyspark: Spark puts its
+own on their path) installed — this venv's base interpreter — so the jobs pass only because the
+project's code is shipped (pipeline/ship.py). pcap-decode also needs libpcap's binding on the
+executors (pcapy-ng, the one native dependency): its executors run this venv's interpreter, as
+a worker with pcapy-ng installed would (the README says so).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.spark_cluster import standalone_cluster
+from tests.test_pipeline import write_fleet
+
+CENSUS = Path(sys.executable).parent / "kafka-census"
+BARE_PYTHON = getattr(sys, "_base_executable", None) or sys.executable
+FINGERPRINT_PCAPS = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
+TABLE_JOBS = ("inventory", "adoption", "api-usage", "upgrade-readiness")
+
+
+def run(job: str, master: str, out: Path, *args: str) -> dict:
+    """`kafka-census pipeline JOB --master MASTER`, as an operator runs it."""
+    env = dict(os.environ, KAFKA_CENSUS_SHUFFLE_PARTITIONS="2")
+    env.pop("PYSPARK_PYTHON", None)
+    proc = subprocess.run([str(CENSUS), "pipeline", job, "--master", master, "--output", str(out), *args],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, f"{job} on {master}: exit {proc.returncode}\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_local(spark, job: str, out: Path, *args: str) -> dict:
+    """The same job in this process's local Spark session (the reference; one JVM for all jobs)."""
+    from pipeline import cli
+
+    ns = cli.build_parser().parse_args([job, "--output", str(out), *args])
+    if job == "pcap-decode":
+        from pipeline.pcaps import run_pcap_decode
+
+        return run_pcap_decode(spark, ns, lambda msg: None)
+    return cli.run_tables(spark, ns)
+
+
+def csv_rows(out: Path, name: str) -> list[str]:
+    (part,) = (out / f"{name}.csv").glob("part-*.csv")
+    header, *rows = part.read_text().splitlines()
+    return [header, *sorted(rows)]
+
+
+def event_lines(out: Path) -> list[str]:
+    return sorted(line for path in (out / "events").rglob("*.ndjson*") for line in path.read_text().splitlines())
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("spark-cluster")
+
+
+@pytest.fixture(scope="module")
+def master(work):
+    with standalone_cluster(work / "cluster", workers=2) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def fleet(work) -> Path:
+    root = work / "fleet"
+    write_fleet(root)
+    return root
+
+
+def test_the_bare_interpreter_has_nothing_of_kafka_census():
+    proc = subprocess.run([BARE_PYTHON, "-c", "import pipeline"], capture_output=True, text=True,
+                          cwd="/", env={"PATH": os.environ["PATH"]})
+    assert proc.returncode != 0 and "No module named 'pipeline'" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("job", TABLE_JOBS)
+def test_table_job_on_the_cluster_equals_local(job, master, fleet, work, spark):
+    name = job.replace("-", "_")
+    local = run_local(spark, job, work / f"{name}-local", "--input", str(fleet))
+    remote = run(job, master, work / f"{name}-cluster", "--input", str(fleet),
+                 "--conf", f"spark.pyspark.python={BARE_PYTHON}", "--conf", "spark.executor.memory=512m")
+    assert local["rows"] > 0 and remote["rows"] == local["rows"] and remote["events"] == local["events"]
+    assert csv_rows(work / f"{name}-cluster", name) == csv_rows(work / f"{name}-local", name)
+
+
+def test_pcap_decode_on_the_cluster_equals_local(master, work, spark):
+    manifest = json.loads((FINGERPRINT_PCAPS / "MANIFEST.json").read_text())["recordings"]
+    chosen = sorted(manifest.values(), key=lambda r: r["file"])[:8]
+    pcaps = [str(FINGERPRINT_PCAPS / r["file"]) for r in chosen]
+    ports = sorted({r["tansu_port"] for r in chosen})
+    args = ["--input", *pcaps, *(a for i, p in enumerate(ports) for a in ("--listener", f"BROKER{i}={p}"))]
+    local = run_local(spark, "pcap-decode", work / "pcaps-local", *args)
+    remote = run("pcap-decode", master, work / "pcaps-cluster", *args, "--conf", f"spark.pyspark.python={sys.executable}")
+    assert remote == {**local, "output": str(work / "pcaps-cluster")}
+    assert local["files"] == len(pcaps) and local["events"] > 0, local
+    assert event_lines(work / "pcaps-cluster") == event_lines(work / "pcaps-local")
+
+
+def test_report_on_the_cluster(master, fleet, work):
+    summary = run("report", master, work / "report-cluster", "--input", str(fleet),
+                  "--conf", f"spark.pyspark.python={BARE_PYTHON}")
+    html = Path(summary["output"]).read_text()
+    assert Path(summary["output"]).parent == work / "report-cluster"
+    assert summary["events"] > 0 and "<table" in html
+
+
+def test_a_bad_conf_is_a_usage_error():
+    proc = subprocess.run([str(CENSUS), "pipeline", "inventory", "--input", "x", "--output", "y", "--conf", "novalue"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "is not KEY=VALUE" in proc.stderr and "Traceback" not in proc.stderr
