@@ -34,7 +34,7 @@ import os
 import sys
 import time
 
-DEFAULT_SERVER = "http://127.0.0.1:9595"  # the chart's http.port (9100 is node_exporter's on a node)
+DEFAULT_SERVER = "http://127.0.0.1:9100"  # issue 16; the demo's aggregator; in a cluster: port-forward 9100:9595
 API_PREFIX = "/api/v1"
 
 EXIT_OK = 0
@@ -799,8 +799,8 @@ def _limit(value: str) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--server", metavar="URL", help="a kafka-census sidecar or aggregator (default: "
-                   f"KAFKA_CENSUS_SERVER, else {DEFAULT_SERVER}, the chart's port: through `kubectl "
-                   "port-forward` or inside the pod)")
+                   f"KAFKA_CENSUS_SERVER, else {DEFAULT_SERVER}; in a cluster `kubectl port-forward "
+                   "svc/NAME 9100:9595`, the chart's port)")
     p.add_argument("--token-file", metavar="FILE", help="the bearer token of the server's --api-token-file "
                    "(default: KAFKA_CENSUS_TOKEN_FILE); never shown in any message")
     p.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table",
