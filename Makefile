@@ -53,7 +53,7 @@ $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/packag
 	@touch $@
 setup-node: $(NODE_DIR)/node_modules/.installed
 
-# Until the exporter lands: Tansu + six real clients, each connection decoded by the core.
+# Two Tansu brokers, a capture sidecar each, the aggregator in front, six real clients (tests/demo.py).
 demo: setup
 	$(PY) tests/demo.py
 
