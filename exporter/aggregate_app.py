@@ -263,10 +263,7 @@ class PeerToken:
         self.value = self._read()
 
     def _read(self) -> bytes:
-        try:
-            return read_token(self.path)
-        except TokenError as exc:  # auth names its own flag; this file is --peer-token-file
-            raise TokenError(str(exc).replace("--api-token-file", "--peer-token-file", 1)) from None
+        return read_token(self.path, "--peer-token-file")
 
     def reload(self) -> None:
         try:

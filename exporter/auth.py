@@ -44,20 +44,22 @@ def _digest(token: bytes) -> bytes:
     return hashlib.sha256(token).digest()
 
 
-def read_token(path: str | Path) -> bytes:
-    """The token in `path`, surrounding whitespace (a trailing newline) stripped."""
+def read_token(path: str | Path, flag: str = "--api-token-file") -> bytes:
+    """The token in `path`, surrounding whitespace (a trailing newline) stripped. Errors name
+    `flag` and the file, never the content (the aggregator's --peer-token-file and the incident
+    CLI's --token-file read theirs here too)."""
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_TOKEN_FILE_BYTES + 1)
     except OSError as exc:
-        raise TokenError(f"--api-token-file {path}: {exc.strerror or exc.__class__.__name__}") from None
+        raise TokenError(f"{flag} {path}: {exc.strerror or exc.__class__.__name__}") from None
     if len(data) > MAX_TOKEN_FILE_BYTES:
-        raise TokenError(f"--api-token-file {path}: longer than {MAX_TOKEN_FILE_BYTES} bytes, not a token file")
+        raise TokenError(f"{flag} {path}: longer than {MAX_TOKEN_FILE_BYTES} bytes, not a token file")
     token = data.strip()
     if not token:
-        raise TokenError(f"--api-token-file {path} is empty")
+        raise TokenError(f"{flag} {path} is empty")
     if not _TOKEN_CHARS.fullmatch(token):
-        raise TokenError(f"--api-token-file {path}: the token must be one word of printable ASCII "
+        raise TokenError(f"{flag} {path}: the token must be one word of printable ASCII "
                          "(no spaces, no line breaks inside)")
     return token
 

@@ -3,7 +3,8 @@
 Owns: the HTTP client side of the REST API (one sidecar or an aggregator), terminal tables
 (columns that fit, `wide`, `json`), `--watch`, and the exit codes of these commands. Must not
 import capture, the registry or FastAPI: it is a client of the API, nothing more. Standard
-library only (urllib), imported lazily where it costs: `kafka-census --help` stays fast.
+library only (urllib; exporter.auth for the token file, as the server reads it, and
+exporter.textsafe), imported lazily where it costs: `kafka-census --help` stays fast.
 
 Exit codes (also in every command's --help):
 
@@ -75,7 +76,6 @@ examples:
   kafka-census upgrade-readiness -o json | jq .ready""",
 }
 
-MAX_TOKEN_FILE_BYTES = 4096  # as exporter.auth: a longer file is not a token
 MAX_ERROR_BODY_BYTES = 64 << 10
 MAX_DETAIL_CHARS = 400  # of a server's error detail, in the one error line
 LIMIT_MAX = 10_000  # the API's page bound (exporter.api.MAX_LIMIT)
@@ -149,21 +149,15 @@ def _server_base(server: str) -> str:
 
 
 def read_token(path: str) -> str:
-    """The bearer token in `path` (surrounding whitespace stripped). Errors name the file,
-    never its content."""
+    """The bearer token in `path`, read as the server reads its own (exporter/auth.py, standard
+    library only). Errors name the file, never its content."""
+    from exporter.auth import TokenError
+    from exporter.auth import read_token as _read
+
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_TOKEN_FILE_BYTES + 1)
-    except OSError as exc:
-        raise Failure(EXIT_USAGE, f"--token-file {path}: {exc.strerror or exc.__class__.__name__}") from None
-    if len(data) > MAX_TOKEN_FILE_BYTES:
-        raise Failure(EXIT_USAGE, f"--token-file {path}: longer than {MAX_TOKEN_FILE_BYTES} bytes, not a token file")
-    token = data.strip()
-    if not token:
-        raise Failure(EXIT_USAGE, f"--token-file {path} is empty")
-    if any(b < 0x21 or b > 0x7e for b in token):
-        raise Failure(EXIT_USAGE, f"--token-file {path}: the token must be one word of printable ASCII")
-    return token.decode("ascii")
+        return _read(path, "--token-file").decode("ascii")
+    except TokenError as exc:
+        raise Failure(EXIT_USAGE, str(exc)) from None
 
 
 class Answer:
