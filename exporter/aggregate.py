@@ -13,41 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-
-def _int(value) -> int:
-    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-        raise ValueError(value)
-    return int(value)
-
-
-def _float(value) -> float:
-    if isinstance(value, bool):
-        raise ValueError(value)
-    return float(value)
-
-
-def _str(value) -> str:
-    if not isinstance(value, (str, int)) or isinstance(value, bool):
-        raise ValueError(value)
-    return str(value)
-
-
-def _csv(value) -> list[str]:
-    if isinstance(value, list):
-        return [str(v) for v in value]
-    return [v.strip() for v in str(value).split(",") if v.strip()]
-
-
-def _bool(value) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        word = value.strip().lower()
-        if word in ("true", "yes", "on", "1"):
-            return True
-        if word in ("false", "no", "off", "0"):
-            return False
-    raise ValueError(value)
+from exporter.settings import parse_bool as _bool
+from exporter.settings import parse_csv as _csv
+from exporter.settings import parse_float as _float
+from exporter.settings import parse_int as _int
+from exporter.settings import parse_str as _str
 
 
 #: dest -> (parse, default), merged into exporter.cli.SETTINGS (flag, KAFKA_CENSUS_* env, --config).

@@ -22,6 +22,11 @@ from capture.kafka.api_table import API_TABLE, removed_in_kafka4
 from capture.listeners import DEFAULT_LISTENER, ListenerMap
 from exporter import aggregate, incident
 from exporter.registry import ConnectionRegistry
+from exporter.settings import parse_bool as _bool
+from exporter.settings import parse_csv as _csv
+from exporter.settings import parse_float as _float
+from exporter.settings import parse_int as _int
+from exporter.settings import parse_str as _str
 from exporter.textsafe import visible
 
 
@@ -149,44 +154,6 @@ def _tracker_options(args: argparse.Namespace) -> dict:
 
 
 # --- settings: flags > KAFKA_CENSUS_* environment > --config YAML > defaults ---------------
-
-def _csv(value) -> list[str]:
-    if isinstance(value, list):
-        return [str(v) for v in value]
-    return [v.strip() for v in str(value).split(",") if v.strip()]
-
-
-def _int(value) -> int:
-    """An integer from a flag, a variable or YAML; YAML's true or 2.5 are not integers."""
-    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-        raise ValueError(value)
-    return int(value)
-
-
-def _float(value) -> float:
-    if isinstance(value, bool):
-        raise ValueError(value)
-    return float(value)
-
-
-def _str(value) -> str:
-    if not isinstance(value, (str, int)) or isinstance(value, bool):
-        raise ValueError(value)
-    return str(value)
-
-
-def _bool(value) -> bool:
-    """YAML's true/false; from a variable true/false, yes/no, on/off or 1/0."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        word = value.strip().lower()
-        if word in ("true", "yes", "on", "1"):
-            return True
-        if word in ("false", "no", "off", "0"):
-            return False
-    raise ValueError(value)
-
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 

@@ -35,6 +35,9 @@ import os
 import sys
 import time
 
+from exporter.settings import parse_float, parse_int
+from exporter.settings import parse_str as _str
+
 DEFAULT_SERVER = "http://127.0.0.1:9100"  # issue 16; the demo's aggregator; in a cluster: port-forward 9100:9595
 API_PREFIX = "/api/v1"
 
@@ -82,27 +85,16 @@ LIMIT_MAX = 10_000  # the API's page bound (exporter.api.MAX_LIMIT)
 
 
 # --- settings: dest -> (parse, default), merged into exporter.cli.SETTINGS ------------------
-# (cli imports this module, so its parsers cannot be imported here.)
-
-def _str(value) -> str:
-    if not isinstance(value, (str, int)) or isinstance(value, bool):
-        raise ValueError(value)
-    return str(value)
-
 
 def _positive_float(value) -> float:
-    if isinstance(value, bool):
-        raise ValueError(value)
-    number = float(value)
+    number = parse_float(value)
     if not number > 0 or number == float("inf"):
         raise ValueError(value)
     return number
 
 
 def _positive_int(value) -> int:
-    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-        raise ValueError(value)
-    number = int(value)
+    number = parse_int(value)
     if number < 1:
         raise ValueError(value)
     return number
