@@ -85,6 +85,7 @@ bench: setup bench/data/produce.pcap
 	$(PY) -m bench.replay
 	$(PY) -m bench.live
 	$(PY) -m bench.exporter
+	$(PY) -m bench.aggregate
 	$(PY) -m bench.pipeline
 	$(PY) -m bench.eventlog_volume
 	$(PY) -m bench.fingerprint_eval --in-sample
