@@ -28,14 +28,39 @@ FINGERPRINT_PCAPS = Path(__file__).resolve().parent / "fixtures" / "fingerprints
 TABLE_JOBS = ("inventory", "adoption", "api-usage", "upgrade-readiness")
 
 
-def run(job: str, master: str, out: Path, *args: str) -> dict:
-    """`kafka-census pipeline JOB --master MASTER`, as an operator runs it."""
-    env = dict(os.environ, KAFKA_CENSUS_SHUFFLE_PARTITIONS="2")
-    env.pop("PYSPARK_PYTHON", None)
-    proc = subprocess.run([str(CENSUS), "pipeline", job, "--master", master, "--output", str(out), *args],
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, f"{job} on {master}: exit {proc.returncode}\n{proc.stderr[-4000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+class ClusterRun:
+    """`kafka-census pipeline JOB --master spark://...`, as an operator runs it, started at once:
+    every submission queues on the master, which runs two at a time (one core each)."""
+
+    def __init__(self, job: str, master: str, out: Path, *args: str) -> None:
+        env = dict(os.environ, KAFKA_CENSUS_SHUFFLE_PARTITIONS="2")
+        env.pop("PYSPARK_PYTHON", None)
+        self.job, self.out = job, out
+        self._stdout = open(out.with_suffix(".stdout"), "w+")
+        self._stderr = open(out.with_suffix(".stderr"), "w+")
+        self.proc = subprocess.Popen(
+            [str(CENSUS), "pipeline", job, "--master", master, "--output", str(out), *args,
+             "--conf", "spark.cores.max=1", "--conf", "spark.executor.memory=512m"],
+            stdin=subprocess.DEVNULL, stdout=self._stdout, stderr=self._stderr, env=env)
+
+    def result(self, timeout: float = 900) -> dict:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self._stdout.seek(0)
+        self._stderr.seek(0)
+        out, err = self._stdout.read(), self._stderr.read()
+        assert code == 0, f"{self.job} on the cluster: exit {code}\n{err[-4000:]}"
+        return json.loads(out.strip().splitlines()[-1])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._stdout.close()
+        self._stderr.close()
 
 
 def run_local(spark, job: str, out: Path, *args: str) -> dict:
@@ -78,6 +103,28 @@ def fleet(work) -> Path:
     return root
 
 
+def pcap_args() -> list[str]:
+    manifest = json.loads((FINGERPRINT_PCAPS / "MANIFEST.json").read_text())["recordings"]
+    chosen = sorted(manifest.values(), key=lambda r: r["file"])[:8]
+    ports = sorted({r["tansu_port"] for r in chosen})
+    return ["--input", *(str(FINGERPRINT_PCAPS / r["file"]) for r in chosen),
+            *(a for i, p in enumerate(ports) for a in ("--listener", f"BROKER{i}={p}"))]
+
+
+@pytest.fixture(scope="module")
+def cluster_runs(master, fleet, work):
+    """Every job submitted to the cluster at once. The table jobs and report run on executors
+    whose interpreter has nothing of kafka-census; pcap-decode's need pcapy-ng (this venv's)."""
+    bare = ("--conf", f"spark.pyspark.python={BARE_PYTHON}")
+    runs = {job: ClusterRun(job, master, work / f"{job}-cluster", "--input", str(fleet), *bare) for job in TABLE_JOBS}
+    runs["report"] = ClusterRun("report", master, work / "report-cluster", "--input", str(fleet), *bare)
+    runs["pcap-decode"] = ClusterRun("pcap-decode", master, work / "pcap-decode-cluster", *pcap_args(),
+                                     "--conf", f"spark.pyspark.python={sys.executable}")
+    yield runs
+    for run in runs.values():
+        run.stop()
+
+
 def test_the_bare_interpreter_has_nothing_of_kafka_census():
     proc = subprocess.run([BARE_PYTHON, "-c", "import pipeline"], capture_output=True, text=True,
                           cwd="/", env={"PATH": os.environ["PATH"]})
@@ -85,31 +132,24 @@ def test_the_bare_interpreter_has_nothing_of_kafka_census():
 
 
 @pytest.mark.parametrize("job", TABLE_JOBS)
-def test_table_job_on_the_cluster_equals_local(job, master, fleet, work, spark):
+def test_table_job_on_the_cluster_equals_local(job, cluster_runs, fleet, work, spark):
     name = job.replace("-", "_")
-    local = run_local(spark, job, work / f"{name}-local", "--input", str(fleet))
-    remote = run(job, master, work / f"{name}-cluster", "--input", str(fleet),
-                 "--conf", f"spark.pyspark.python={BARE_PYTHON}", "--conf", "spark.executor.memory=512m")
+    local = run_local(spark, job, work / f"{job}-local", "--input", str(fleet))
+    remote = cluster_runs[job].result()
     assert local["rows"] > 0 and remote["rows"] == local["rows"] and remote["events"] == local["events"]
-    assert csv_rows(work / f"{name}-cluster", name) == csv_rows(work / f"{name}-local", name)
+    assert csv_rows(work / f"{job}-cluster", name) == csv_rows(work / f"{job}-local", name)
 
 
-def test_pcap_decode_on_the_cluster_equals_local(master, work, spark):
-    manifest = json.loads((FINGERPRINT_PCAPS / "MANIFEST.json").read_text())["recordings"]
-    chosen = sorted(manifest.values(), key=lambda r: r["file"])[:8]
-    pcaps = [str(FINGERPRINT_PCAPS / r["file"]) for r in chosen]
-    ports = sorted({r["tansu_port"] for r in chosen})
-    args = ["--input", *pcaps, *(a for i, p in enumerate(ports) for a in ("--listener", f"BROKER{i}={p}"))]
-    local = run_local(spark, "pcap-decode", work / "pcaps-local", *args)
-    remote = run("pcap-decode", master, work / "pcaps-cluster", *args, "--conf", f"spark.pyspark.python={sys.executable}")
-    assert remote == {**local, "output": str(work / "pcaps-cluster")}
-    assert local["files"] == len(pcaps) and local["events"] > 0, local
-    assert event_lines(work / "pcaps-cluster") == event_lines(work / "pcaps-local")
+def test_pcap_decode_on_the_cluster_equals_local(cluster_runs, work, spark):
+    local = run_local(spark, "pcap-decode", work / "pcap-decode-local", *pcap_args())
+    remote = cluster_runs["pcap-decode"].result()
+    assert remote == {**local, "output": str(work / "pcap-decode-cluster")}
+    assert local["files"] == 8 and local["events"] > 0, local
+    assert event_lines(work / "pcap-decode-cluster") == event_lines(work / "pcap-decode-local")
 
 
-def test_report_on_the_cluster(master, fleet, work):
-    summary = run("report", master, work / "report-cluster", "--input", str(fleet),
-                  "--conf", f"spark.pyspark.python={BARE_PYTHON}")
+def test_report_on_the_cluster(cluster_runs, work):
+    summary = cluster_runs["report"].result()
     html = Path(summary["output"]).read_text()
     assert Path(summary["output"]).parent == work / "report-cluster"
     assert summary["events"] > 0 and "<table" in html
