@@ -17,7 +17,9 @@ Runs, each timed on wall time, best of `--repeat`:
   (the CLI's settings) and `pipeline.cli.run_tables` (the CLI's code path: parse, quarantine
   count, the job, Parquet + CSV). Timed from `run_tables` start to its return; the JVM and
   session start is reported apart. The child then reads its Parquet back and returns the row
-  count and a checksum (sha256 of the sorted canonical rows).
+  count and a checksum (sha256 of the sorted canonical rows), and the driver JVM's peak
+  resident memory (Linux VmHWM, read before the session stops; in local mode the executors
+  live in that JVM too).
 * baseline: this process, one pass per job over the same files: `json.loads` per line, the
   schema check, dicts keyed by (source, conn_id), the same table definitions (pipeline/jobs.py),
   a CSV written; same canonical rows and checksum.
@@ -41,6 +43,7 @@ import multiprocessing
 import os
 import random
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -426,9 +429,25 @@ def child(master: str, job: str, input_dir: str, out_dir: str) -> None:
     table = table.select([F.unix_micros(f.name).alias(f.name) if isinstance(f.dataType, T.TimestampType)
                           else F.col(f.name) for f in table.schema.fields]).select(*COLUMNS[job])
     rows = [tuple(list(v) if isinstance(v, list) else v for v in r) for r in table.collect()]
+    jvm_peak = _peak_rss(spark.sparkContext._gateway.proc.pid)
     spark.stop()
     print(json.dumps({"seconds": seconds, "startup_seconds": startup, "events": summary["events"],
-                      "quarantined": summary["quarantined_lines"], "rows": len(rows), "checksum": checksum(rows)}))
+                      "quarantined": summary["quarantined_lines"], "rows": len(rows), "checksum": checksum(rows),
+                      "driver_peak_rss_mb": jvm_peak,
+                      "python_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def _peak_rss(pid: int) -> float | None:
+    """Peak resident memory (MiB) of a live process: the driver JVM (in local mode the executors
+    too), read before it stops. None where /proc has no VmHWM."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
 
 
 def run_spark(master: str, job: str, input_dir: Path, out_dir: Path) -> dict:
@@ -516,6 +535,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{s['scaling_local2_over_local1']:.2f}x | {s['local1_over_baseline']:.2f}x | "
                      f"{s['local2_over_baseline']:.2f}x |")
     startup = [results[j][m]["startup_seconds"] for j in JOBS for m in MASTERS]
+    peaks = {(j, m): results[j][m].get("driver_peak_rss_mb") for j in JOBS for m in MASTERS}
     notes = [f"Machine: {machine}.",
              f"Input: {n:,} events ({manifest['bytes'] / 1e9:.2f} GB, {len(files)} files, {len(HOSTS)} brokers, "
              f"{DAYS} days, seed {args.seed}); best of {args.repeat}; Spark times exclude the JVM/session start "
@@ -523,7 +543,9 @@ def main(argv: list[str] | None = None) -> int:
              + ", ".join(f"{j} {results[j]['baseline']['rows']} rows" for j in JOBS) + ".",
              "1-min load average at the end of each run (above 2 on 2 cores: another process shared them): "
              + ", ".join(f"{j} {k} {results[j][k]['loadavg_1min']:.1f}" for j in JOBS for k in ("baseline", *MASTERS))
-             + "."]
+             + ".",
+             "Driver peak memory (the JVM's VmHWM, executors included in local mode): "
+             + ", ".join(f"{j} {m} {'?' if p is None else f'{p:,.0f} MiB'}" for (j, m), p in peaks.items()) + "."]
     print("\n".join(table + [""] + notes))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"machine": machine, "events": n, "bytes": manifest["bytes"],

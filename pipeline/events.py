@@ -244,15 +244,12 @@ _INT32 = {t: ("request_version", "api_key", "api_version")
           + {"ConnectionOpened": ("broker_port",), "ApiVersionsAnswer": ("error_code",)}.get(t, ())
           for t in USED_TYPES}
 # Spark's reader turns a number, boolean, array or object into its JSON text when the schema
-# says string, where `_row` refuses it. A line whose raw text holds one of the type's string
-# keys followed by anything but a string or null goes to `_decide`. The pattern cannot match
-# inside a string value: there a quote is escaped (`\"`), and `_needs_python` already sent
-# every line with a backslash, a nested object or text after the record to `_decide`, so every
-# `"key"` left is a key of the record itself.
-_NOT_A_STRING = {t: '"(' + "|".join(fields) + r')"\s*:\s*[^"n\s]' for t, fields in _STRINGS.items()}
-# What Spark's string conversion makes of a non-string token: a number, true/false, NaN,
-# Infinity, an array or an object. A conn_id like that may have been one (`_decide` checks).
-_TOKEN_TEXT = r"^(-?[0-9][0-9.eE+-]*|true|false|NaN|[+-]?Infinity|[\[{].*)$"
+# says string, where `_row` refuses it: a string value that reads like such a text (a number,
+# true/false, NaN, Infinity, an array or an object) may have been one, and its line goes to
+# `_decide`. Checked on the value read (the last of duplicate keys, as Python's json keeps),
+# not on the raw line: a short string, and a real string rarely looks like that.
+# (Numbers by JSON's grammar, which Jackson's texts of numbers follow: "3.9.0" is a string.)
+_TOKEN_TEXT = r"(?s)^(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?|true|false|NaN|[+-]?Infinity|[\[{].*)$"
 
 
 def _event_types() -> frozenset[str]:
@@ -285,10 +282,11 @@ def _needs_python(j, value):
     """True for a line the JVM cannot decide exactly as `parse_line` and `_row` would."""
     t = j["type"]
     conds = [
-        # Shapes Jackson reads differently from Python's json, or that hide keys from the
-        # patterns above: anything but an object starting the line (blank lines, arrays,
-        # scalars, garbage), text after the record or a nested object (the first `}` is not
-        # the last character), single quotes (Spark accepts them), backslash escapes.
+        # Shapes Jackson reads differently from Python's json: anything but an object starting
+        # the line (blank lines, arrays, scalars, garbage), text after the record (Spark reads
+        # the first object and ignores the rest; tested as: the first `}` is not the last
+        # character, which nested objects fail too), single quotes (Spark accepts them as
+        # string quotes); and, to stay on the safe side, backslash escapes.
         F.substring(value, 1, 1) != "{",
         F.instr(value, "}") != F.length(value),
         F.instr(value, "'") > 0,
@@ -312,7 +310,9 @@ def _used_needs_python(j, value):
     t = j["type"]
     branch = None
     for name in sorted(USED_TYPES):
-        bad = value.rlike(_NOT_A_STRING[name])
+        bad = F.lit(False)
+        for field in _STRINGS[name]:
+            bad = bad | F.coalesce(j[field].rlike(_TOKEN_TEXT), F.lit(False))
         for field in _INT32[name]:
             bad = bad | ~F.coalesce(_int32(j[field]), F.lit(True))
         if name in ("RequestTally", "ConnectionRollup"):
@@ -340,7 +340,20 @@ def _source_col(path):
     return F.when(in_dir != "", decoded).when(host != "", host).otherwise(name)
 
 
-def _event_cols(j, path):
+MAX_MAPPED_FILES = 20_000  # more input files than this: the source by regular expressions per line
+
+
+def _sources(files: list[str], path):
+    """`source_of` of every input file, looked up by path (a literal map built here on the
+    driver: a regular expression per line cost as much as parsing it), the Spark expressions
+    where a path is not in the map (a file listed differently)."""
+    if not files or len(files) > MAX_MAPPED_FILES:
+        return _source_col(path)
+    mapping = F.create_map(*[F.lit(x) for f in sorted(set(files)) for x in (f, source_of(f))])
+    return F.coalesce(F.try_element_at(mapping, path), _source_col(path))
+
+
+def _event_cols(j, path, source):
     """EVENT_SCHEMA's columns of a line the JVM decided, as `_row` computes them."""
     t = j["type"]
     # range-checked for the lines these columns are kept for (`_used_needs_python`); try_cast
@@ -360,7 +373,7 @@ def _event_cols(j, path):
     broker_max = F.when((t == "ApiVersionsAnswer") & (j["error_code"] == 0), F.transform(
         j["api_ranges"], lambda e: F.struct(i32(F.get(e, 0)).alias("api_key"), i32(F.get(e, 2)).alias("max_version"))))
     cols = {
-        "source": _source_col(path), "conn_id": j["conn_id"], "type": t, "ts": j["ts"],
+        "source": source, "conn_id": j["conn_id"], "type": t, "ts": j["ts"],
         "client_address": j["client_address"],
         "broker": F.when(t == "ConnectionOpened", F.concat(none(j["broker_address"]), F.lit(":"),
                                                            none(j["broker_port"]))),
@@ -410,7 +423,7 @@ def load_events(spark: SparkSession, paths: list[str]) -> tuple[DataFrame, DataF
                .select("kind", "path",
                        F.when(F.col("kind") != "ok", F.col("value")).alias("value"),
                        F.col("why"),
-                       *_event_cols(j, F.col("path")))  # read for "ok" rows only
+                       *_event_cols(j, F.col("path"), _sources(lines.inputFiles(), F.col("path"))))
                # Computed once, when first used (both outputs read it), and kept by the
                # executors; the plans built on the events start from here, not from the parsing
                # expressions above, which made the report's plans (the events joined many
