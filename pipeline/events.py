@@ -3,13 +3,8 @@
 Owns `load_events` (NDJSON lines -> a DataFrame of the fields the jobs use, plus a quarantine
 DataFrame of the lines that failed, each with its file and reason) and `connections` (one row
 per connection: who, where, identity, first/last seen) and `requests` (per connection, api and
-version, a count). Lines are parsed in the JVM (Spark's JSON reader, `RAW_SCHEMA`, and Spark
-expressions for every field), so no Python runs per line (issue 17: parsing in Python workers
-cost more than the aggregation). The rare line Spark would read differently from
-`exporter.eventlog.parse_line` (a wrongly typed field, text that is not an object, a shape
-Jackson is lenient about) is handed to that reader, the one the exporter's tests use, in a
-Python UDF: the pipeline and the writer cannot disagree on the format, and bad lines get the
-same quarantine reasons as before.
+version, a count). Parsing runs in the executors with `exporter.eventlog.parse_line`, the same
+reader the exporter's tests use, so the pipeline and the writer cannot disagree on the format.
 Imports pyspark, `exporter.eventlog` and the generated API table; nothing imports `pipeline`.
 The fields `pipeline.identity` names unannounced clients from (issue 15) are read here too:
 ConnectionOpened's mid_stream, a ConnectionRollup's first_requests, an ApiVersionsAnswer's
@@ -192,256 +187,35 @@ def _row(source: str, rec: dict):
             broker_max)
 
 
-def _decide(path: str, line: str):
-    """One line the JVM handed over, decided by the exporter's own reader: None (blank, or a
-    type the jobs do not read), ("ok", event row) or ("bad", reason). Never raises on data."""
-    if not line.strip():
-        return None
-    try:
-        rec = parse_line(line)
-    except ValueError as exc:
-        return ("bad", None, str(exc))
-    if rec.get("type") not in USED_TYPES:
-        return None
-    try:
-        return ("ok", _row(source_of(path), rec), None)
-    except (KeyError, TypeError, ValueError, OverflowError) as exc:
-        return ("bad", None, f"unexpected field value: {exc}")
-
-
-_DECIDED = T.StructType([T.StructField("kind", T.StringType()), T.StructField("event", EVENT_SCHEMA),
-                         T.StructField("reason", T.StringType())])
-
-# ---------------------------------------------------------------------------------------------
-# The JVM reader (issue 17): Spark's JSON reader with an explicit schema covering both
-# versions, and Spark expressions for every field `_row` computes. No Python runs for a line
-# the JVM can decide exactly; the few it cannot (below: `_needs_python`) go to `_decide`, the
-# same reader as before, so both paths give the same events and the same quarantine reasons.
-
-_LONG, _STR, _BOOL = T.LongType(), T.StringType(), T.BooleanType()
-_INTS = T.ArrayType(T.ArrayType(_LONG))  # [[int, ...], ...]: requests, first_requests, api_ranges
-# Integers are read as 64-bit and range-checked here, so a value that does not fit 32 bits is
-# decided (and named) by `_row` rather than failing the whole record in Jackson.
-_RAW_FIELDS = {
-    "schema": _LONG, "type": _STR, "ts": T.DoubleType(), "conn_id": _STR,
-    "client_address": _STR, "broker_address": _STR, "broker_port": _LONG, "listener": _STR,
-    "client_id": _STR, "name": _STR, "version": _STR, "request_version": _LONG, "accepted": _BOOL,
-    "api_key": _LONG, "api_name": _STR, "api_version": _LONG, "principal": _STR, "client_subject": _STR,
-    "mechanism": _STR, "outcome": _STR, "reason": _STR, "error_code": _LONG, "mid_stream": _BOOL,
-    "requests": _INTS, "first_requests": _INTS, "api_ranges": _INTS,
-}
-_CORRUPT = "_corrupt"
-RAW_SCHEMA = T.StructType([T.StructField(k, v) for k, v in _RAW_FIELDS.items()] + [T.StructField(_CORRUPT, _STR)])
-_JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
-
-# String fields `_row` checks, per used type (conn_id is checked for every line, apart).
-_COMMON_STRINGS = ("client_address", "listener", "client_id", "api_name", "mechanism", "outcome", "reason")
-_STRINGS = {t: _COMMON_STRINGS + ("client_subject" if t == "TlsSession" else "principal",)
-            + {"ConnectionOpened": ("broker_address",), "ClientSoftware": ("name", "version")}.get(t, ())
-            for t in USED_TYPES}
-# 32-bit integer fields `_row` checks, per used type.
-_INT32 = {t: ("request_version", "api_key", "api_version")
-          + {"ConnectionOpened": ("broker_port",), "ApiVersionsAnswer": ("error_code",)}.get(t, ())
-          for t in USED_TYPES}
-# Spark's reader turns a number, boolean, array or object into its JSON text when the schema
-# says string, where `_row` refuses it: a string value that reads like such a text (a number,
-# true/false, NaN, Infinity, an array or an object) may have been one, and its line goes to
-# `_decide`. Checked on the value read (the last of duplicate keys, as Python's json keeps),
-# not on the raw line: a short string, and a real string rarely looks like that.
-# (Numbers by JSON's grammar, which Jackson's texts of numbers follow: "3.9.0" is a string.)
-_TOKEN_TEXT = r"(?s)^(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?|true|false|NaN|[+-]?Infinity|[\[{].*)$"
-
-
-def _event_types() -> frozenset[str]:
-    """Every record type a writer of schema 1 or 2 writes: its `type` read as a string is one
-    of these only if it was one (Spark's text of a number or an array cannot be)."""
-    from exporter.eventlog import _EVENT_TYPES
-    from exporter.rollup import ROLLUP_TYPE
-
-    return frozenset(_EVENT_TYPES) | {ROLLUP_TYPE}
-
-
-def _int32(c):
-    return c.between(-2**31, 2**31 - 1)
-
-
-def _entries_ok(col, width: int, picks: tuple[int, ...], long_pick: int | None = None):
-    """Every entry of an [[int, ...], ...] column has `width` values, the picked ones 32-bit
-    (`long_pick`: 64-bit, which the schema already guarantees) and none null."""
-    def entry_ok(e):
-        ok = F.size(e) == width
-        for i in picks:
-            ok = ok & _int32(F.get(e, i))
-        if long_pick is not None:
-            ok = ok & F.get(e, long_pick).isNotNull()
-        return ok
-    return F.coalesce(F.forall(col, lambda e: F.coalesce(entry_ok(e), F.lit(False))), F.lit(False))
-
-
-def _needs_python(j, value):
-    """True for a line the JVM cannot decide exactly as `parse_line` and `_row` would."""
-    t = j["type"]
-    conds = [
-        # Shapes Jackson reads differently from Python's json: anything but an object starting
-        # the line (blank lines, arrays, scalars, garbage), text after the record (Spark reads
-        # the first object and ignores the rest; tested as: the first `}` is not the last
-        # character, which nested objects fail too), single quotes (Spark accepts them as
-        # string quotes); and, to stay on the safe side, backslash escapes.
-        F.substring(value, 1, 1) != "{",
-        F.instr(value, "}") != F.length(value),
-        F.instr(value, "'") > 0,
-        F.instr(value, "\\") > 0,
-        # Jackson refused a field (a string in a number, a float in an int, 2**70...): the record
-        # is flagged corrupt; `_decide` names the field (or accepts it: `"schema":1.0` is 1).
-        j.isNull(), j[_CORRUPT].isNotNull(),
-        j["schema"].isNull(),
-        t.isNull() | ~t.isin(*_event_types()),
-        F.isnan(j["ts"]) | (F.abs(j["ts"]) == float("inf")),  # "NaN" as a string reads as NaN
-        j["conn_id"].rlike(_TOKEN_TEXT),
-    ]
-    out = conds[0]
-    for c in conds[1:]:
-        out = out | F.coalesce(c, F.lit(False))
-    return out
-
-
-def _used_needs_python(j, value):
-    """For a line of a used type (its envelope fine): True where a field is not what `_row` wants."""
-    t = j["type"]
-    branch = None
-    for name in sorted(USED_TYPES):
-        bad = F.lit(False)
-        for field in _STRINGS[name]:
-            bad = bad | F.coalesce(j[field].rlike(_TOKEN_TEXT), F.lit(False))
-        for field in _INT32[name]:
-            bad = bad | ~F.coalesce(_int32(j[field]), F.lit(True))
-        if name in ("RequestTally", "ConnectionRollup"):
-            bad = bad | ~_entries_ok(j["requests"], 4, (0, 1), 2)
-        if name == "ConnectionRollup":
-            bad = bad | (j["first_requests"].isNotNull() & ~_entries_ok(j["first_requests"], 2, (0, 1)))
-        if name == "ApiVersionsAnswer":
-            bad = bad | ((j["error_code"] == 0) & j["api_ranges"].isNotNull()
-                         & ~_entries_ok(j["api_ranges"], 3, (0, 2)))
-        branch = (F.when(t == name, bad) if branch is None else branch.when(t == name, bad))
-    return F.coalesce(branch.otherwise(False), F.lit(False))
-
-
-def _api_names():
-    return F.create_map(*[x for key, spec in sorted(API_TABLE.items()) for x in (F.lit(key), F.lit(spec.name))])
-
-
-def _source_col(path):
-    """`source_of` in Spark expressions."""
-    in_dir = F.regexp_extract(path, _SOURCE_DIR.pattern.replace("?P<source>", ""), 1)
-    # Python's unquote leaves '+' alone, Java's URL decoder makes it a space.
-    decoded = F.coalesce(F.try_url_decode(F.regexp_replace(in_dir, r"\+", "%2B")), in_dir)
-    name = F.regexp_extract(path, r"[^/]*$", 0)
-    host = F.regexp_extract(name, _HOST.pattern.replace("?P<host>", ""), 1)
-    return F.when(in_dir != "", decoded).when(host != "", host).otherwise(name)
-
-
-MAX_MAPPED_FILES = 20_000  # more input files than this: the source by regular expressions per line
-
-
-def _sources(files: list[str], path):
-    """`source_of` of every input file, looked up by path (a literal map built here on the
-    driver: a regular expression per line cost as much as parsing it), the Spark expressions
-    where a path is not in the map (a file listed differently)."""
-    if not files or len(files) > MAX_MAPPED_FILES:
-        return _source_col(path)
-    mapping = F.create_map(*[F.lit(x) for f in sorted(set(files)) for x in (f, source_of(f))])
-    return F.coalesce(F.try_element_at(mapping, path), _source_col(path))
-
-
-def _event_cols(j, path, source):
-    """EVENT_SCHEMA's columns of a line the JVM decided, as `_row` computes them."""
-    t = j["type"]
-    # range-checked for the lines these columns are kept for (`_used_needs_python`); try_cast
-    # and `get` all the same: they are computed for every used line, and none may fail on a
-    # line handed to `_decide` (Spark's ANSI casts and array indexes raise)
-    i32 = lambda c: c.try_cast(T.IntegerType())  # noqa: E731
-    names = _api_names()
-    none = lambda c: F.coalesce(c.cast(_STR), F.lit("None"))  # noqa: E731 (Python's f-string of None)
-    requests = (F.when(t == "RequestSeen", F.array(F.struct(
-                    i32(j["api_key"]).alias("api_key"), j["api_name"].alias("api_name"),
-                    i32(j["api_version"]).alias("api_version"), F.lit(1).cast(_LONG).alias("n"))))
-                .when(t.isin("RequestTally", "ConnectionRollup"), F.transform(j["requests"], lambda e: F.struct(
-                    i32(F.get(e, 0)).alias("api_key"), F.try_element_at(names, i32(F.get(e, 0))).alias("api_name"),
-                    i32(F.get(e, 1)).alias("api_version"), F.get(e, 2).alias("n")))))
-    first = F.when(t == "ConnectionRollup", F.transform(j["first_requests"], lambda e: F.struct(
-        i32(F.get(e, 0)).alias("api_key"), i32(F.get(e, 1)).alias("api_version"))))
-    broker_max = F.when((t == "ApiVersionsAnswer") & (j["error_code"] == 0), F.transform(
-        j["api_ranges"], lambda e: F.struct(i32(F.get(e, 0)).alias("api_key"), i32(F.get(e, 2)).alias("max_version"))))
-    cols = {
-        "source": source, "conn_id": j["conn_id"], "type": t, "ts": j["ts"],
-        "client_address": j["client_address"],
-        "broker": F.when(t == "ConnectionOpened", F.concat(none(j["broker_address"]), F.lit(":"),
-                                                           none(j["broker_port"]))),
-        "listener": j["listener"], "client_id": j["client_id"],
-        "software_name": F.when(t == "ClientSoftware", j["name"]),
-        "software_version": F.when(t == "ClientSoftware", j["version"]),
-        "request_version": i32(j["request_version"]), "accepted": j["accepted"],
-        "api_key": i32(j["api_key"]), "api_name": j["api_name"], "api_version": i32(j["api_version"]),
-        # a TLS client certificate's subject is a principal too (the proxy's TlsSession)
-        "principal": F.when(t == "TlsSession", j["client_subject"]).otherwise(j["principal"]),
-        "mechanism": j["mechanism"], "outcome": j["outcome"], "reason": j["reason"],
-        "requests": requests, "mid_stream": F.when(t == "ConnectionOpened", j["mid_stream"]),
-        "first_requests": first, "broker_max": broker_max,
-    }
-    return [cols[f.name].cast(f.dataType).alias(f.name) for f in EVENT_SCHEMA.fields]
+def _parse_partition(rows):
+    """(path, line) -> ("ok", event row) | ("bad", quarantine row). Never raises on data."""
+    for path, line in rows:
+        if not line.strip():
+            continue
+        try:
+            rec = parse_line(line)
+        except ValueError as exc:
+            yield ("bad", None, (path, str(exc), line[:MAX_QUARANTINED_LINE]))
+            continue
+        if rec.get("type") not in USED_TYPES:
+            continue
+        try:
+            yield ("ok", _row(source_of(path), rec), None)
+        except (KeyError, TypeError, ValueError) as exc:
+            yield ("bad", None, (path, f"unexpected field value: {exc}", line[:MAX_QUARANTINED_LINE]))
 
 
 def load_events(spark: SparkSession, paths: list[str]) -> tuple[DataFrame, DataFrame]:
     """Every line of the event logs under `paths` (files or directories; any Hadoop URI).
 
     Returns (events, quarantine). Reading a directory takes the exporter's finished `*.ndjson`
-    files (`.ndjson.active` is a file still being written) and pcap-decode's `*.txt` parts.
-
-    Lines are parsed in the JVM (`from_json` with `RAW_SCHEMA`); each is then skipped (blank,
-    or a type the jobs do not read), an event, a quarantined line with its reason, or handed to
-    `_decide` (`_needs_python`: a shape or value Spark reads differently from `parse_line`,
-    rare in a real log). The decided lines are checkpointed: events and quarantine both read
-    them, so the files are read and parsed once."""
+    files (`.ndjson.active` is a file still being written) and pcap-decode's `*.txt` parts."""
     lines = (spark.read.option("recursiveFileLookup", "true").option("pathGlobFilter", "*.{ndjson,txt}")
              .text(paths).select(F.input_file_name().alias("path"), F.col("value")))
-    j = F.col("j")
-    value = F.col("value")
-    t = j["type"]
-    parsed = lines.select("path", "value", F.from_json("value", RAW_SCHEMA, _JSON_OPTIONS).alias("j"))
-    envelope_reason = (F.when(~j["schema"].isin(*READABLE_SCHEMAS), F.concat(
-                           F.lit("unknown schema version "), j["schema"].cast(_STR),
-                           F.lit(f" (this reader knows {', '.join(map(str, READABLE_SCHEMAS))})")))
-                       .when(j["ts"].isNull(), F.lit("ts missing or not a number"))
-                       .when(j["conn_id"].isNull(), F.lit("conn_id missing or not a string")))
-    kind = (F.when(_needs_python(j, value), F.lit("python"))
-            .when(envelope_reason.isNotNull(), F.lit("bad"))
-            .when(~t.isin(*USED_TYPES), F.lit("skip"))
-            .when(_used_needs_python(j, value), F.lit("python"))
-            .otherwise(F.lit("ok")))
-    decided = (parsed.select("path", "value", "j", kind.alias("kind"), envelope_reason.alias("why"))
-               .filter(F.col("kind") != "skip")
-               .select("kind", "path",
-                       F.when(F.col("kind") != "ok", F.col("value")).alias("value"),
-                       F.col("why"),
-                       *_event_cols(j, F.col("path"), _sources(lines.inputFiles(), F.col("path"))))
-               # Computed once, when first used (both outputs read it), and kept by the
-               # executors; the plans built on the events start from here, not from the parsing
-               # expressions above, which made the report's plans (the events joined many
-               # times) too big to optimise (the driver ran out of memory). A lost executor
-               # fails the job rather than recomputing (a local checkpoint has no lineage).
-               .localCheckpoint(eager=False))
-    names = [f.name for f in EVENT_SCHEMA.fields]
-    handed = (decided.filter(F.col("kind") == "python")
-              .select("path", "value", F.udf(_decide, _DECIDED, useArrow=False)("path", "value").alias("d"))
-              .filter(F.col("d").isNotNull()))
-    events = decided.filter(F.col("kind") == "ok").select(*names).unionByName(
-        handed.filter(F.col("d.kind") == "ok").select("d.event.*"))
-    quarantine = (decided.filter(F.col("kind") == "bad")
-                  .select(F.col("path").alias("file"), F.col("why").alias("reason"), F.col("value").alias("line"))
-                  .unionByName(handed.filter(F.col("d.kind") == "bad")
-                               .select(F.col("path").alias("file"), F.col("d.reason").alias("reason"),
-                                       F.col("value").alias("line")))
-                  .select("file", "reason", F.substring("line", 1, MAX_QUARANTINED_LINE).alias("line")))
+    parsed = lines.rdd.map(tuple).mapPartitions(_parse_partition).cache()
+    events = spark.createDataFrame(parsed.filter(lambda r: r[0] == "ok").map(lambda r: r[1]), EVENT_SCHEMA)
+    quarantine = spark.createDataFrame(parsed.filter(lambda r: r[0] == "bad").map(lambda r: r[2]),
+                                       QUARANTINE_SCHEMA)
     return events, quarantine
 
 
