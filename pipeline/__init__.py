@@ -3,7 +3,7 @@
 `events` parses event logs in the executors (quarantining bad lines) and models connections;
 `identity` names the connections that announced no software (sibling or fingerprint, with
 `exporter.fingerprint`, a pure module; never the registry); `jobs` defines the tables; `pcaps`
-turns pcap archives into event logs with `capture`; `report` renders one HTML file; `cli` runs
-one job. Nothing imports `pipeline`: the `kafka-census pipeline` command starts it as
+turns pcap archives into event logs with `capture`; `report` renders one HTML file; `ship`
+zips the sources that executors on a cluster need; `cli` runs one job. Nothing imports `pipeline`: the `kafka-census pipeline` command starts it as
 `python -m pipeline`.
 """
