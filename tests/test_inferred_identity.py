@@ -6,8 +6,6 @@ contract whatever the fingerprint table says (tests/test_fingerprint.py tests th
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-
 import pytest
 
 from capture.events import (
@@ -19,40 +17,22 @@ from capture.events import (
     TrafficUpdate,
 )
 from exporter import registry as registry_module
+from exporter.fingerprint import Inference, Observation
 from exporter.registry import MAX_FIRST_REQUESTS, MAX_INFER_CALLS, ConnectionRegistry
-
-
-@dataclass(frozen=True)
-class Obs:  # the interface of exporter.fingerprint.Observation (ISSUE15.md)
-    api_versions_request_version: int | None
-    requests: dict
-    first_requests: tuple
-    client_id: str | None
-    broker_max: dict | None
-
-
-@dataclass(frozen=True)
-class Inf:
-    name: str
-    version_range: str
-    confidence: float
-    evidence: tuple
-    min_compatible: str | None
 
 
 @pytest.fixture
 def calls(monkeypatch):
     """infer() replaced: names "apache-kafka-java" "0.10.2.0-0.11.0.3" for anything that used
     Produce v2; records every Observation."""
-    seen: list[Obs] = []
+    seen: list[Observation] = []
 
     def infer(obs):
         seen.append(obs)
         if (0, 2) in obs.requests:
-            return Inf("apache-kafka-java", "0.10.2.0-0.11.0.3", 0.9, ("Produce v2", "ApiVersions v0"), "2.1")
+            return Inference("apache-kafka-java", "0.10.2.0-0.11.0.3", 0.9, ("Produce v2", "ApiVersions v0"), "2.1")
         return None
 
-    monkeypatch.setattr(registry_module, "Observation", Obs)
     monkeypatch.setattr(registry_module, "_infer", infer)
     return seen
 
@@ -151,7 +131,6 @@ def test_first_requests_from_a_tally_equal_those_of_one_event_per_request(calls)
 def test_a_fault_in_infer_is_counted_not_raised(monkeypatch):
     def broken(obs):
         raise RuntimeError("table bug")
-    monkeypatch.setattr(registry_module, "Observation", Obs)
     monkeypatch.setattr(registry_module, "_infer", broken)
     reg = old_java(ConnectionRegistry())
     assert reg.get("a")["identity_source"] == "api_versions_v0"

@@ -276,17 +276,8 @@ def test_a_waiting_connection_is_named_when_its_sibling_announces_not_at_its_own
 def test_a_waiting_connection_takes_a_siblings_new_fingerprint_at_once(monkeypatch):
     """b (too little to fingerprint) is named after its fingerprinted sibling a; a's fingerprint
     then narrows at a's next sync point: b follows at that event, not at its own next one."""
-    from dataclasses import dataclass
-
     from exporter import registry as registry_module
-
-    @dataclass(frozen=True)
-    class Inf:
-        name: str
-        version_range: str
-        confidence: float
-        evidence: tuple
-        min_compatible: str | None
+    from exporter.fingerprint import Inference as Inf
 
     def infer(obs):  # a's first pairs name a range; more of them narrow it; b's single pair names nothing
         if len(obs.first_requests) >= 4:

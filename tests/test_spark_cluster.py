@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.spark_cluster import standalone_cluster
-from tests.test_pipeline import write_fleet
+from tests.test_pipeline import CliRun, write_fleet
 
 CENSUS = Path(sys.executable).parent / "kafka-census"
 BARE_PYTHON = getattr(sys, "_base_executable", None) or sys.executable
@@ -28,39 +28,17 @@ FINGERPRINT_PCAPS = Path(__file__).resolve().parent / "fixtures" / "fingerprints
 TABLE_JOBS = ("inventory", "adoption", "api-usage", "upgrade-readiness")
 
 
-class ClusterRun:
+def cluster_run(work: Path, job: str, master: str, *args: str) -> CliRun:
     """`kafka-census pipeline JOB --master spark://...`, as an operator runs it, started at once:
     every submission queues on the master, which runs two at a time (one core each)."""
+    return CliRun(work, f"{job}-cluster", [job, "--master", master, *args, "--conf", "spark.cores.max=1",
+                                           "--conf", "spark.executor.memory=512m"])
 
-    def __init__(self, job: str, master: str, out: Path, *args: str) -> None:
-        env = dict(os.environ, KAFKA_CENSUS_SHUFFLE_PARTITIONS="2")
-        env.pop("PYSPARK_PYTHON", None)
-        self.job, self.out = job, out
-        self._stdout = open(out.with_suffix(".stdout"), "w+")
-        self._stderr = open(out.with_suffix(".stderr"), "w+")
-        self.proc = subprocess.Popen(
-            [str(CENSUS), "pipeline", job, "--master", master, "--output", str(out), *args,
-             "--conf", "spark.cores.max=1", "--conf", "spark.executor.memory=512m"],
-            stdin=subprocess.DEVNULL, stdout=self._stdout, stderr=self._stderr, env=env)
 
-    def result(self, timeout: float = 900) -> dict:
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
-        self._stdout.seek(0)
-        self._stderr.seek(0)
-        out, err = self._stdout.read(), self._stderr.read()
-        assert code == 0, f"{self.job} on the cluster: exit {code}\n{err[-4000:]}"
-        return json.loads(out.strip().splitlines()[-1])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self._stdout.close()
-        self._stderr.close()
+def summary(run: CliRun) -> dict:
+    code, out, err = run.result(timeout=900)
+    assert code == 0, f"{run.proc.args[2]} on the cluster: exit {code}\n{err[-4000:]}"
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def run_local(spark, job: str, out: Path, *args: str) -> dict:
@@ -116,10 +94,9 @@ def cluster_runs(master, fleet, work):
     """Every job submitted to the cluster at once. The table jobs and report run on executors
     whose interpreter has nothing of kafka-census; pcap-decode's need pcapy-ng (this venv's)."""
     bare = ("--conf", f"spark.pyspark.python={BARE_PYTHON}")
-    runs = {job: ClusterRun(job, master, work / f"{job}-cluster", "--input", str(fleet), *bare) for job in TABLE_JOBS}
-    runs["report"] = ClusterRun("report", master, work / "report-cluster", "--input", str(fleet), *bare)
-    runs["pcap-decode"] = ClusterRun("pcap-decode", master, work / "pcap-decode-cluster", *pcap_args(),
-                                     "--conf", f"spark.pyspark.python={sys.executable}")
+    runs = {job: cluster_run(work, job, master, "--input", str(fleet), *bare) for job in (*TABLE_JOBS, "report")}
+    runs["pcap-decode"] = cluster_run(work, "pcap-decode", master, *pcap_args(),
+                                      "--conf", f"spark.pyspark.python={sys.executable}")
     yield runs
     for run in runs.values():
         run.stop()
@@ -135,24 +112,24 @@ def test_the_bare_interpreter_has_nothing_of_kafka_census():
 def test_table_job_on_the_cluster_equals_local(job, cluster_runs, fleet, work, spark):
     name = job.replace("-", "_")
     local = run_local(spark, job, work / f"{job}-local", "--input", str(fleet))
-    remote = cluster_runs[job].result()
+    remote = summary(cluster_runs[job])
     assert local["rows"] > 0 and remote["rows"] == local["rows"] and remote["events"] == local["events"]
-    assert csv_rows(work / f"{job}-cluster", name) == csv_rows(work / f"{job}-local", name)
+    assert csv_rows(work / f"{job}-cluster-out", name) == csv_rows(work / f"{job}-local", name)
 
 
 def test_pcap_decode_on_the_cluster_equals_local(cluster_runs, work, spark):
     local = run_local(spark, "pcap-decode", work / "pcap-decode-local", *pcap_args())
-    remote = cluster_runs["pcap-decode"].result()
-    assert remote == {**local, "output": str(work / "pcap-decode-cluster")}
+    remote = summary(cluster_runs["pcap-decode"])
+    assert remote == {**local, "output": str(work / "pcap-decode-cluster-out")}
     assert local["files"] == 8 and local["events"] > 0, local
-    assert event_lines(work / "pcap-decode-cluster") == event_lines(work / "pcap-decode-local")
+    assert event_lines(work / "pcap-decode-cluster-out") == event_lines(work / "pcap-decode-local")
 
 
 def test_report_on_the_cluster(cluster_runs, work):
-    summary = cluster_runs["report"].result()
-    html = Path(summary["output"]).read_text()
-    assert Path(summary["output"]).parent == work / "report-cluster"
-    assert summary["events"] > 0 and "<table" in html
+    report = summary(cluster_runs["report"])
+    html = Path(report["output"]).read_text()
+    assert Path(report["output"]).parent == work / "report-cluster-out"
+    assert report["events"] > 0 and "<table" in html
 
 
 def test_a_bad_conf_is_a_usage_error():

@@ -16,7 +16,7 @@ Two more measure bounded tables that are not per connection: a census row full o
 and an exported series (retained, and at a /metrics scrape's peak).
 Each cost must stay under its constant (about 30% over what was measured when it was set).
 The client ids here are realistic (~20 characters); the wire allows longer ones, which the
-registry stores as they come (see the module's last test and /work/notes/readme-sizing.md).
+registry stores as they come (see the module's last test).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from tests.test_hostile import api_versions_v3_response, compact_string, metadat
 FLOW_BYTES = 5632  # measured 4,190: one tracked TCP flow (--max-flows)
 RECORD_BYTES = 2176  # measured 1,607 (closed; open ones share strings with their flow): one registry record, open (--max-connections) or closed (--max-closed-connections)
 TOMBSTONE_BYTES = 384  # measured 283: one recently closed 4-tuple in the tracker (at most MAX_TOMBSTONES)
-# Not per connection, but bounded tables the same pod holds (see /work/notes/readme-sizing.md):
+# Not per connection, but bounded tables the same pod holds (the chart's sizing, README):
 CENSUS_ROW_BYTES = 7_168  # measured 5,306 (15 KB when a row kept 100): a census row listing its 32 client addresses (max_census_rows)
 SERIES_BYTES = 384  # measured ~280: one exported label set, retained (--max-series)
 SCRAPE_BYTES = 1024  # measured ~640: what one series adds to a /metrics scrape's peak (transient)
