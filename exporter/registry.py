@@ -88,7 +88,7 @@ from capture.events import (
     TlsSession,
     TrafficUpdate,
 )
-from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4
+from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4, UPGRADE_TARGETS
 
 from exporter.rollup import FingerprintBasis
 
@@ -144,9 +144,8 @@ MAX_BROKER_FEATURES = 32  # KIP-584 features per broker (Kafka 4.1 announces 7)
 API_VERSIONS = 18
 UNKNOWN = "unknown"  # the broker's own label value when a client sent no software fields
 OTHER = "other"
-# Seconds. Fetch long-polls (fetch.max.wait.ms, 500 ms by default) land in the upper buckets.
-# Upgrade targets whose removed versions the API table knows (KIP-896 for 4.0).
-UPGRADE_TARGETS = {"4.0": REMOVED_IN_KAFKA4}
+# Upgrade targets (UPGRADE_TARGETS, re-exported): generated into the API table, which the pipeline
+# reads too (KIP-896 for 4.0).
 
 
 def iso_time(ts: float | None) -> str | None:
@@ -989,16 +988,16 @@ class ConnectionRegistry:
     def upgrade_readiness(self, target: str = "4.0") -> dict:
         """Connections and census rows that used API versions the target broker removes.
         Under the lock, in chunks, each record is checked and only the offenders copied."""
-        removed = UPGRADE_TARGETS.get(target)
-        if removed is None:
+        known = UPGRADE_TARGETS.get(target)
+        if known is None:
             raise ValueError(f"unknown upgrade target {target!r}; known: {', '.join(UPGRADE_TARGETS)}")
+        removed, minimum = known.removed, known.minimum_version
 
         def offending(requests: list[dict]) -> list[dict]:
             out = []
             for r in requests:
                 if r["api_version"] in removed.get(r["api_key"], ()):
-                    spec = API_TABLE.get(r["api_key"])
-                    out.append({**r, "minimum_version": None if spec is None else spec.kafka4_min_version})
+                    out.append({**r, "minimum_version": minimum[r["api_key"]]})
             return out
 
         def copy(rec: ConnectionRecord):  # under the lock: only the offenders are copied

@@ -196,6 +196,20 @@ def test_table_is_self_consistent():
     assert api_table.REMOVED_IN_KAFKA4 == {k: v for k, v in removed.items() if v}
 
 
+def test_the_kafka4_upgrade_target_is_the_removed_versions_and_their_baselines():
+    # KIP-896 as above: Produce keeps v3+, Fetch v4+, the ZooKeeper-era APIs (4-7) are gone
+    # entirely (no minimum); the REST API and the pipeline both read this one target table.
+    target = api_table.UPGRADE_TARGETS["4.0"]
+    assert set(api_table.UPGRADE_TARGETS) == {"4.0"}
+    assert target.removed is api_table.REMOVED_IN_KAFKA4
+    assert set(target.minimum_version) == set(target.removed)
+    assert (target.minimum_version[0], target.minimum_version[1], target.minimum_version[56]) == (3, 4, 2)
+    assert all(target.minimum_version[k] is None for k in (4, 5, 6, 7))
+    for key, minimum in target.minimum_version.items():
+        assert minimum == API_TABLE[key].kafka4_min_version
+        assert minimum is None or max(target.removed[key]) < minimum
+
+
 # --------------------------------------------------------------------------- sans-IO
 
 

@@ -33,6 +33,11 @@ source_4x
 ``removed_in_kafka4(spec)`` gives the versions in [min_version, max_version] that Kafka 4.x
 does not accept (KIP-896); ``REMOVED_IN_KAFKA4`` lists them for every key that has any.
 
+``UPGRADE_TARGETS`` maps each broker version an upgrade can be checked against (``"4.0"``) to
+an ``UpgradeTarget``: the versions it removed per API key, and the lowest version of each such
+API it still accepts. The registry's upgrade readiness (REST) and the pipeline's report read
+this one table.
+
 This module is part of the sans-IO core: it imports nothing but ``typing``.
 """
 
@@ -193,4 +198,47 @@ REMOVED_IN_KAFKA4: dict[int, tuple[int, ...]] = {
     77: (0,),  # ShareGroupDescribe
     78: (0,),  # ShareFetch
     79: (0,),  # ShareAcknowledge
+}
+
+
+class UpgradeTarget(NamedTuple):
+    removed: dict[int, tuple[int, ...]]  # api_key -> versions the target broker no longer accepts
+    minimum_version: dict[int, int | None]  # api_key (of `removed`) -> lowest version accepted; None = API removed
+
+
+# Broker versions an upgrade can be checked against (REST /upgrade-readiness, the pipeline's report).
+UPGRADE_TARGETS: dict[str, UpgradeTarget] = {
+    "4.0": UpgradeTarget(
+        removed=REMOVED_IN_KAFKA4,
+        minimum_version={
+            0: 3,  # Produce
+            1: 4,  # Fetch
+            2: 1,  # ListOffsets
+            4: None,  # LeaderAndIsr
+            5: None,  # StopReplica
+            6: None,  # UpdateMetadata
+            7: None,  # ControlledShutdown
+            8: 2,  # OffsetCommit
+            9: 1,  # OffsetFetch
+            19: 2,  # CreateTopics
+            20: 1,  # DeleteTopics
+            23: 2,  # OffsetForLeaderEpoch
+            27: 1,  # WriteTxnMarkers
+            29: 1,  # DescribeAcls
+            30: 1,  # CreateAcls
+            31: 1,  # DeleteAcls
+            32: 1,  # DescribeConfigs
+            34: 1,  # AlterReplicaLogDirs
+            35: 1,  # DescribeLogDirs
+            38: 1,  # CreateDelegationToken
+            39: 1,  # RenewDelegationToken
+            40: 1,  # ExpireDelegationToken
+            41: 1,  # DescribeDelegationToken
+            56: 2,  # AlterPartition
+            76: 1,  # ShareGroupHeartbeat
+            77: 1,  # ShareGroupDescribe
+            78: 1,  # ShareFetch
+            79: 1,  # ShareAcknowledge
+        },
+    ),
 }

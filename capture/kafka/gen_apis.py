@@ -2,7 +2,8 @@
 
 This module owns the *derivation* of the API table: which API keys exist, which request
 versions any known Kafka accepts, from which version a request/response uses the flexible
-(tagged-field) headers, and which versions Kafka 4.0 stopped accepting (KIP-896).
+(tagged-field) headers, which versions Kafka 4.0 stopped accepting (KIP-896), and the upgrade
+targets built from them (``UPGRADE_TARGETS``, the one table of what each target broker removed).
 
 It is a build tool, run by hand (``make regen``) or by the drift test; nothing imports it at
 runtime, and the generated ``api_table.py`` does not depend on it.
@@ -407,6 +408,11 @@ source_4x
 ``removed_in_kafka4(spec)`` gives the versions in [min_version, max_version] that Kafka 4.x
 does not accept (KIP-896); ``REMOVED_IN_KAFKA4`` lists them for every key that has any.
 
+``UPGRADE_TARGETS`` maps each broker version an upgrade can be checked against (``"4.0"``) to
+an ``UpgradeTarget``: the versions it removed per API key, and the lowest version of each such
+API it still accepts. The registry's upgrade readiness (REST) and the pipeline's report read
+this one table.
+
 This module is part of the sans-IO core: it imports nothing but ``typing``.
 """'''
 
@@ -494,6 +500,23 @@ def render(rows: list[Row], commit: str, kafka_python: str, kio: str) -> str:
         tup = "(" + ", ".join(map(str, vs)) + ("," if len(vs) == 1 else "") + ")"
         lines.append(f"    {k}: {tup},  # {names[k]}")
     lines.append("}")
+    lines += ["", ""]
+    lines += [
+        "class UpgradeTarget(NamedTuple):",
+        "    removed: dict[int, tuple[int, ...]]  # api_key -> versions the target broker no longer accepts",
+        "    minimum_version: dict[int, int | None]  # api_key (of `removed`) -> lowest version accepted; None = API removed",
+        "",
+        "",
+        "# Broker versions an upgrade can be checked against (REST /upgrade-readiness, the pipeline's report).",
+        "UPGRADE_TARGETS: dict[str, UpgradeTarget] = {",
+        '    "4.0": UpgradeTarget(',
+        "        removed=REMOVED_IN_KAFKA4,",
+        "        minimum_version={",
+    ]
+    minimum = {r.key: r.kafka4_min_version for r in rows}
+    for k, _ in removed:
+        lines.append(f"            {k}: {_opt(minimum[k])},  # {names[k]}")
+    lines += ["        },", "    ),", "}"]
     return "\n".join(lines) + "\n"
 
 
