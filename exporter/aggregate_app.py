@@ -33,8 +33,7 @@ from typing import Annotated, Callable, Literal
 from urllib.parse import quote, urlsplit
 
 import httpx
-from fastapi import FastAPI, HTTPException, Path, Query, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Histogram, make_asgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -42,10 +41,10 @@ from pydantic import Field
 from starlette.routing import Route
 
 from exporter import aggregate_merge as merge
-from exporter.api import (API_PREFIX, DEFAULT_LIMIT, MAX_LIMIT, OPEN_PATHS, ORDER_BY_PATTERN, UPGRADE_TARGETS, Broker,
-                          BrokerList, Client, ClientList, ClientUsingRemoved, ConnectionList, ConnectionUsingRemoved,
-                          Error, SoftwareUsingRemoved, Status, TooManyOrderTerms, UpgradeReadiness,
-                          AsgiEndpoint, BrowserSafeHeaders, IdentitySourceOfRow, document_bearer, parse_order_by)
+from exporter.api import (API_PREFIX, MAX_LIMIT, OPEN_PATHS, UPGRADE_TARGETS, Broker, BrokerList, Client, ClientList,
+                          ClientUsingRemoved, ConnectionList, ConnectionQuery, ConnectionUsingRemoved, Error,
+                          SoftwareUsingRemoved, Status, UpgradeReadiness, AsgiEndpoint, BrowserSafeHeaders,
+                          client_query, connection_query, document_bearer)
 from exporter.api import Connection as _Connection
 from exporter.api import Model as _Model
 from exporter.api import encode as _encode
@@ -732,39 +731,10 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
     @app.get(API_PREFIX + "/connections", response_model=AggConnectionList, tags=["connections"],
              summary="Open and recently closed connections, over every peer",
              responses={400: {"model": Error}, **_FANOUT_ERRORS})
-    async def list_connections(
-        request: Request,
-        state: Annotated[Literal["open", "closed", "all"], Query(description="open, closed or all")] = "all",
-        listener: Annotated[str, Query(description="Exact listener name")] = None,
-        client_software_name: Annotated[str, Query()] = None,
-        client_software_version: Annotated[str, Query()] = None,
-        client_id: Annotated[str, Query()] = None,
-        principal: Annotated[str, Query()] = None,
-        address: Annotated[str, Query(description="Exact client or broker address")] = None,
-        inferred_software_name: Annotated[str, Query(
-            description="Name inferred for a connection that announced none (sibling or fingerprint)")] = None,
-        identity_source: Annotated[str, Query(
-            description="Exact identity_source: api_versions_vN, proxy, restored, sibling, fingerprint, tls, "
-                        "mid_stream or none")] = None,
-        order_by: Annotated[str, Query(
-            description="As a sidecar's; applied by every peer and again on the union",
-            json_schema_extra={"pattern": ORDER_BY_PATTERN})] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="At most this many connections in all")]
-            = DEFAULT_LIMIT,
-    ) -> Response:
-        try:
-            terms = parse_order_by(order_by) if order_by is not None else []
-        except TooManyOrderTerms as e:
-            raise RequestValidationError([{"type": "too_long", "loc": ("query", "order_by"), "msg": str(e)}]) \
-                from None
-        except ValueError as e:
-            raise HTTPException(400, str(e)) from None
-        params = [(k, v) for k, v in (
-            ("state", state), ("listener", listener), ("client_software_name", client_software_name),
-            ("client_software_version", client_software_version), ("client_id", client_id),
-            ("principal", principal), ("address", address), ("inferred_software_name", inferred_software_name),
-            ("identity_source", identity_source), ("order_by", order_by), ("limit", str(limit)),
-        ) if v is not None]
+    async def list_connections(request: Request, q: Annotated[ConnectionQuery, Depends(connection_query)]) \
+            -> Response:
+        limit, terms = q.limit, q.order_by  # applied by every peer and again on the union
+        params = q.params()
         return await serve(request, "connections", API_PREFIX + "/connections", params,
                            lambda body: merge.check_connections(body, limit),
                            lambda: merge.ConnectionsMerger(terms, limit))
@@ -803,23 +773,8 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
     @app.get(API_PREFIX + "/clients", response_model=AggClientList, tags=["clients"],
              summary="The client census over every peer, rows of the same key merged",
              responses=_FANOUT_ERRORS)
-    async def list_clients(
-        request: Request,
-        listener: Annotated[str, Query()] = None,
-        client_software_name: Annotated[str, Query()] = None,
-        client_software_version: Annotated[str, Query()] = None,
-        client_id: Annotated[str, Query()] = None,
-        principal: Annotated[str, Query()] = None,
-        identity_source: Annotated[IdentitySourceOfRow, Query()] = None,
-        inferred_software_name: Annotated[str, Query(description="Name inferred for clients that announced none")] \
-            = None,
-    ) -> Response:
-        params = [(k, v) for k, v in (
-            ("listener", listener), ("client_software_name", client_software_name),
-            ("client_software_version", client_software_version), ("client_id", client_id),
-            ("principal", principal), ("identity_source", identity_source),
-            ("inferred_software_name", inferred_software_name),
-        ) if v is not None]
+    async def list_clients(request: Request, wanted: Annotated[dict[str, str], Depends(client_query)]) -> Response:
+        params = list(wanted.items())
         return await serve(request, "clients", API_PREFIX + "/clients", params, merge.check_clients,
                            merge.ClientsMerger)
 

@@ -25,9 +25,10 @@ request without it gets 401 `{"detail": "..."}` before any of this.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Annotated, Callable, Literal
 
-from fastapi import FastAPI, HTTPException, Path, Query
+from fastapi import Depends, FastAPI, HTTPException, Path, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,19 +37,11 @@ from starlette.routing import Route
 
 from exporter.auth import ApiToken, BearerAuth
 from exporter.registry import ORDER_FIELDS, UPGRADE_TARGETS, ConnectionRegistry
+from exporter.version import package_version
 
 API_PREFIX = "/api/v1"
 DEFAULT_LIMIT = 1000
 MAX_LIMIT = 10_000  # the page bound: a response never holds more connections than this
-
-
-def _package_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("kafka-census")
-    except Exception:  # not installed (running from a checkout)
-        return "0+unknown"
 
 
 # --- ordering -------------------------------------------------------------------------------
@@ -92,6 +85,108 @@ def parse_order_by(value: str) -> list[tuple[str, bool]]:
                              f"{_ORDER_BY_HELP}")
         terms.setdefault(name, len(words) == 2 and words[1] == "desc")
     return list(terms.items())
+
+
+# --- query strings --------------------------------------------------------------------------
+#
+# Declared once, as FastAPI dependencies: the sidecar's routes and the aggregator's
+# (exporter/aggregate_app.py, which forwards the query to every peer) take the same parameters,
+# names, types, bounds and help. Optional query strings are typed `str` with a None default,
+# not `str | None`: a query string is never null, and `str | None` would put
+# `anyOf: [string, null]` into the schema.
+
+# How a census row's (or an upgrade-readiness group's) identity is known.
+IdentitySourceOfRow = Literal["announced", "sibling", "fingerprint", "restored_sibling", "restored_fingerprint", "none"]
+
+
+@dataclass(frozen=True)
+class ConnectionQuery:
+    """A /connections query: `filters` (QUERY_FILTERS names, exact values, in declaration
+    order), `order_by` parsed (`order_by_text` as given), `limit`."""
+
+    state: str
+    filters: dict[str, str]
+    order_by: list[tuple[str, bool]]
+    order_by_text: str | None
+    limit: int
+
+    def params(self) -> list[tuple[str, str]]:
+        """The query string as a peer is asked it: the parameters given, in declaration order."""
+        out = [("state", self.state), *self.filters.items()]
+        if self.order_by_text is not None:
+            out.append(("order_by", self.order_by_text))
+        out.append(("limit", str(self.limit)))
+        return out
+
+
+def connection_query(
+    state: Annotated[Literal["open", "closed", "all"], Query(description="open, closed or all")] = "all",
+    listener: Annotated[str, Query(description="Exact listener name")] = None,
+    client_software_name: Annotated[str, Query()] = None,
+    client_software_version: Annotated[str, Query()] = None,
+    client_id: Annotated[str, Query()] = None,
+    principal: Annotated[str, Query()] = None,
+    address: Annotated[str, Query(description="Exact client or broker address")] = None,
+    inferred_software_name: Annotated[str, Query(
+        description="Name inferred for a connection that announced none (sibling or fingerprint)")] = None,
+    identity_source: Annotated[str, Query(
+        description="Exact identity_source: api_versions_vN, proxy, restored, sibling, fingerprint, "
+                    "restored_sibling, restored_fingerprint, tls, "
+                    "mid_stream or none")] = None,
+    order_by: Annotated[str, Query(
+        description=f"{_ORDER_BY_HELP}. Default: first_seen. None values sort last in both directions; "
+                    "ties keep first_seen order.",
+        examples=["last_seen desc", "client_software_name, client_software_version desc"],
+        json_schema_extra={"pattern": ORDER_BY_PATTERN})] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="At most this many connections")] = DEFAULT_LIMIT,
+) -> ConnectionQuery:
+    """The /connections query string (a dependency: `Depends(connection_query)`). More order_by
+    terms than fields is 422, an unknown field or direction 400, both before any work."""
+    try:
+        terms = parse_order_by(order_by) if order_by is not None else []
+    except TooManyOrderTerms as e:  # a range the schema states (the pattern's repetition bound)
+        raise RequestValidationError([{"type": "too_long", "loc": ("query", "order_by"), "msg": str(e)}]) from None
+    except ValueError as e:
+        raise HTTPException(400, str(e)) from None
+    filters = {name: value for name, value in (
+        ("listener", listener), ("client_software_name", client_software_name),
+        ("client_software_version", client_software_version), ("client_id", client_id),
+        ("principal", principal), ("address", address), ("inferred_software_name", inferred_software_name),
+        ("identity_source", identity_source),
+    ) if value is not None}
+    return ConnectionQuery(state, filters, terms, order_by, limit)
+
+
+def client_query(
+    listener: Annotated[str, Query()] = None,
+    client_software_name: Annotated[str, Query()] = None,
+    client_software_version: Annotated[str, Query()] = None,
+    client_id: Annotated[str, Query()] = None,
+    principal: Annotated[str, Query()] = None,
+    identity_source: Annotated[IdentitySourceOfRow, Query()] = None,
+    inferred_software_name: Annotated[str, Query(description="Name inferred for clients that announced none")] \
+        = None,
+) -> dict[str, str]:
+    """The /clients query string (a dependency): the census row fields given, exact values, in
+    declaration order ("inferred_software_name" matches `inferred_software.name`)."""
+    return {name: value for name, value in (
+        ("listener", listener), ("client_software_name", client_software_name),
+        ("client_software_version", client_software_version), ("client_id", client_id),
+        ("principal", principal), ("identity_source", identity_source),
+        ("inferred_software_name", inferred_software_name),
+    ) if value is not None}
+
+
+def matches_client(row: dict, wanted: dict[str, str]) -> bool:
+    """A census row against `client_query`'s filters."""
+    for name, value in wanted.items():
+        if name == "inferred_software_name":
+            inferred = row["inferred_software"]
+            if not inferred or inferred["name"] != value:
+                return False
+        elif row[name] != value:
+            return False
+    return True
 
 
 # --- serialization --------------------------------------------------------------------------
@@ -222,10 +317,6 @@ class ConnectionList(Model):
     connections: list[Connection]
     total: Count = Field(description="Connections matching the filters, before the limit")
     limit: int = Field(ge=1, le=MAX_LIMIT)
-
-
-# How a census row's (or an upgrade-readiness group's) identity is known.
-IdentitySourceOfRow = Literal["announced", "sibling", "fingerprint", "restored_sibling", "restored_fingerprint", "none"]
 
 
 class Client(Model):
@@ -416,7 +507,7 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         raise ValueError("metrics_auth needs api_token")
     app = FastAPI(
         title="kafka-census",
-        version=version or _package_version(),
+        version=version or package_version(),
         description="Read-only view of the Kafka connections seen on the wire: open and recently closed "
                     "connections, the client census, brokers' API ranges and upgrade readiness.",
         docs_url="/docs",
@@ -444,45 +535,11 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
             return {"status": "ok"}
         return JSONResponse({"status": "not ready"}, status_code=503)
 
-    # Optional query strings are typed `str` with a None default, not `str | None`: a query string
-    # is never null, and `str | None` would put `anyOf: [string, null]` into the schema.
     @app.get(API_PREFIX + "/connections", response_model=ConnectionList, tags=["connections"],
              summary="Open and recently closed connections", responses=_ERRORS_400)
-    def list_connections(
-        state: Annotated[Literal["open", "closed", "all"], Query(description="open, closed or all")] = "all",
-        listener: Annotated[str, Query(description="Exact listener name")] = None,
-        client_software_name: Annotated[str, Query()] = None,
-        client_software_version: Annotated[str, Query()] = None,
-        client_id: Annotated[str, Query()] = None,
-        principal: Annotated[str, Query()] = None,
-        address: Annotated[str, Query(description="Exact client or broker address")] = None,
-        inferred_software_name: Annotated[str, Query(
-            description="Name inferred for a connection that announced none (sibling or fingerprint)")] = None,
-        identity_source: Annotated[str, Query(
-            description="Exact identity_source: api_versions_vN, proxy, restored, sibling, fingerprint, "
-                        "restored_sibling, restored_fingerprint, tls, "
-                        "mid_stream or none")] = None,
-        order_by: Annotated[str, Query(
-            description=f"{_ORDER_BY_HELP}. Default: first_seen. None values sort last in both directions; "
-                        "ties keep first_seen order.",
-            examples=["last_seen desc", "client_software_name, client_software_version desc"],
-            json_schema_extra={"pattern": ORDER_BY_PATTERN})] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="At most this many connections")] = DEFAULT_LIMIT,
-    ) -> Response:
-        try:
-            terms = parse_order_by(order_by) if order_by is not None else []
-        except TooManyOrderTerms as e:  # a range the schema states (the pattern's repetition bound)
-            raise RequestValidationError([{"type": "too_long", "loc": ("query", "order_by"), "msg": str(e)}]) \
-                from None
-        except ValueError as e:
-            raise HTTPException(400, str(e)) from None
-        filters = {name: value for name, value in (
-            ("listener", listener), ("client_software_name", client_software_name),
-            ("client_software_version", client_software_version), ("client_id", client_id),
-            ("principal", principal), ("address", address), ("inferred_software_name", inferred_software_name),
-            ("identity_source", identity_source),
-        ) if value is not None}
-        chunks, total = registry.query(state=state, filters=filters, order_by=terms, limit=limit)
+    def list_connections(q: Annotated[ConnectionQuery, Depends(connection_query)]) -> Response:
+        limit = q.limit
+        chunks, total = registry.query(state=q.state, filters=q.filters, order_by=q.order_by, limit=limit)
         # Encoded a chunk at a time: the page's dicts never exist all at once.
         rows = ",".join(encode(chunk)[1:-1] for chunk in chunks if chunk)
         return Response(f'{{"connections":[{rows}],"total":{total},"limit":{limit}}}', media_type="application/json")
@@ -497,27 +554,11 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
 
     @app.get(API_PREFIX + "/clients", response_model=ClientList, tags=["clients"],
              summary="The client census: open connections and closed ones folded in")
-    def list_clients(
-        listener: Annotated[str, Query()] = None,
-        client_software_name: Annotated[str, Query()] = None,
-        client_software_version: Annotated[str, Query()] = None,
-        client_id: Annotated[str, Query()] = None,
-        principal: Annotated[str, Query()] = None,
-        identity_source: Annotated[IdentitySourceOfRow, Query()] = None,
-        inferred_software_name: Annotated[str, Query(description="Name inferred for clients that announced none")] \
-            = None,
-    ) -> Response:
-        wanted = {k: v for k, v in (
-            ("listener", listener), ("client_software_name", client_software_name),
-            ("client_software_version", client_software_version), ("client_id", client_id),
-            ("principal", principal), ("identity_source", identity_source),
-        ) if v is not None}
+    def list_clients(wanted: Annotated[dict[str, str], Depends(client_query)]) -> Response:
         rows = registry.clients()
         overflow = registry.census_overflow  # an int: read whole, no lock needed
         if wanted:
-            rows = [r for r in rows if all(r[k] == v for k, v in wanted.items())]
-        if inferred_software_name is not None:
-            rows = [r for r in rows if r["inferred_software"] and r["inferred_software"]["name"] == inferred_software_name]
+            rows = [r for r in rows if matches_client(r, wanted)]
         return _json({"clients": rows, "total": len(rows), "census_overflow": overflow})
 
     @app.get(API_PREFIX + "/brokers", response_model=BrokerList, tags=["brokers"],
