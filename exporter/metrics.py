@@ -22,7 +22,8 @@ import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from exporter.registry import API_VERSIONS_ERRORS, LATENCY_BUCKETS
+from exporter.registry import (API_VERSIONS_ERRORS, LATENCY_BUCKETS, AcksSeries, ClosedSeries, ConnectionSeries,
+                               InferredSeries, RequestSeries, SaslSeries)
 
 P = "kafka_census_"
 # --compat-metrics: the broker gauge's name and labels in each project's jmx_exporter config.
@@ -79,52 +80,53 @@ class CensusCollector:
     def collect(self):
         started = time.perf_counter()
         s = self.registry.snapshot()
-        sw = ["client_software_name", "client_software_version"]
 
+        # The label names of a series table are its key type's field names (exporter.registry).
         yield _gauge("connections", "Open Kafka connections by listener and client software (KIP-511 "
-                     "fields; 'unknown' when the client sent none).", ["listener", *sw], s.connections)
+                     "fields; 'unknown' when the client sent none).", [*ConnectionSeries._fields], s.connections)
         yield _gauge("connections_inferred", "Open connections that announced no software (no KIP-511 fields), by "
                      "the identity inferred for them: a sibling connection's announced software, or a fingerprint "
                      "of the API versions they use (a version range).",
-                     ["listener", "inferred_software_name", "inferred_version_range"], s.connections_inferred)
+                     [*InferredSeries._fields], s.connections_inferred)
         yield _counter("connections_opened", "Connections opened.", ["listener"], s.opened)
         yield _counter("connections_closed", "Connections closed, by reason (fin, rst, idle, evicted, reused).",
-                       ["listener", "reason"], s.closed)
+                       [*ClosedSeries._fields], s.closed)
         yield _counter("requests", "Kafka requests by api and version and client software.",
-                       ["listener", "api", "api_version", *sw], s.requests)
+                       [*RequestSeries._fields], s.requests)
         yield _counter("deprecated_requests", "Requests using an api version Kafka 4.0 removed (KIP-896).",
-                       ["listener", "api", "api_version", *sw], s.deprecated)
+                       [*RequestSeries._fields], s.deprecated)
         hist = HistogramMetricFamily(P + "request_duration_seconds",
                                      "Time from a request's last byte to its response's last byte, as captured.",
                                      labels=["listener", "api"])
-        for (listener, api), (counts, total, count) in sorted(s.latency.items()):
+        for key, h in sorted(s.latency.items()):
             cumulative, buckets = 0, []
-            for bound, n in zip((*LATENCY_BUCKETS, float("inf")), counts):
+            for bound, n in zip((*LATENCY_BUCKETS, float("inf")), h.buckets):
                 cumulative += n
                 buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
-            hist.add_metric([listener, api], buckets, total)
+            hist.add_metric([key.listener, key.api], buckets, h.sum)
         yield hist
         yield _counter("api_versions_responses", "ApiVersions answers by request version and error "
                        "(UNSUPPORTED_VERSION makes clients retry with v0; INVALID_REQUEST: the broker "
                        "rejected the software name/version).", ["listener", "request_version", "error"],
-                       {(lst, v, API_VERSIONS_ERRORS.get(code, str(code))): n
-                        for (lst, v, code), n in s.api_versions.items()})
+                       {(k.listener, k.request_version, API_VERSIONS_ERRORS.get(k.error_code, str(k.error_code))): n
+                        for k, n in s.api_versions.items()})
         yield _counter("produce_requests", "Produce requests by acks (acks other than 0, 1, -1 is error 21 "
-                       "since KIP-1, labelled 'other').", ["listener", "acks", *sw], s.produce_acks)
+                       "since KIP-1, labelled 'other').", [*AcksSeries._fields], s.produce_acks)
         yield _counter("sasl_authentications", "SASL authentications by mechanism and outcome.",
-                       ["listener", "mechanism", "outcome"], s.sasl)
+                       [*SaslSeries._fields], s.sasl)
         yield _gauge("broker_api_min_version", "Lowest version of each api the broker announced.",
-                     ["broker", "api"], {k: v[0] for k, v in s.broker_ranges.items()})
+                     ["broker", "api"], {k: v.min_version for k, v in s.broker_ranges.items()})
         yield _gauge("broker_api_max_version", "Highest version of each api the broker announced.",
-                     ["broker", "api"], {k: v[1] for k, v in s.broker_ranges.items()})
+                     ["broker", "api"], {k: v.max_version for k, v in s.broker_ranges.items()})
         yield _gauge("broker_feature_max_version", "Highest version of each KIP-584 feature the broker supports.",
-                     ["broker", "feature"], {k: v[1] for k, v in s.broker_features.items()})
+                     ["broker", "feature"], {k: v.max_version for k, v in s.broker_features.items()})
         yield _gauge("broker_feature_finalized_level", "Finalized (cluster-wide) level of each KIP-584 feature.",
-                     ["broker", "feature"], {k: v[3] for k, v in s.broker_features.items() if v[3] is not None})
+                     ["broker", "feature"], {k: v.finalized_max_level for k, v in s.broker_features.items()
+                                             if v.finalized_max_level is not None})
         yield _counter("decode_errors", "Protocol problems that kept frame boundaries, by kind.", ["kind"],
-                       {k[1]: v for k, v in s.problems.items() if k[0] == "decode_error"})
+                       s.decode_errors)
         yield _counter("desyncs", "Times a direction lost its frame boundaries and resynced, by kind.", ["kind"],
-                       {k[1]: v for k, v in s.problems.items() if k[0] == "desync"})
+                       s.desyncs)
         yield from self._capture_health(s)
         yield _counter("software_label_overflow", "Client identifications whose software name/version went to "
                        "the 'other' label: the distinct-pair limit (--max-software-labels) was reached, a field was "
@@ -203,6 +205,6 @@ class CensusCollector:
             fam = GaugeMetricFamily(
                 name, f"KIP-511 connections by client software, as {project} names the broker's gauge "
                 f"(from kafka-census; {labels[3]} is always 0).", labels=labels)
-            for (listener, sw_name, sw_version), n in sorted(s.connections.items()):
-                fam.add_metric([sw_name, sw_version, listener, "0"], n)
+            for k, n in sorted(s.connections.items()):
+                fam.add_metric([k.client_software_name, k.client_software_version, k.listener, "0"], n)
             yield fam

@@ -65,7 +65,7 @@ from collections import Counter, OrderedDict
 from itertools import islice
 from operator import attrgetter
 from time import perf_counter, sleep
-from typing import Iterator
+from typing import Iterator, NamedTuple
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -360,24 +360,109 @@ class _CensusRow:
     inferred: dict | None = None  # the first folded connection's inference (its evidence names it)
 
 
-@dataclass(frozen=True)
-class MetricsSnapshot:
-    """Everything the Prometheus collector needs, copied under the lock."""
+# --- the metrics snapshot --------------------------------------------------------------------
+#
+# The series keys are named tuples whose field names are the label names the collector
+# (exporter/metrics.py) exports them under; the registry's own tables key them by plain tuples
+# (equal, and hashed the same), and `snapshot` names them after releasing the lock.
 
-    connections: dict  # (listener, name, version) -> open connections
-    connections_inferred: dict  # (listener, inferred name, inferred version range) -> open unannounced ones
-    opened: dict  # listener -> total
-    closed: dict  # (listener, reason) -> total
-    requests: dict  # (listener, api, version, name, version) -> total
-    deprecated: dict  # same key, versions Kafka 4.0 removed
-    latency: dict  # (listener, api) -> (bucket counts, sum, count)
-    api_versions: dict  # (listener, request_version, error_code) -> total
-    produce_acks: dict  # (listener, acks, name, version) -> total
-    sasl: dict  # (listener, mechanism, outcome) -> total
-    problems: dict  # (kind of problem "decode_error"|"desync", label) -> total
-    broker_ranges: dict  # (broker, api name) -> (min, max)
-    broker_features: dict  # (broker, feature) -> (supported min, max, finalized min, max)
-    capture: dict  # source name -> CaptureStats
+class ConnectionSeries(NamedTuple):
+    listener: str
+    client_software_name: str  # "unknown" when the client sent none, "other" past a bound
+    client_software_version: str
+
+
+class InferredSeries(NamedTuple):
+    listener: str
+    inferred_software_name: str
+    inferred_version_range: str
+
+
+class ClosedSeries(NamedTuple):
+    listener: str
+    reason: str  # fin, rst, idle, evicted, reused, ...
+
+
+class RequestSeries(NamedTuple):
+    listener: str
+    api: str  # "unknown" outside the API table
+    api_version: int | str  # "unknown" outside the API table
+    client_software_name: str
+    client_software_version: str
+
+
+class LatencySeries(NamedTuple):
+    listener: str
+    api: str
+
+
+class Histogram(NamedTuple):
+    buckets: list[int]  # per bucket of LATENCY_BUCKETS, then +Inf; not cumulative
+    sum: float  # seconds
+    count: int
+
+
+class ApiVersionsSeries(NamedTuple):
+    listener: str
+    request_version: int | str  # "unknown" outside the API table
+    error_code: int | str  # a code of API_VERSIONS_ERRORS, else "other"
+
+
+class AcksSeries(NamedTuple):
+    listener: str
+    acks: int | str  # -1, 0, 1, else "other"
+    client_software_name: str
+    client_software_version: str
+
+
+class SaslSeries(NamedTuple):
+    listener: str
+    mechanism: str | None  # RFC 4422 form, else "other"
+    outcome: str
+
+
+class BrokerApi(NamedTuple):
+    broker: str  # "LISTENER:PORT"
+    api: str
+
+
+class VersionRange(NamedTuple):
+    min_version: int
+    max_version: int
+
+
+class BrokerFeature(NamedTuple):
+    broker: str
+    feature: str
+
+
+class FeatureLevels(NamedTuple):
+    min_version: int  # supported
+    max_version: int
+    finalized_min_level: int | None
+    finalized_max_level: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricsSnapshot:
+    """Everything the Prometheus collector needs, copied under the lock, named after it: the
+    series tables by their key types above, totals by plain fields."""
+
+    connections: dict[ConnectionSeries, int]  # open connections
+    connections_inferred: dict[InferredSeries, int]  # open unannounced connections, by inferred identity
+    opened: dict[str, int]  # listener -> connections opened
+    closed: dict[ClosedSeries, int]
+    requests: dict[RequestSeries, int]
+    deprecated: dict[RequestSeries, int]  # requests of versions Kafka 4.0 removed
+    latency: dict[LatencySeries, Histogram]
+    api_versions: dict[ApiVersionsSeries, int]
+    produce_acks: dict[AcksSeries, int]
+    sasl: dict[SaslSeries, int]
+    decode_errors: dict[str, int]  # kind -> problems that kept frame boundaries
+    desyncs: dict[str, int]  # kind -> times a direction lost its frame boundaries
+    broker_ranges: dict[BrokerApi, VersionRange]
+    broker_features: dict[BrokerFeature, FeatureLevels]
+    capture: dict[str, CaptureStats]  # source name -> its last stats
     software_overflow: int
     untracked_connections: int
     forgotten_connections: int
@@ -386,12 +471,18 @@ class MetricsSnapshot:
     apply_lock_wait_seconds: float  # their total wait
     apply_lock_wait_max: float  # the longest one, seconds
     census_overflow: int
-    series: int = 0  # label sets charged to the --max-series budget
-    max_series: int = DEFAULT_MAX_SERIES
-    series_folded: dict = field(default_factory=dict)  # family (BUDGETED) -> increments folded into "other"
-    broker_drops: dict = field(default_factory=dict)  # BROKER_DROPS -> answers or entries not kept
-    fingerprint_calls: int = 0  # fingerprint.infer() calls
-    fingerprint_skipped: dict = field(default_factory=dict)  # reason -> infer() calls not made (budget)
+    series: int  # label sets charged to the --max-series budget
+    max_series: int
+    series_folded: dict[str, int]  # family (BUDGETED) -> increments folded into "other"
+    broker_drops: dict[str, int]  # BROKER_DROPS -> answers or entries not kept
+    fingerprint_calls: int  # fingerprint.infer() calls
+    fingerprint_skipped: dict[str, int]  # reason -> infer() calls not made (budget)
+
+
+def _named(key_type, table: dict) -> dict:
+    """`table` with its plain tuple keys as `key_type` (tuple.__new__: the keys have its length)."""
+    new = tuple.__new__
+    return {new(key_type, k): v for k, v in table.items()}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -657,7 +748,8 @@ class ConnectionRegistry:
         self.last_ts = 0.0
         self.untracked = 0  # connections not tracked: the open set was full
         self.forgotten = 0  # closed records dropped at the count bound
-        self.problems: Counter[str] = Counter()  # "decode_error:KIND" / "desync:KIND"
+        self._decode_errors: Counter[str] = Counter()  # kind -> DecodeErrors (and failed inferences: "fingerprint")
+        self._desyncs: Counter[str] = Counter()  # kind -> Desyncs
         self._software_labels: set[tuple[str, str]] = set()
         # Open connections per (listener, name label, version label), kept as events arrive so a
         # scrape does not walk every connection. A label set that had connections stays at 0,
@@ -758,6 +850,14 @@ class ConnectionRegistry:
 
     def now(self) -> float:
         return self.clock() if self.clock is not None else self.last_ts
+
+    @property
+    def problems(self) -> dict[str, int]:
+        """{"decode_error:KIND" | "desync:KIND": total}: the replay summary's line (exporter/cli.py),
+        until it reads `snapshot().decode_errors` and `.desyncs`, which everything else reads."""
+        with self._lock:
+            return {**{f"decode_error:{k}": v for k, v in self._decode_errors.items()},
+                    **{f"desync:{k}": v for k, v in self._desyncs.items()}}
 
     def expire(self) -> None:
         """Forget closed connections older than `closed_ttl`, and restorable identities whose
@@ -1016,28 +1116,37 @@ class ConnectionRegistry:
                 "connections": conns, "clients": clients}
 
     def snapshot(self) -> MetricsSnapshot:
-        with self.lock:
+        """The metrics, copied in one hold (flat copies of bounded tables: the series budget
+        bounds them), then named with the lock free."""
+        with self._lock:
             self.expire()
-            return MetricsSnapshot(
-                connections=dict(self._gauge), connections_inferred=dict(self._inferred_gauge),
-                opened=dict(self._opened), closed=dict(self._closed_totals),
-                requests=dict(self._requests), deprecated=dict(self._deprecated),
-                latency={k: (list(v[0]), v[1], v[2]) for k, v in self._latency.items()},
-                api_versions=dict(self._api_versions), produce_acks=dict(self._produce_acks),
-                sasl=dict(self._sasl),
-                problems={tuple(k.split(":", 1)): v for k, v in self.problems.items()},
-                broker_ranges={(b, r["api"]): (r["min_version"], r["max_version"])
-                               for b, info in self._brokers.items() for r in info["api_ranges"]},
-                broker_features={(b, f["name"]): (f["min_version"], f["max_version"], f["finalized_min_level"],
-                                                  f["finalized_max_level"])
-                                 for b, info in self._brokers.items() for f in info["features"]},
+            tables = (dict(self._gauge), dict(self._inferred_gauge), dict(self._closed_totals), dict(self._requests),
+                      dict(self._deprecated), dict(self._api_versions), dict(self._produce_acks), dict(self._sasl))
+            latency = [(k, list(v[0]), v[1], v[2]) for k, v in self._latency.items()]
+            brokers = list(self._brokers.items())  # each entry is replaced whole, never mutated
+            totals = dict(
+                opened=dict(self._opened), decode_errors=dict(self._decode_errors), desyncs=dict(self._desyncs),
                 capture=dict(self._capture), software_overflow=self.software_overflow,
                 untracked_connections=self.untracked, forgotten_connections=self.forgotten,
-                truncated_strings=self.truncated_strings, apply_lock_waits=self.apply_lock_waits, apply_lock_wait_seconds=self.apply_lock_wait_seconds,
-                apply_lock_wait_max=self.apply_lock_wait_max,
+                truncated_strings=self.truncated_strings, apply_lock_waits=self.apply_lock_waits,
+                apply_lock_wait_seconds=self.apply_lock_wait_seconds, apply_lock_wait_max=self.apply_lock_wait_max,
                 census_overflow=self.census_overflow, series=self._series, max_series=self.max_series,
                 series_folded=dict(self.series_folded), broker_drops=dict(self.broker_drops),
                 fingerprint_calls=self.infer_calls, fingerprint_skipped=dict(self.fingerprint_skipped))
+        gauge, inferred, closed, requests, deprecated, api_versions, acks, sasl = tables
+        return MetricsSnapshot(
+            connections=_named(ConnectionSeries, gauge), connections_inferred=_named(InferredSeries, inferred),
+            closed=_named(ClosedSeries, closed), requests=_named(RequestSeries, requests),
+            deprecated=_named(RequestSeries, deprecated),
+            latency={tuple.__new__(LatencySeries, k): Histogram(counts, total, n) for k, counts, total, n in latency},
+            api_versions=_named(ApiVersionsSeries, api_versions), produce_acks=_named(AcksSeries, acks),
+            sasl=_named(SaslSeries, sasl),
+            broker_ranges={BrokerApi(b, r["api"]): VersionRange(r["min_version"], r["max_version"])
+                           for b, info in brokers for r in info["api_ranges"]},
+            broker_features={BrokerFeature(b, f["name"]): FeatureLevels(
+                f["min_version"], f["max_version"], f["finalized_min_level"], f["finalized_max_level"])
+                for b, info in brokers for f in info["features"]},
+            **totals)
 
     # --- handlers (called under the lock) -----------------------------------------------
 
@@ -1352,14 +1461,14 @@ class ConnectionRegistry:
             self._sync(rec, sweep=True)
 
     def _decode_error(self, ev: DecodeError) -> None:
-        self.problems[f"decode_error:{ev.kind}"] += 1
+        self._decode_errors[ev.kind] += 1
         rec = self.open.get(ev.conn_id)
         if rec is not None:
             rec.decode_errors += 1
             self._sync(rec)
 
     def _desync(self, ev: Desync) -> None:
-        self.problems[f"desync:{ev.kind}"] += 1
+        self._desyncs[ev.kind] += 1
         rec = self.open.get(ev.conn_id)
         if rec is not None:
             rec.desyncs += 1
@@ -1590,7 +1699,7 @@ class ConnectionRegistry:
         try:
             found = _infer(obs)
         except Exception:  # a fault of the inference must not stop the capture: counted, no identity
-            self.problems["decode_error:fingerprint"] += 1
+            self._decode_errors["fingerprint"] += 1
             found = None
         if found is None:
             if rec.inferred is not None and rec.inferred["source"] == "fingerprint":

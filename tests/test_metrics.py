@@ -20,10 +20,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from capture.events import (
+    ApiVersionsAnswer,
     CaptureStats,
     ClientSoftware,
     ConnectionClosed,
     ConnectionOpened,
+    DecodeError,
+    Desync,
     ProduceAcks,
     RequestSeen,
     ResponseSeen,
@@ -263,6 +266,31 @@ def test_software_label_overflow_total():
     assert s.value(P + "requests_total", listener="SASL", api="ApiVersions", api_version="3",
                    **sw_labels(("other", "other"))) == 1.0
     assert Scrape(build()).samples(P + "software_label_overflow_total") == {(): 0.0}
+
+
+def test_protocol_problems_and_broker_answers_by_their_labels():
+    """decode_errors and desyncs by kind (a kind with a colon kept whole), and a broker's
+    announced ranges and features, each from its own named snapshot field."""
+    reg = build()
+    for ev in (
+        DecodeError(conn_id=C1, ts=7.0, direction="request", kind="bad:size", api_key=0, api_version=9, detail="x"),
+        DecodeError(conn_id=C1, ts=7.1, direction="request", kind="bad:size", api_key=0, api_version=9, detail="x"),
+        Desync(conn_id=C1, ts=7.2, direction="response", kind="gap", detail="y"),
+        ApiVersionsAnswer(conn_id=C1, ts=7.3, request_version=3, error_code=0, api_ranges=((0, 3, 11), (1, 4, 17)),
+                          throttle_time_ms=0, supported_features=(("metadata.version", 1, 21),),
+                          finalized_features_epoch=5, finalized_features=(("metadata.version", 19, 19),),
+                          zk_migration_ready=None, unknown_tags=()),
+    ):
+        reg.apply(ev)
+    s = Scrape(reg)
+    assert s.samples(P + "decode_errors_total") == {lbl(kind="bad:size"): 2.0}
+    assert s.samples(P + "desyncs_total") == {lbl(kind="gap"): 1.0}
+    assert s.samples(P + "broker_api_min_version") == {lbl(broker="PLAINTEXT:9092", api="Produce"): 3.0,
+                                                       lbl(broker="PLAINTEXT:9092", api="Fetch"): 4.0}
+    assert s.value(P + "broker_api_max_version", broker="PLAINTEXT:9092", api="Fetch") == 17.0
+    assert s.samples(P + "broker_feature_max_version") == {lbl(broker="PLAINTEXT:9092", feature="metadata.version"): 21.0}
+    assert s.samples(P + "broker_feature_finalized_level") == {
+        lbl(broker="PLAINTEXT:9092", feature="metadata.version"): 19.0}
 
 
 def test_build_info_and_scrape_duration(scrape):

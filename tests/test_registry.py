@@ -16,6 +16,8 @@ from capture.events import (
     ClientSoftware,
     ConnectionClosed,
     ConnectionOpened,
+    DecodeError,
+    Desync,
     RequestSeen,
     ResponseSeen,
     TlsDetected,
@@ -166,6 +168,30 @@ def test_deprecated_requests_count_produce_v2_but_not_v9():
     assert snap.deprecated == {("PLAINTEXT", "Produce", 2, "old", "0.1"): 2}
     assert snap.requests[("PLAINTEXT", "Produce", 9, "old", "0.1")] == 1
     assert snap.requests[("PLAINTEXT", "Produce", 2, "old", "0.1")] == 2
+
+
+def test_the_snapshot_names_its_series_and_keeps_decode_errors_apart_from_desyncs():
+    """Series keys carry their label names; problems are counted by kind in two tables, a kind
+    holding a colon kept whole (no "decode_error:KIND" string to split back apart)."""
+    reg = feed(ConnectionRegistry(), opened(cid(1), 1.0), software(cid(1), 1.1, "lib", "2.0"),
+               request(cid(1), 1.2, 1, 12), response(cid(1), 1.3, 1, 12, 0.002),
+               DecodeError(conn_id=cid(1), ts=1.4, direction="request", kind="bad:size", api_key=1, api_version=12,
+                           detail="x"),
+               DecodeError(conn_id=cid(1), ts=1.5, direction="request", kind="bad:size", api_key=1, api_version=12,
+                           detail="x"),
+               Desync(conn_id=cid(1), ts=1.6, direction="response", kind="gap", detail="y"))
+    snap = reg.snapshot()
+    assert snap.decode_errors == {"bad:size": 2} and snap.desyncs == {"gap": 1}
+    (key,) = [k for k, n in snap.connections.items() if n]
+    assert key._fields == ("listener", "client_software_name", "client_software_version")
+    assert (key.listener, key.client_software_name, key.client_software_version) == ("PLAINTEXT", "lib", "2.0")
+    (req,) = [k for k in snap.requests if k.api == "Fetch"]
+    assert (req.api_version, req.client_software_name) == (12, "lib")
+    hist = snap.latency[("PLAINTEXT", "Fetch")]
+    assert (hist.count, hist.sum) == (1, pytest.approx(0.002)) and sum(hist.buckets) == 1
+    (av,) = snap.api_versions
+    assert (av.listener, av.request_version, av.error_code) == ("PLAINTEXT", 3, 0)
+    assert reg.get(cid(1))["decode_errors"] == 2 and reg.get(cid(1))["desyncs"] == 1
 
 
 def test_latency_histogram_buckets_use_le_semantics_and_inf():
