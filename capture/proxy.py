@@ -38,8 +38,8 @@ an early FIN is passed on once the upstream is there, and TLS routes accept the 
 themselves and hand it to the loop's TLS from the first byte (`_accept_tls`). The proxy tests
 run on both loops.
 
-Imports `capture.kafka`, `capture.events`, the buffer budget's constants of `capture.flows`, the
-standard library (asyncio, ssl) and, optionally, uvloop; never `exporter`: events leave through
+Imports `capture.kafka`, `capture.events`, the buffer budget's constants of `capture.flows`,
+`capture.listeners` (listening sockets), the standard library (asyncio, ssl) and, optionally, uvloop; never `exporter`: events leave through
 the `emit` callable.
 """
 
@@ -63,34 +63,29 @@ from capture.events import (
 )
 from capture.flows import BUFFER_BUDGET, DEFAULT_MAX_BUFFER_BYTES  # one budget rule for every decoder
 from capture.kafka import KafkaConnection
+from capture.listeners import ListenError, listen_socket
 
 log = logging.getLogger("kafka-census")
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_HIGH_WATER = 256 * 1024  # per side: what may wait in the proxy for a slow reader
-DEFAULT_MAX_CONNECTIONS = 10_000
+# The same bound as the registry's live table (exporter.registry.DEFAULT_MAX_OPEN): the proxy
+# command gives both --max-connections; tests/test_settings.py checks that they agree.
+DEFAULT_MAX_CONNECTIONS = 100_000
 TLS_HANDSHAKE_TIMEOUT = 10.0
 SHUTDOWN_GRACE = 5.0
 OVER_LIMIT = "over_limit"  # a drop reason: connections refused at --max-connections
 DECODE_DELAY = 0.02  # a queued chunk is decoded at most this late (module docstring)
 DECODE_BATCH_BYTES = 64 * 1024  # ... or at once when its connection has this much queued
 DECODE_BATCH_TOTAL = 1 << 20  # ... or all connections together: the bound on what waits undecoded
-EVENT_LOOPS = ("auto", "uvloop", "asyncio")  # --event-loop; auto (the default): uvloop if importable
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")  # --event-loop; auto: uvloop if importable
+DEFAULT_EVENT_LOOP = "auto"
 
 FROM_CLIENT, FROM_BROKER = Direction.FROM_CLIENT, Direction.FROM_BROKER
 
 
 class ProxyError(Exception):
     """The proxy cannot start (or a reload cannot apply); the message is for the operator."""
-
-
-def parse_hostport(value: str, flag: str) -> tuple[str, int]:
-    """`HOST:PORT` or `[IPV6]:PORT`; the host is required."""
-    host, sep, port = value.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"bad {flag} {value!r}: expected HOST:PORT, e.g. 127.0.0.1:9092 or [::1]:9092")
-    return host, int(port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,23 +194,6 @@ def subject_name(peercert: dict | None) -> str | None:
         return None
     return ",".join("+".join(f"{_DN_KEYS.get(k) or _DN_OIDS.get(k, k)}={_dn_escape(v)}" for k, v in rdn)
                     for rdn in reversed(rdns))
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket, bound now so that a busy port is a start-up error."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are TCP; without it
-    # small Kafka requests would wait for delayed ACKs at every hop.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(1024)
-    except OSError as exc:
-        sock.close()
-        raise ProxyError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.setblocking(False)
-    return sock
 
 
 class _Side(asyncio.Protocol):
@@ -437,7 +415,7 @@ class Proxy:
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, high_water: int = DEFAULT_HIGH_WATER,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS, update_interval: float = 1.0,
                  max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES, name: str = "proxy",
-                 event_loop: str = "auto", tally: bool = False) -> None:
+                 event_loop: str = DEFAULT_EVENT_LOOP, tally: bool = False) -> None:
         if (connect_timeout <= 0 or high_water < 1 or max_connections < 1 or update_interval <= 0
                 or max_buffer_bytes < 1):
             raise ValueError("connect_timeout, high_water, max_connections and update_interval must be positive")
@@ -477,10 +455,12 @@ class Proxy:
         """Bind every listen port now (in the caller's thread), or raise ProxyError."""
         try:
             for r in self.routes:
-                self._socks.append(bind(r.listen_host, r.listen_port))
-        except ProxyError:
+                sock = listen_socket(r.listen_host, r.listen_port, backlog=1024)
+                sock.setblocking(False)
+                self._socks.append(sock)
+        except ListenError as exc:
             self.close_sockets()
-            raise
+            raise ProxyError(str(exc)) from None
 
     def close_sockets(self) -> None:
         for s in self._socks:

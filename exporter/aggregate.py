@@ -1,11 +1,12 @@
 """`kafka-census aggregate`: one REST API over many kafka-census peers (issue 16).
 
-Owns the command: its flags and settings, their checks (one clear line, exit 2; a DNS name
-that does not resolve, a token file that cannot be read or a busy port: one line, exit 1),
+Owns the command: its flags, the defaults of its settings (exporter.settings declares them,
+with their help), their checks (one clear line, exit 2; a DNS name that does not resolve, a token file that cannot be read or a busy port: one line, exit 1),
 and the wiring of exporter.aggregate_app (peers, fan-out, cache, metrics, the app) to uvicorn,
 with SIGHUP re-reading both tokens. The merge is exporter.aggregate_merge.
-Must not import capture (it never sees packets) nor the registry (it keeps no store).
-Heavy imports (FastAPI, httpx) happen inside the command, so `kafka-census --help` stays fast.
+The module imports neither capture (it never sees packets) nor the registry (it keeps no store);
+the parser and the command take the CLI's helpers (exporter.settings, exporter.commands.common)
+when they are built and run, inside the CLI that has loaded them anyway. Heavy imports (FastAPI, httpx) happen inside the command, so `kafka-census --help` stays fast.
 """
 
 from __future__ import annotations
@@ -13,70 +14,45 @@ from __future__ import annotations
 import argparse
 import sys
 
-from exporter.settings import parse_bool as _bool
-from exporter.settings import parse_csv as _csv
-from exporter.settings import parse_float as _float
-from exporter.settings import parse_int as _int
-from exporter.settings import parse_str as _str
-
-
-#: dest -> (parse, default), merged into exporter.cli.SETTINGS (flag, KAFKA_CENSUS_* env, --config).
-#: (--http, --api-token-file, --metrics-auth and --log-level are cli's settings, shared.)
-SETTINGS: dict = {
-    "peers": (_csv, []),
-    "peers_dns": (_str, None),
-    "peers_dns_interval": (_float, 30.0),
-    "max_peers": (_int, 100),
-    "peer_token_file": (_str, None),
-    "peer_timeout": (_float, 5.0),
-    "peer_max_mb": (_int, 32),
-    "peer_concurrency": (_int, 16),
-    "peer_probe_interval": (_float, 15.0),
-    "cache_seconds": (_float, 3.0),
-    "cache_entries": (_int, 128),
-    "allow_unauthenticated": (_bool, False),
-}
+# Defaults of the command's settings; exporter.settings declares each setting with these
+# (flag, KAFKA_CENSUS_* variable, --config key, help). --http, --api-token-file, --metrics-auth
+# and --log-level are the CLI's settings, shared.
+DEFAULT_PEERS_DNS_INTERVAL = 30.0
+DEFAULT_MAX_PEERS = 100
+DEFAULT_PEER_TIMEOUT = 5.0
+DEFAULT_PEER_MAX_MB = 32
+DEFAULT_PEER_CONCURRENCY = 16
+DEFAULT_PEER_PROBE_INTERVAL = 15.0
+DEFAULT_CACHE_SECONDS = 3.0
+DEFAULT_CACHE_ENTRIES = 128
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """Register the `aggregate` subcommand."""
+    """Register the `aggregate` subcommand; the help of every setting is exporter.settings'."""
+    from exporter.commands.options import add_setting
+    from exporter.settings import parse_float, parse_int
+
     p = sub.add_parser("aggregate", help="serve the REST API over many kafka-census peers (sidecars): one answer "
                        "for the whole cluster")
-    p.add_argument("--config", metavar="FILE", help="YAML file of settings (keys: the long flags); flags win over "
-                   "KAFKA_CENSUS_* environment variables, which win over the file")
-    p.add_argument("--http", metavar="HOST:PORT", help="serve here, e.g. 127.0.0.1:9200; every interface must be "
-                   "written out: 0.0.0.0:9200 or [::]:9200")
-    p.add_argument("--peers", action="append", metavar="URL[,URL...]",
-                   help="peers: http://HOST:PORT (or HOST:PORT), comma-separated or repeated")
-    p.add_argument("--peers-dns", metavar="NAME:PORT", help="peers: every A/AAAA address of NAME (a headless "
-                   "Service), on PORT, re-resolved every --peers-dns-interval")
-    p.add_argument("--peers-dns-interval", type=_float, metavar="SECONDS",
-                   help="how often --peers-dns is resolved again; a failed lookup keeps the last peers (default 30)")
-    p.add_argument("--max-peers", type=_int, metavar="N", help="at most this many peers; DNS addresses beyond are "
-                   "not asked and every answer is partial, naming them (default 100)")
-    p.add_argument("--peer-token-file", metavar="FILE", help="bearer token sent to the peers (their "
-                   "--api-token-file), re-read on SIGHUP")
-    p.add_argument("--peer-timeout", type=_float, metavar="SECONDS",
-                   help="a peer that has not answered whole within this is missing (kind timeout) (default 5)")
-    p.add_argument("--peer-max-mb", type=_int, metavar="MB", help="bytes read from one peer's answer; beyond, the "
-                   "answer is dropped (kind too_large) and the bytes counted (default 32)")
-    p.add_argument("--peer-concurrency", type=_int, metavar="N",
-                   help="peers asked at once; memory is bounded by N x --peer-max-mb (default 16)")
-    p.add_argument("--peer-probe-interval", type=_float, metavar="SECONDS",
-                   help="ask every peer this often even without callers, so peer_up stays current; 0: never "
-                   "(default 15)")
-    p.add_argument("--cache-seconds", type=_float, metavar="SECONDS",
-                   help="reuse a whole answer for this long (partial ones never); 0: no cache (default 3)")
-    p.add_argument("--cache-entries", type=_int, metavar="N", help="answers cached at most (default 128)")
-    p.add_argument("--api-token-file", metavar="FILE", help="callers need 'Authorization: Bearer TOKEN' with the "
-                   "token in FILE (re-read on SIGHUP); /healthz and /readyz stay open")
-    p.add_argument("--allow-unauthenticated", action="store_const", const=True, default=None,
-                   help="serve without --api-token-file (client ids, addresses and principals of the whole "
-                   "cluster to anyone who reaches --http); without either the command refuses to start")
-    p.add_argument("--metrics-auth", action=argparse.BooleanOptionalAction, default=None,
-                   help="/metrics requires the token too (default: open)")
-    p.add_argument("--log-level", type=str.lower, choices=("debug", "info", "warning", "error"), default=None,
-                   help="what the log on stderr shows (default info)")
+    add_setting(p, "config")
+    add_setting(p, "http", metavar="HOST:PORT", help="serve here, e.g. 127.0.0.1:9200; every interface must be "
+                "written out: 0.0.0.0:9200 or [::]:9200")
+    add_setting(p, "peers", action="append", metavar="URL[,URL...]")
+    add_setting(p, "peers_dns", metavar="NAME:PORT")
+    add_setting(p, "peers_dns_interval", type=parse_float, metavar="SECONDS")
+    add_setting(p, "max_peers", type=parse_int, metavar="N")
+    add_setting(p, "peer_token_file", metavar="FILE")
+    add_setting(p, "peer_timeout", type=parse_float, metavar="SECONDS")
+    add_setting(p, "peer_max_mb", type=parse_int, metavar="MB")
+    add_setting(p, "peer_concurrency", type=parse_int, metavar="N")
+    add_setting(p, "peer_probe_interval", type=parse_float, metavar="SECONDS")
+    add_setting(p, "cache_seconds", type=parse_float, metavar="SECONDS")
+    add_setting(p, "cache_entries", type=parse_int, metavar="N")
+    add_setting(p, "api_token_file", metavar="FILE", help="callers need 'Authorization: Bearer TOKEN' with the "
+                "token in FILE (re-read on SIGHUP); /healthz and /readyz stay open")
+    add_setting(p, "allow_unauthenticated", action="store_const", const=True)
+    add_setting(p, "metrics_auth", action=argparse.BooleanOptionalAction, help="/metrics requires the token too")
+    add_setting(p, "log_level")
     p.set_defaults(func=cmd_aggregate)
 
 
@@ -97,7 +73,9 @@ def _check(args: argparse.Namespace, usage_error) -> None:
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
     """Serve the REST API over the peers until SIGINT/SIGTERM."""
-    from exporter.cli import StartError, UsageError, _api_access, _bind, _version
+    from exporter.commands.common import StartError, UsageError, api_access, bind_http
+    from exporter.settings import parse_csv
+    from exporter.version import package_version
 
     if not args.http:
         raise UsageError("aggregate needs --http HOST:PORT")
@@ -106,7 +84,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
 
     static, seen = [], set()
     for item in args.peers or []:
-        for value in _csv(item):
+        for value in parse_csv(item):
             try:
                 name, url = parse_peer_url(value)
             except ValueError as exc:
@@ -131,7 +109,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
                          "to serve them to anyone who reaches --http")
     if args.api_token_file and args.allow_unauthenticated:
         raise UsageError("--allow-unauthenticated and --api-token-file contradict each other: give one")
-    access = _api_access(args)
+    access = api_access(args)
 
     from exporter.aggregate_app import Aggregator, Peers, PeerToken
     from exporter.auth import TokenError
@@ -150,11 +128,11 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
         except (OSError, UnicodeError) as exc:
             raise StartError(f"--peers-dns {dns[0]}: cannot resolve it: {getattr(exc, 'strerror', None) or exc}") \
                 from None
-    sock = _bind(args)
+    sock = bind_http(args)
     agg = Aggregator(peers, timeout=args.peer_timeout, max_bytes=args.peer_max_mb << 20,
                      concurrency=args.peer_concurrency, peer_token=peer_token, cache_seconds=args.cache_seconds,
                      cache_entries=args.cache_entries)
-    return _run(agg, sock, args, access, peer_token, _version())
+    return _run(agg, sock, args, access, peer_token, package_version())
 
 
 def _run(agg, sock, args: argparse.Namespace, access: dict, peer_token, version: str) -> int:

@@ -4,7 +4,9 @@ Owns: the HTTP client side of the REST API (one sidecar or an aggregator), termi
 (columns that fit, `wide`, `json`), `--watch`, and the exit codes of these commands. Must not
 import capture, the registry or FastAPI: it is a client of the API, nothing more. Standard
 library only (urllib; exporter.auth for the token file, as the server reads it, and
-exporter.textsafe), imported lazily where it costs: `kafka-census --help` stays fast.
+exporter.textsafe), imported lazily where it costs: `kafka-census --help` stays fast. The
+defaults of its settings are here; exporter.settings declares the settings (and their help,
+which the parsers take from exporter.commands.options when the CLI builds them).
 
 Exit codes (also in every command's --help):
 
@@ -35,10 +37,11 @@ import os
 import sys
 import time
 
-from exporter.settings import parse_float, parse_int
-from exporter.settings import parse_str as _str
-
+# Defaults of the settings; exporter.settings declares each (flag, KAFKA_CENSUS_* variable,
+# --config key, help) with these.
 DEFAULT_SERVER = "http://127.0.0.1:9100"  # issue 16; the demo's aggregator; in a cluster: port-forward 9100:9595
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_MAX_RESPONSE_MB = 64
 API_PREFIX = "/api/v1"
 
 EXIT_OK = 0
@@ -82,31 +85,6 @@ examples:
 MAX_ERROR_BODY_BYTES = 64 << 10
 MAX_DETAIL_CHARS = 400  # of a server's error detail, in the one error line
 LIMIT_MAX = 10_000  # the API's page bound (exporter.api.MAX_LIMIT)
-
-
-# --- settings: dest -> (parse, default), merged into exporter.cli.SETTINGS ------------------
-
-def _positive_float(value) -> float:
-    number = parse_float(value)
-    if not number > 0 or number == float("inf"):
-        raise ValueError(value)
-    return number
-
-
-def _positive_int(value) -> int:
-    number = parse_int(value)
-    if number < 1:
-        raise ValueError(value)
-    return number
-
-
-#: dest -> (parse, default), merged into exporter.cli.SETTINGS (flag, KAFKA_CENSUS_* env, --config).
-SETTINGS: dict = {
-    "server": (_str, DEFAULT_SERVER),
-    "token_file": (_str, None),
-    "timeout": (_positive_float, 10.0),
-    "max_response_mb": (_positive_int, 64),
-}
 
 
 class Failure(Exception):
@@ -604,7 +582,7 @@ def _params(args: argparse.Namespace, names: dict[str, str]) -> dict:
     return {param: getattr(args, dest) for dest, param in names.items() if getattr(args, dest, None) is not None}
 
 
-CONNECTION_FILTERS = {  # dest -> query parameter (dests prefixed: cli.SETTINGS has `listener`)
+CONNECTION_FILTERS = {  # dest -> query parameter (dests prefixed: exporter.settings has `listener`)
     "filter_state": "state", "filter_listener": "listener", "filter_software_name": "client_software_name",
     "filter_software_version": "client_software_version", "filter_client_id": "client_id",
     "filter_principal": "principal", "filter_address": "address",
@@ -784,11 +762,10 @@ def _limit(value: str) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--server", metavar="URL", help="a kafka-census sidecar or aggregator (default: "
-                   f"KAFKA_CENSUS_SERVER, else {DEFAULT_SERVER}; in a cluster `kubectl port-forward "
-                   "svc/NAME 9100:9595`, the chart's port)")
-    p.add_argument("--token-file", metavar="FILE", help="the bearer token of the server's --api-token-file "
-                   "(default: KAFKA_CENSUS_TOKEN_FILE); never shown in any message")
+    from exporter.commands.options import add_setting  # the settings' help is exporter.settings'
+
+    add_setting(p, "server", metavar="URL")
+    add_setting(p, "token_file", metavar="FILE")
     p.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table",
                    help="table: the columns that fit the terminal; wide: every column, uncut; json: the API's "
                    "answer (default table)")
@@ -796,12 +773,10 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="ask again every SECONDS until Ctrl-C: a terminal is redrawn, a pipe gets one table "
                    "after another, each under a time line")
     p.add_argument("--watch-count", type=int, metavar="N", help="with --watch: stop after N refreshes")
-    p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="give up on a server silent this long: exit 3 (default 10)")
-    p.add_argument("--max-response-mb", type=int, metavar="MB",
-                   help="read at most this much of an answer; a larger one is exit 1 (default 64)")
-    p.add_argument("--config", metavar="FILE", help="YAML file of settings (server, token-file, timeout, ...); "
-                   "flags win over KAFKA_CENSUS_* variables, which win over the file")
+    add_setting(p, "timeout", type=float, metavar="SECONDS")
+    add_setting(p, "max_response_mb", type=int, metavar="MB")
+    add_setting(p, "config", help="YAML file of settings (server, token-file, timeout, ...); flags win over "
+                "KAFKA_CENSUS_* variables, which win over the file")
 
 
 def _identity_filters(p: argparse.ArgumentParser, identity_choices=None) -> None:

@@ -11,7 +11,9 @@ every reloader registered with `Service.add_reloader` (the API token, TLS certif
 each failure logged and the old state kept, never fatal.
 
 Imports the registry, collector, app and event log; packet sources come in as a callable
-(`capture_loop(stop, emit, tick)`) from the CLI, the composition root.
+(`capture_loop(stop, emit, tick)`) from the CLI, the composition root, and so does the listening
+socket (`--http` is parsed and bound by exporter.commands.common with capture.listeners' rule,
+the proxy's own: one `HOST:PORT` syntax, one way to open a port).
 """
 
 from __future__ import annotations
@@ -33,40 +35,6 @@ log = logging.getLogger("kafka-census")
 
 # How often capture health goes to the event log (the registry gets it every second).
 STATS_TO_EVENT_LOG_EVERY = 60.0
-
-
-class ServeError(Exception):
-    """The service cannot start; the message is for the operator."""
-
-
-def parse_http(value: str) -> tuple[str, int]:
-    """`HOST:PORT` or `[IPV6]:PORT`. The host is required: listening on every interface is
-    written out (`0.0.0.0:PORT`, `[::]:PORT`), never implied by a bare `:PORT`."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"bad --http {value!r}: expected HOST:PORT, e.g. 127.0.0.1:9100 or [::1]:9100")
-    host = host.strip("[]")
-    if not host:
-        raise ValueError(f"bad --http {value!r}: the host is required; to listen on every interface "
-                         f"write it out: 0.0.0.0:{port} or [::]:{port}")
-    return host, int(port)
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """Bind before starting uvicorn, so a busy port is one clear error, not a log and exit."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and
-    # without it a small response on a kept-alive connection waits ~40 ms for a delayed ACK.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
 
 
 class _Server(uvicorn.Server):

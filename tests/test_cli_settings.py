@@ -259,3 +259,46 @@ def test_replay_serve_serves_the_file_and_stops_cleanly_on_sigterm(tmp_path):
             proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+
+
+# --- the proxy's open-files bound: explicit is where a value came from, not what it is ---------
+
+def _lowered_nofile():
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))  # room for (1024 - 64) // 2 = 480 connections
+
+
+@pytest.mark.parametrize("how", ["flag", "env", "config", "default"])
+def test_max_connections_over_the_open_files_limit_is_warned_unless_it_is_the_default(config, how):
+    """The default (100000) is bounded silently; the same number given by the operator is not
+    silently cut to 480 (it was: the bound compared the value with the default)."""
+    args = ["proxy", "--listen", f"127.0.0.1:{_free_port()}", "--upstream", "127.0.0.1:9"]
+    env = clean_env()
+    if how == "flag":
+        args += ["--max-connections", "100000"]
+    elif how == "env":
+        env["KAFKA_CENSUS_MAX_CONNECTIONS"] = "100000"
+    elif how == "config":
+        args += ["--config", str(config("max-connections: 100000\n"))]
+    proc = subprocess.Popen([str(SCRIPT), *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_lowered_nofile)
+    try:
+        before = []
+        for line in proc.stderr:  # up to the line that says the proxy runs (or the end: it failed)
+            before.append(line)
+            if "Ctrl-C to stop" in line:
+                break
+        assert proc.poll() is None, "".join(before) + proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        rest = proc.stderr.read()
+        proc.stdout.close()
+        proc.stderr.close()
+    warning = "warning: the open-files limit (1024) allows 480 proxied connections, not --max-connections 100000\n"
+    assert (warning in before) == (how != "default"), before
+    assert "Traceback" not in "".join(before) + rest
