@@ -7,13 +7,16 @@ peer, ordered again by the sidecar's rules and cut to the limit whenever the uni
 twice it, so at most 2 x `limit` rows are kept whatever the number of peers), census rows (merged by their key, counts
 summed), brokers (listed per peer), upgrade readiness (each part merged as its listing).
 
-Used by exporter.aggregate_app; imports only the standard library: a merge is a function of
-the answers, testable without a server.
+Used by exporter.aggregate_app; imports only the standard library and the connection object's
+field declarations (exporter.connection_fields, itself standard library only): a merge is a
+function of the answers, testable without a server.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from exporter.connection_fields import FIELDS, JSON_TYPES, ORDER_BY
 
 #: A peer's name and the connection id it gave, joined: "127.0.0.1:9101/10.0.0.5:9092-...".
 #: A peer's name is host:port (no "/"), so the first "/" splits them.
@@ -21,11 +24,14 @@ ID_SEPARATOR = "/"
 #: Distinct client hosts in a merged census row: the API's documented bound (Client.client_addresses).
 MAX_CLIENT_ADDRESSES = 100
 
-# The order_by fields (exporter.registry.ORDER_FIELDS) by the JSON type of their value, so a peer's
-# row cannot make the merge compare a string with a number.
-_STR_FIELDS = ("first_seen", "last_seen", "client_address", "listener", "state")
-_OPT_STR_FIELDS = ("client_id", "client_software_name", "client_software_version")
-_INT_FIELDS = ("client_port", "bytes_from_client", "bytes_from_broker")
+# The order_by fields by the JSON type of their value (exporter/connection_fields.py), so a peer's
+# row cannot make the merge compare a string with a number (idle_seconds, a number or null, is
+# checked on its own).
+_ORDERED = [FIELDS[name] for name in ORDER_BY]
+_STR_FIELDS = tuple(f.name for f in _ORDERED if JSON_TYPES[f.kind] is str and not f.nullable)
+_OPT_STR_FIELDS = tuple(f.name for f in _ORDERED if JSON_TYPES[f.kind] is str and f.nullable)
+_INT_FIELDS = tuple(f.name for f in _ORDERED if JSON_TYPES[f.kind] is int)
+del _ORDERED
 
 
 class InvalidAnswer(ValueError):

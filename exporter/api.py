@@ -31,11 +31,12 @@ from typing import Annotated, Callable, Literal
 from fastapi import Depends, FastAPI, HTTPException, Path, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.datastructures import MutableHeaders
 from starlette.routing import Route
 
 from exporter.auth import ApiToken, BearerAuth
+from exporter.connection_fields import CONNECTION_FIELDS, ConnectionField
 from exporter.registry import ORDER_FIELDS, UPGRADE_TARGETS, ConnectionRegistry
 from exporter.version import package_version
 
@@ -269,48 +270,30 @@ class FirstRequest(Model):
     api_version: Count
 
 
-class Connection(Model):
-    """One TCP connection to a listener, open or recently closed."""
+_KIND_TYPES = {"string": str, "state": Literal["open", "closed"], "timestamp": Timestamp, "port": Port, "count": Count,
+               "seconds": float, "requests": list[RequestCount], "first_requests": list[FirstRequest],
+               "inferred_software": InferredSoftware}
+_KIND_BOUNDS = {"seconds": {"ge": 0}}  # on the field, so that null stays allowed beside the bound
 
-    id: str = Field(examples=["10.0.0.5:9092-10.0.0.7:51234-7"],
-                    description="broker address:port-client address:port-sequence (may hold IPv6 addresses)")
-    client_address: str
-    client_port: Port
-    broker_address: str
-    broker_port: Port
-    listener: str
-    security_protocol: str
-    state: Literal["open", "closed"]
-    close_reason: str | None = Field(description="fin, rst, idle, eof, ...; null while open")
-    client_id: str | None
-    client_software_name: str | None = Field(description="KIP-511 software name from ApiVersions v3+")
-    client_software_version: str | None
-    identity_source: str = Field(description="api_versions_vN (passive capture), proxy (an ApiVersions "
-                                 "exchange through the proxy), restored (joined mid-stream after a restart; "
-                                 "identity from --state-file until the next ApiVersions), sibling or "
-                                 "fingerprint (no software fields on this connection: see inferred_software), "
-                                 "restored_sibling or restored_fingerprint (such an inference, from --state-file), "
-                                 "tls, mid_stream or none",
-                                 examples=["api_versions_v3"])
-    principal: str | None = Field(description="SASL user name after a successful PLAIN/SCRAM authentication, "
-                                  "else the subject of the TLS client certificate the proxy verified")
-    sasl_mechanism: str | None
-    first_seen: Timestamp
-    last_seen: Timestamp
-    idle_seconds: float | None = Field(ge=0)
-    bytes_from_client: Count
-    bytes_from_broker: Count
-    decode_errors: Count
-    desyncs: Count
-    requests: list[RequestCount] = Field(description="Requests by API and version, ordered by key and version")
-    inferred_software: InferredSoftware | None = Field(
-        description="Set only when the connection announced no software name (identity_source sibling or "
-                    "fingerprint)")
-    api_versions_request_version: Count | None = Field(
-        description="Version of the first ApiVersions request the connection sent; null: none")
-    first_requests: list[FirstRequest] = Field(
-        description="The first 8 distinct API versions the connection used, in wire order as far as the "
-                    "capture's batching keeps it (pairs first seen in one batch are in key order)")
+
+def _connection_field(f: ConnectionField) -> tuple:
+    """(annotation, FieldInfo) of one field of CONNECTION_FIELDS for `create_model`."""
+    annotation = _KIND_TYPES[f.kind]
+    if f.nullable:
+        annotation = annotation | None
+    options = dict(_KIND_BOUNDS.get(f.kind, {}))
+    if f.description is not None:
+        options["description"] = f.description
+    if f.examples:
+        options["examples"] = list(f.examples)
+    return annotation, Field(**options) if options else ...
+
+
+# The connection object's fields are declared once, in exporter/connection_fields.py: the
+# registry writes them, this model documents them, the aggregator's merge checks them.
+Connection = create_model("Connection", __base__=Model, __module__=__name__,
+                          __doc__="One TCP connection to a listener, open or recently closed.",
+                          **{f.name: _connection_field(f) for f in CONNECTION_FIELDS})
 
 
 class ConnectionList(Model):

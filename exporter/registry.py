@@ -1,9 +1,13 @@
 """The connection registry: capture events in; connections, the census and metric totals out.
 
 Owns `ConnectionRegistry`, the connection object that `replay --format json` prints and the
-REST API serves (`ConnectionRecord.to_dict`), the client census, the brokers' announced API
-ranges and features, upgrade readiness, and the totals the Prometheus collector reads.
-Imports only `capture.events` (the event contract), the generated API table (reference data),
+REST API serves (`ConnectionRecord.to_dict`, writing the fields exporter/connection_fields.py
+declares), the listing query (`query`: filter, order, limit), the client census, the brokers'
+announced API ranges and features, upgrade readiness, and the totals the Prometheus collector
+reads (`snapshot`, a `MetricsSnapshot`). Its lock and records are its own: every reading method
+copies what it needs.
+Imports only `capture.events` (the event contract), the generated API table (reference data,
+the upgrade targets too), `exporter.connection_fields` (the connection object's declaration),
 `exporter.fingerprint` (a pure module: infer() names an unannounced client) and
 `exporter.rollup`'s `FingerprintBasis` (the event a registry rebuilt from an event log takes a
 connection's first requests from), never capture's internals; nothing here knows about HTTP or
@@ -90,6 +94,7 @@ from capture.events import (
 )
 from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4, UPGRADE_TARGETS
 
+from exporter.connection_fields import FIELDS, ORDER_BY, STRING_ORDER
 from exporter.rollup import FingerprintBasis
 
 try:  # issue 15 part 1, owned by another module: until it exists no connection is fingerprinted
@@ -302,6 +307,8 @@ class ConnectionRecord:
                 None if inferred is None else (inferred["source"], inferred["name"], inferred["version_range"]))
 
     def to_dict(self, now: float | None = None) -> dict:
+        """The connection object: CONNECTION_FIELDS' keys in their order (a literal, not a loop
+        over them: a listing builds up to 10,000 of these; tests/test_api.py holds it to them)."""
         idle = None  # how long an open connection has been silent; meaningless once closed
         if now is not None and self.closed_at is None:
             idle = round(max(0.0, now - self.last_seen), 6)
@@ -533,24 +540,10 @@ _get_slots = attrgetter(*_SLOTS)
 _SLOT_INDEX = {name: i for i, name in enumerate(_SLOTS)}
 _ID, _FIRST_SEEN = _SLOT_INDEX["id"], _SLOT_INDEX["first_seen"]
 
-# order_by field (the connection object's name) -> record slot. Strings order by code point (so
-# "10.0.0.10" < "10.0.0.9" and "2.10" < "2.9"); numbers and times numerically.
-ORDER_FIELDS: dict[str, str | None] = {
-    "first_seen": "first_seen",
-    "last_seen": "last_seen",
-    "idle_seconds": None,  # computed from "now": closed_at (or now) - last_seen
-    "client_address": "client_address",
-    "client_port": "client_port",
-    "client_id": "client_id",
-    "client_software_name": "software_name",
-    "client_software_version": "software_version",
-    "listener": "listener",
-    "bytes_from_client": "bytes_from_client",
-    "bytes_from_broker": "bytes_from_broker",
-    "state": "state",
-}
-_STRING_ORDER = frozenset(("client_address", "client_id", "client_software_name", "client_software_version",
-                           "listener", "state"))
+# order_by field (the connection object's name, exporter/connection_fields.py) -> record slot
+# (None: idle_seconds, computed from "now"); the string ones order by code point.
+ORDER_FIELDS: dict[str, str | None] = {name: FIELDS[name].slot for name in ORDER_BY}
+_STRING_ORDER = STRING_ORDER
 # filter (the REST query parameter) -> record slot; "address" is the client's or the broker's.
 QUERY_FILTERS: dict[str, str | None] = {
     "listener": "listener",

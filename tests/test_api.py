@@ -441,6 +441,27 @@ def test_models_match_registry_objects(registry, model, sample):
     model.model_validate(obj)
 
 
+def test_the_connection_object_is_its_declared_fields_in_order(registry):
+    """exporter/connection_fields.py declares the connection object once: the registry writes its
+    keys in that order, the model is built from it, and each field read straight from a record
+    slot is that slot's value (the slot order_by sorts and filters use)."""
+    from exporter.connection_fields import CONNECTION_FIELDS, STRING_ORDER
+
+    names = [f.name for f in CONNECTION_FIELDS]
+    for conn in registry.connections("all"):
+        assert list(conn) == names
+    assert list(api.Connection.model_fields) == names
+    rec = registry._record(C1)
+    row = rec.to_dict()
+    for f in CONNECTION_FIELDS:
+        if f.slot is not None:
+            assert f.slot in ConnectionRecord.__slots__, f
+        if f.kind in ("string", "state", "port", "count") and f.slot is not None:
+            assert row[f.name] == getattr(rec, f.slot), f
+    assert STRING_ORDER == {"client_address", "client_id", "client_software_name", "client_software_version",
+                            "listener", "state"}
+
+
 def test_openapi_document(client):
     doc = client.get("/openapi.json").json()
     assert doc["info"]["title"] == "kafka-census"
