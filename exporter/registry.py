@@ -834,13 +834,6 @@ class ConnectionRegistry:
             finally:
                 lock.release()
 
-    @property
-    def lock(self) -> threading.RLock:
-        """The registry's lock, for its own methods (and tests and benchmarks that time it). A
-        reader outside this module must not hold it: every reading method copies what it needs
-        in bounded chunks and works on the copy."""
-        return self._lock
-
     def now(self) -> float:
         return self.clock() if self.clock is not None else self.last_ts
 
@@ -855,7 +848,7 @@ class ConnectionRegistry:
     def expire(self) -> None:
         """Forget closed connections older than `closed_ttl`, and restorable identities whose
         connection has been silent longer than the restore TTL."""
-        with self.lock:
+        with self._lock:
             cutoff = self.now() - self.closed_ttl
             closed = self.closed
             while closed:
@@ -873,7 +866,7 @@ class ConnectionRegistry:
         """Identities to give back to connections the capture will join mid-stream (after a
         restart). Entries past `ttl` seconds of silence are dropped at once and later by
         `expire`; at most `max_open` are kept (the newest). Returns how many are waiting."""
-        with self.lock:
+        with self._lock:
             cutoff = self.now() - ttl
             fresh = sorted((s for s in saved if s.last_seen > cutoff), key=lambda s: s.last_seen)
             self._restore_ttl = ttl
@@ -910,17 +903,6 @@ class ConnectionRegistry:
             self.expire()
             rec = self.open.get(conn_id) or self.closed.get(conn_id)
             return rec.to_dict(self.now()) if rec is not None else None
-
-    def records(self, state: str = "all") -> list[ConnectionRecord]:
-        """The records themselves, for callers holding the lock (this module only)."""
-        if state not in ("open", "closed", "all"):
-            raise ValueError(f"state must be open, closed or all, not {state!r}")
-        recs: list[ConnectionRecord] = []
-        if state in ("open", "all"):
-            recs.extend(self.open.values())
-        if state in ("closed", "all"):
-            recs.extend(self.closed.values())
-        return recs
 
     def _copied(self, items: list, copy, per_hold: int, whole: bool = False) -> list:
         """`[copy(item) for item in items]` (`whole`: `[copy(chunk) for chunk in chunks]`),
@@ -1074,7 +1056,7 @@ class ConnectionRegistry:
         return out
 
     def brokers(self) -> list[dict]:
-        with self.lock:
+        with self._lock:
             return [dict(b, api_ranges=[dict(r) for r in b["api_ranges"]], features=[dict(f) for f in b["features"]])
                     for _, b in sorted(self._brokers.items())]
 
