@@ -38,7 +38,10 @@ def print_connections(conns: list[dict], fmt: str) -> None:
 
 def print_summary(what: str, stats, seconds: float, registry: ConnectionRegistry) -> None:
     drops = ", ".join(f"{visible(k)} {v}" for k, v in stats.drops) or "none"
-    problems = ", ".join(f"{visible(k)} {v}" for k, v in sorted(registry.problems.items())) or "none"
+    snap = registry.snapshot()
+    problems = ", ".join(f"{visible(k)} {v}" for k, v in sorted(
+        [(f"decode_error:{kind}", n) for kind, n in snap.decode_errors.items()]
+        + [(f"desync:{kind}", n) for kind, n in snap.desyncs.items()])) or "none"
     rate = stats.packets / seconds if seconds > 0 else 0.0
     print(f"{what}: {stats.packets} packets, {stats.bytes} bytes in {seconds:.2f} s ({rate:,.0f} packets/s); "
           f"{stats.flows_opened} connections ({stats.flows_open} still open, {stats.tls_flows} TLS, "
