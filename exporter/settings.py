@@ -123,10 +123,11 @@ class Setting:
     default: Any
     help: str
     shown: str | None = None  # "" for none
+    flags: tuple[str, ...] = ()  # the flag's names, when not `--dest-with-dashes`
 
     @property
     def flag(self) -> str:
-        return "--" + self.dest.replace("_", "-")
+        return self.flags[0] if self.flags else "--" + self.dest.replace("_", "-")
 
     @property
     def env(self) -> str:
@@ -220,7 +221,7 @@ _CLI_SETTINGS = (
        f"close and this often (default {{default}}, 1 to {_eventlog.MAX_ROLLUP_SECONDS:g}; a crash loses at most "
        "this long of counts)"),
     # capture and replay
-    _S("interface", parse_str, None, "interface: lo, eth0, any..."),
+    _S("interface", parse_str, None, "interface: lo, eth0, any...", flags=("--interface", "-i")),
     _S("listener", parse_csv, [DEFAULT_LISTENER], "a broker listener port (repeatable; default {default})"),
     _S("idle_timeout", parse_float, _flows.DEFAULT_IDLE_TIMEOUT, "close a connection silent this long (default "
        "{default}: the broker's 10 min idle close + 1)"),
@@ -238,7 +239,7 @@ _CLI_SETTINGS = (
     _S("upstream", parse_csv, [], "the broker behind the --listen of the same position (make the broker advertise "
        "the --listen address)"),
     _S("proxy_listener", parse_csv, ["PLAINTEXT"], "the listener the connections are counted under (once for all, "
-       "or once per --listen; default {default})"),
+       "or once per --listen; default {default})", flags=("--listener",)),
     _S("tls_cert", parse_str, None, "terminate TLS from clients with this certificate chain (the broker's, for its "
        "advertised name)"),
     _S("tls_key", parse_str, None, "the private key of --tls-cert"),
@@ -380,3 +381,22 @@ def resolve(dests: Iterable[str], flags: Mapping[str, Any], environ: Mapping[str
         except (TypeError, ValueError):
             raise SettingError(f"{where}: bad value {raw!r}") from None
     return out
+
+
+# --- the reference ----------------------------------------------------------------------------
+
+def reference() -> str:
+    """Every setting as a Markdown table (flag, variable, YAML key, default, meaning), from the
+    declaration: what docs/ shows (`python -m exporter.settings` prints it)."""
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    rows = ["| flag | environment | YAML key | default | meaning |", "|---|---|---|---|---|"]
+    for s in SETTINGS.values():
+        meaning = (s.help_text() if "{default}" in s.help else s.help).replace("%%", "%")
+        rows.append(f"| `{s.flag}` | `{s.env}` | `{s.key}` | {cell(s.default_text() or '-')} | {cell(meaning)} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference(), end="")

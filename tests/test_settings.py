@@ -134,6 +134,26 @@ def test_every_setting_is_a_flag_of_some_command_and_every_setting_flag_is_unset
     assert seen == set(SETTINGS)
 
 
+def test_every_setting_is_its_declared_flag():
+    """The flag the declaration (and so the reference, variables and YAML keys) names is the
+    flag the parsers have for that setting."""
+    flags = {}
+    for _, _, action in _setting_actions():
+        flags.setdefault(action.dest, set()).update(action.option_strings)
+    for dest, setting in SETTINGS.items():
+        assert setting.flag in flags[dest], (dest, setting.flag, flags[dest])
+    assert "--proxy-listener" not in flags["proxy_listener"]  # proxy's --listener, KAFKA_CENSUS_PROXY_LISTENER
+
+
+def test_the_reference_has_one_row_per_setting_with_its_three_names_and_default():
+    rows = settings.reference().splitlines()[2:]
+    assert len(rows) == len(SETTINGS)
+    for row, setting in zip(rows, SETTINGS.values()):
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        assert cells[:4] == [f"`{setting.flag}`", f"`{setting.env}`", f"`{setting.key}`",
+                             setting.default_text() or "-"], row
+
+
 @pytest.mark.parametrize("name", sorted(n for n in COMMANDS if n != "pipeline"))
 def test_help_says_each_declared_default(name, monkeypatch):
     """Rendered --help of the command: every setting's default, as the declaration has it."""

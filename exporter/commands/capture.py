@@ -36,7 +36,7 @@ from exporter.version import package_version
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     cap = sub.add_parser("capture", help="capture live: serve /metrics and REST (--http), or list on exit")
-    add_setting(cap, "interface", "--interface", "-i")
+    add_setting(cap, "interface")
     cap.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long (default: Ctrl-C)")
     add_setting(cap, "buffer_mb", type=int)
     cap.add_argument("--write-pcap", metavar="FILE",

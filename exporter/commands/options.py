@@ -25,7 +25,7 @@ def add_setting(p: argparse.ArgumentParser, dest: str, *names: str, help: str | 
     if choices is not None and "action" not in kw:
         kw.setdefault("type", str.lower)
         kw.setdefault("choices", choices)
-    names = names or (setting.flag,)
+    names = names or setting.flags or (setting.flag,)
     if names[0].lstrip("-").replace("-", "_") != dest:
         kw["dest"] = dest
     p.add_argument(*names, default=None, help=setting.help_text(help), **kw)

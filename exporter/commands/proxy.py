@@ -38,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                          "it terminates it)")
     add_setting(prx, "listen", action="append", metavar="HOST:PORT")
     add_setting(prx, "upstream", action="append", metavar="HOST:PORT")
-    add_setting(prx, "proxy_listener", "--listener", action="append", metavar="NAME[:SECURITY_PROTOCOL]")
+    add_setting(prx, "proxy_listener", action="append", metavar="NAME[:SECURITY_PROTOCOL]")
     add_setting(prx, "tls_cert", metavar="PEM")
     add_setting(prx, "tls_key", metavar="PEM")
     add_setting(prx, "tls_client_ca", metavar="PEM")
