@@ -168,26 +168,14 @@ def client_query(
     inferred_software_name: Annotated[str, Query(description="Name inferred for clients that announced none")] \
         = None,
 ) -> dict[str, str]:
-    """The /clients query string (a dependency): the census row fields given, exact values, in
-    declaration order ("inferred_software_name" matches `inferred_software.name`)."""
+    """The /clients query string (a dependency): the registry's CLIENT_FILTERS given, exact
+    values, in declaration order ("inferred_software_name" matches `inferred_software.name`)."""
     return {name: value for name, value in (
         ("listener", listener), ("client_software_name", client_software_name),
         ("client_software_version", client_software_version), ("client_id", client_id),
         ("principal", principal), ("identity_source", identity_source),
         ("inferred_software_name", inferred_software_name),
     ) if value is not None}
-
-
-def matches_client(row: dict, wanted: dict[str, str]) -> bool:
-    """A census row against `client_query`'s filters."""
-    for name, value in wanted.items():
-        if name == "inferred_software_name":
-            inferred = row["inferred_software"]
-            if not inferred or inferred["name"] != value:
-                return False
-        elif row[name] != value:
-            return False
-    return True
 
 
 # --- serialization --------------------------------------------------------------------------
@@ -538,10 +526,8 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
     @app.get(API_PREFIX + "/clients", response_model=ClientList, tags=["clients"],
              summary="The client census: open connections and closed ones folded in")
     def list_clients(wanted: Annotated[dict[str, str], Depends(client_query)]) -> Response:
-        rows = registry.clients()
+        rows = registry.clients(wanted)
         overflow = registry.census_overflow  # an int: read whole, no lock needed
-        if wanted:
-            rows = [r for r in rows if matches_client(r, wanted)]
         return _json({"clients": rows, "total": len(rows), "census_overflow": overflow})
 
     @app.get(API_PREFIX + "/brokers", response_model=BrokerList, tags=["brokers"],

@@ -556,6 +556,22 @@ QUERY_FILTERS: dict[str, str | None] = {
     "identity_source": "identity_source",  # computed per record as it is copied (identity_source())
 }
 
+# filter of the census listing (`clients`) -> a census row's field, matched exactly;
+# "inferred_software_name" is `inferred_software.name`.
+CLIENT_FILTERS = ("listener", "client_software_name", "client_software_version", "client_id", "principal",
+                  "identity_source", "inferred_software_name")
+
+
+def _client_matches(row: dict, filters: dict[str, str]) -> bool:
+    for name, value in filters.items():
+        if name == "inferred_software_name":
+            inferred = row["inferred_software"]
+            if not inferred or inferred["name"] != value:
+                return False
+        elif row[name] != value:
+            return False
+    return True
+
 
 # The fields a listing filters and orders by, copied as one list per field per chunk: no
 # container per record, so a copy of 100k records gives the cyclic collector little to scan.
@@ -1013,9 +1029,14 @@ class ConnectionRegistry:
     def connections(self, state: str = "all") -> list[dict]:
         return [c for chunk in self.query(state=state)[0] for c in chunk]
 
-    def clients(self) -> list[dict]:
-        """The census: closed connections folded in, open ones added live. Copied in chunks, as
-        `query`; folded with the lock free."""
+    def clients(self, filters: dict[str, str] | None = None) -> list[dict]:
+        """The census: closed connections folded in, open ones added live; with `filters`
+        (CLIENT_FILTERS names, exact values) only the rows matching all. Copied in chunks, as
+        `query`; folded and filtered with the lock free."""
+        filters = filters or {}
+        for name in filters:
+            if name not in CLIENT_FILTERS:
+                raise ValueError(f"unknown filter {name!r}; known: {', '.join(CLIENT_FILTERS)}")
         with self._lock:
             census = list(self._census.items())
         opened = self._open_refs()  # after the census: a connection closing meanwhile is folded in once at most
@@ -1053,6 +1074,8 @@ class ConnectionRegistry:
                                 r["client_id"] or "", r["listener"], r["identity_source"],
                                 r["inferred_software"]["name"] if r["inferred_software"] else "",
                                 r["inferred_software"]["version_range"] if r["inferred_software"] else ""))
+        if filters:
+            out = [r for r in out if _client_matches(r, filters)]
         return out
 
     def brokers(self) -> list[dict]:

@@ -69,7 +69,7 @@ import time
 from dataclasses import fields
 
 from exporter.eventlog import fsync_dir
-from exporter.registry import SavedIdentity
+from exporter.registry import MAX_EVIDENCE, SavedIdentity  # MAX_EVIDENCE: evidence strings of an inferred identity
 
 FORMAT = "kafka-census-state"
 VERSION = 1
@@ -106,7 +106,6 @@ def _version(value) -> bool:
     return value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 32767)
 
 
-MAX_EVIDENCE = 8  # evidence strings of an inferred identity (exporter.registry.MAX_EVIDENCE)
 _INFERRED_SOURCES = frozenset(("sibling", "fingerprint"))
 
 

@@ -258,6 +258,17 @@ def test_filters_before_building_dicts(client, monkeypatch):
     assert calls == [C1, C2]
 
 
+def test_the_query_strings_are_the_registrys_filters():
+    """The sidecar and the aggregator declare their query strings once (api.connection_query,
+    api.client_query); their filters are the registry's vocabulary, name for name, in order."""
+    import inspect
+
+    from exporter.registry import CLIENT_FILTERS, QUERY_FILTERS
+
+    assert list(inspect.signature(api.connection_query).parameters) == ["state", *QUERY_FILTERS, "order_by", "limit"]
+    assert list(inspect.signature(api.client_query).parameters) == list(CLIENT_FILTERS)
+
+
 def test_api_never_takes_the_registry_lock():
     # The lock and the records are the registry's: a REST handler holding the lock while it works
     # stalls the capture, so the registry offers neither, only methods that copy (`query`).

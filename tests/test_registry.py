@@ -170,6 +170,18 @@ def test_deprecated_requests_count_produce_v2_but_not_v9():
     assert snap.requests[("PLAINTEXT", "Produce", 2, "old", "0.1")] == 2
 
 
+def test_the_census_is_filtered_by_the_registry():
+    reg = feed(ConnectionRegistry(), opened(cid(1), 1.0, n=1), software(cid(1), 1.1, "lib", "2.0"),
+               request(cid(1), 1.2, 3, 12, client_id="a"), opened(cid(2), 2.0, n=2),
+               software(cid(2), 2.1, "lib", "3.0"), request(cid(2), 2.2, 3, 12, client_id="b"))
+    assert [r["client_id"] for r in reg.clients({"client_software_name": "lib"})] == ["a", "b"]
+    assert [r["client_id"] for r in reg.clients({"client_software_version": "3.0", "client_id": "b"})] == ["b"]
+    assert reg.clients({"client_id": "b", "listener": "SSL"}) == []
+    assert reg.clients({"inferred_software_name": "lib"}) == []  # announced: no inferred_software
+    with pytest.raises(ValueError, match="unknown filter 'address'"):
+        reg.clients({"address": "10.0.1.1"})
+
+
 def test_the_snapshot_names_its_series_and_keeps_decode_errors_apart_from_desyncs():
     """Series keys carry their label names; problems are counted by kind in two tables, a kind
     holding a colon kept whole (no "decode_error:KIND" string to split back apart)."""
