@@ -11,9 +11,10 @@ A peer is a kafka-census process serving the REST API; nothing it sends is trust
 answer is read up to --peer-max-mb (no compressed encodings: the bound is on what is kept),
 parsed off the event loop, and checked before any merge reads it. An error message never
 quotes a peer's bytes unescaped, nor the peer token. Must not import capture or the registry:
-it keeps no store. The query vocabulary (filters, order_by, limit, upgrade targets) and the
-security headers are exporter.api's, imported, and tests/test_aggregate.py holds the
-aggregator's OpenAPI parameters to the sidecar's.
+it keeps no store. The query strings (exporter.api's `connection_query` and `client_query`
+dependencies: filters, order_by, limit), the upgrade targets and the security headers are
+exporter.api's, imported, and tests/test_aggregate_peers.py holds the aggregator's OpenAPI
+parameters to the sidecar's.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from pydantic import Field
 from starlette.routing import Route
 
 from exporter import aggregate_merge as merge
-from exporter.api import (API_PREFIX, MAX_LIMIT, OPEN_PATHS, UPGRADE_TARGETS, Broker, BrokerList, Client, ClientList,
+from exporter.api import (API_PREFIX, OPEN_PATHS, UPGRADE_TARGETS, Broker, BrokerList, Client, ClientList,
                           ClientUsingRemoved, ConnectionList, ConnectionQuery, ConnectionUsingRemoved, Error,
                           SoftwareUsingRemoved, Status, UpgradeReadiness, AsgiEndpoint, BrowserSafeHeaders,
                           client_query, connection_query, document_bearer)

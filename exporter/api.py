@@ -1,10 +1,12 @@
 """The read-only REST API: connections, the client census, brokers and upgrade readiness.
 
-Owns `create_app`, the FastAPI application served next to `/metrics`, and the pydantic models
-that make its OpenAPI schema (at /openapi.json, browsable at /docs) describe every response
-exactly. Reads `exporter.registry` only through its public reading methods (`query` for the
-connection listing); it never takes the registry's lock, never writes to the registry and imports
-nothing from `capture`.
+Owns `create_app`, the FastAPI application served next to `/metrics`, the query strings of its
+listings (`connection_query`, `client_query`: FastAPI dependencies the aggregator's routes take
+too), and the pydantic models that make its OpenAPI schema (at /openapi.json, browsable at
+/docs) describe every response exactly; the `Connection` model is built from the connection
+object's declaration (exporter/connection_fields.py). Reads `exporter.registry` only through its
+public reading methods (`query` for the connection listing, `clients` for the census); it never
+takes the registry's lock, never writes to the registry and imports nothing from `capture`.
 
 A REST request must not stall the capture (issue 13): the registry holds its lock only to copy,
 in chunks, and filters, orders and builds dicts on the copy. `order_by` has at most one term per
