@@ -97,11 +97,10 @@ from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4, UPGRADE_TARGET
 from exporter.connection_fields import FIELDS, ORDER_BY, STRING_ORDER
 from exporter.rollup import FingerprintBasis
 
-try:  # issue 15 part 1, owned by another module: until it exists no connection is fingerprinted
-    from exporter.fingerprint import Observation, infer as _infer
-except ImportError:  # pragma: no cover - only before exporter/fingerprint.py lands
-    Observation = None
-    _infer = None
+# The fingerprint's own bounds: the first requests it reads, and the confidence below which it
+# names no one (a fingerprinted sibling's identity is taken at that floor).
+from exporter.fingerprint import MAX_FIRST_REQUESTS, THRESHOLD as SIBLING_OF_FINGERPRINT_CONFIDENCE
+from exporter.fingerprint import Observation, infer as _infer
 
 DEFAULT_MAX_OPEN = 100_000
 DEFAULT_MAX_CLOSED = 10_000
@@ -113,10 +112,9 @@ DEFAULT_MAX_BROKERS = 256
 # connections of its client address and client_id (identity_source "sibling"); an open one
 # always does. Clients open their extra connections (kafkajs's fetch ones) seconds apart.
 DEFAULT_SIBLING_WINDOW = 300.0
-# Per connection: the first (api_key, api_version) pairs kept for the fingerprint, and the
-# calls of fingerprint.infer() it may cost (one per sync point that brought new information,
-# plus one at close).
-MAX_FIRST_REQUESTS = 8
+# Per connection: the first MAX_FIRST_REQUESTS (api_key, api_version) pairs are kept for the
+# fingerprint, and the calls of fingerprint.infer() it may cost (one per sync point that brought
+# new information, plus one at close).
 MAX_INFER_CALLS = 3
 MAX_EVIDENCE = 8  # evidence strings kept of one inference
 # fingerprint.infer() calls allowed per second of registry time (`now()`), all connections: a
@@ -125,7 +123,6 @@ MAX_EVIDENCE = 8  # evidence strings kept of one inference
 # at its next sync point or sweep, and at its close, when the next second's budget allows.
 DEFAULT_MAX_FINGERPRINTS_PER_SECOND = 200
 FINGERPRINT_SKIP_REASONS = ("budget",)
-SIBLING_OF_FINGERPRINT_CONFIDENCE = 0.75  # exporter.fingerprint's threshold: no inference below it
 MAX_FINGERPRINTED_SIBLINGS = 4  # fingerprinted connections kept per (client address, client_id) to name others
 # Open connections without an announced identity waiting, per (client address, client_id), for a
 # sibling to be identified (`_name_waiting` names them then, not at their own next sync point),
@@ -1667,7 +1664,7 @@ class ConnectionRegistry:
         """fingerprint.infer() on what the connection sent, when that changed since the last call:
         at most MAX_INFER_CALLS times while open (from its second distinct request on) and once
         more at close."""
-        if _infer is None or rec.mid_stream:
+        if rec.mid_stream:
             # Joined mid-stream: "no ApiVersions seen" is not "none sent", and infer() takes it as a fact.
             return
         first = rec.first_requests

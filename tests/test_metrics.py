@@ -288,7 +288,8 @@ def test_protocol_problems_and_broker_answers_by_their_labels():
     assert s.samples(P + "broker_api_min_version") == {lbl(broker="PLAINTEXT:9092", api="Produce"): 3.0,
                                                        lbl(broker="PLAINTEXT:9092", api="Fetch"): 4.0}
     assert s.value(P + "broker_api_max_version", broker="PLAINTEXT:9092", api="Fetch") == 17.0
-    assert s.samples(P + "broker_feature_max_version") == {lbl(broker="PLAINTEXT:9092", feature="metadata.version"): 21.0}
+    assert s.samples(P + "broker_feature_max_version") == {
+        lbl(broker="PLAINTEXT:9092", feature="metadata.version"): 21.0}
     assert s.samples(P + "broker_feature_finalized_level") == {
         lbl(broker="PLAINTEXT:9092", feature="metadata.version"): 19.0}
 

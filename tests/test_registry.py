@@ -170,6 +170,15 @@ def test_deprecated_requests_count_produce_v2_but_not_v9():
     assert snap.requests[("PLAINTEXT", "Produce", 2, "old", "0.1")] == 2
 
 
+def test_the_first_requests_bound_is_the_fingerprints_everywhere():
+    """The registry takes it from exporter.fingerprint (what infer() reads); the event log's
+    rollup, which must not import the fingerprint table, restates it."""
+    from exporter import fingerprint, registry, rollup
+
+    assert registry.MAX_FIRST_REQUESTS == rollup.MAX_FIRST_REQUESTS == fingerprint.MAX_FIRST_REQUESTS
+    assert registry.SIBLING_OF_FINGERPRINT_CONFIDENCE == fingerprint.THRESHOLD
+
+
 def test_the_census_is_filtered_by_the_registry():
     reg = feed(ConnectionRegistry(), opened(cid(1), 1.0, n=1), software(cid(1), 1.1, "lib", "2.0"),
                request(cid(1), 1.2, 3, 12, client_id="a"), opened(cid(2), 2.0, n=2),
