@@ -549,8 +549,3 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
 
     return app
 
-
-# The aggregator (exporter/aggregate_app.py) serves the same API with the same headers, bearer
-# documentation, encoder and model base: public names for it, and the old private ones kept.
-_encode, _Model, _BrowserSafeHeaders, _AsgiEndpoint, _document_bearer = (
-    encode, Model, BrowserSafeHeaders, AsgiEndpoint, document_bearer)
