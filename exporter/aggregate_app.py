@@ -34,7 +34,7 @@ from typing import Annotated, Callable, Literal
 from urllib.parse import quote, urlsplit
 
 import httpx
-from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Path, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Histogram, make_asgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -42,10 +42,10 @@ from pydantic import Field
 from starlette.routing import Route
 
 from exporter import aggregate_merge as merge
-from exporter.api import (API_PREFIX, OPEN_PATHS, UPGRADE_TARGETS, Broker, BrokerList, Client, ClientList,
+from exporter.api import (API_PREFIX, OPEN_PATHS, Broker, BrokerList, Client, ClientList,
                           ClientUsingRemoved, ConnectionList, ConnectionQuery, ConnectionUsingRemoved, Error,
                           SoftwareUsingRemoved, Status, UpgradeReadiness, AsgiEndpoint, BrowserSafeHeaders,
-                          client_query, connection_query, document_bearer)
+                          client_query, connection_query, document_bearer, upgrade_target)
 from exporter.api import Connection as _Connection
 from exporter.api import Model as _Model
 from exporter.api import encode as _encode
@@ -790,13 +790,7 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
     @app.get(API_PREFIX + "/upgrade-readiness", response_model=AggUpgradeReadiness, tags=["upgrade"],
              summary="Who uses API versions the target removes, over every peer; ready only when whole",
              responses={400: {"model": Error}, **_FANOUT_ERRORS})
-    async def upgrade_readiness(
-        request: Request,
-        target: Annotated[str, Query(description=f"Broker version; known: {', '.join(UPGRADE_TARGETS)}",
-                                     json_schema_extra={"enum": list(UPGRADE_TARGETS)})] = "4.0",
-    ) -> Response:
-        if target not in UPGRADE_TARGETS:
-            raise HTTPException(400, f"unknown upgrade target {target!r}; known: {', '.join(UPGRADE_TARGETS)}")
+    async def upgrade_readiness(request: Request, target: Annotated[str, Depends(upgrade_target)]) -> Response:
         return await serve(request, "upgrade_readiness", API_PREFIX + "/upgrade-readiness", [("target", target)],
                            merge.check_upgrade, lambda: merge.UpgradeMerger(target), _ready_only_if_whole)
 

@@ -180,6 +180,16 @@ def client_query(
     ) if value is not None}
 
 
+def upgrade_target(
+    target: Annotated[str, Query(description=f"Broker version; known: {', '.join(UPGRADE_TARGETS)}",
+                                 json_schema_extra={"enum": list(UPGRADE_TARGETS)})] = "4.0",
+) -> str:
+    """The /upgrade-readiness query string (a dependency): a known target, else 400 naming them."""
+    if target not in UPGRADE_TARGETS:
+        raise HTTPException(400, f"unknown upgrade target {target!r}; known: {', '.join(UPGRADE_TARGETS)}")
+    return target
+
+
 # --- serialization --------------------------------------------------------------------------
 
 encode = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
@@ -539,12 +549,7 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
 
     @app.get(API_PREFIX + "/upgrade-readiness", response_model=UpgradeReadiness, tags=["upgrade"],
              summary="Who uses API versions that the target broker version removes", responses=_ERRORS_400)
-    def upgrade_readiness(
-        target: Annotated[str, Query(description=f"Broker version; known: {', '.join(UPGRADE_TARGETS)}",
-                                     json_schema_extra={"enum": list(UPGRADE_TARGETS)})] = "4.0",
-    ) -> Response:
-        if target not in UPGRADE_TARGETS:
-            raise HTTPException(400, f"unknown upgrade target {target!r}; known: {', '.join(UPGRADE_TARGETS)}")
+    def upgrade_readiness(target: Annotated[str, Depends(upgrade_target)]) -> Response:
         return _json(registry.upgrade_readiness(target))
 
     return app
