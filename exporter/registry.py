@@ -850,14 +850,6 @@ class ConnectionRegistry:
     def now(self) -> float:
         return self.clock() if self.clock is not None else self.last_ts
 
-    @property
-    def problems(self) -> dict[str, int]:
-        """{"decode_error:KIND" | "desync:KIND": total}: the replay summary's line (exporter/cli.py),
-        until it reads `snapshot().decode_errors` and `.desyncs`, which everything else reads."""
-        with self._lock:
-            return {**{f"decode_error:{k}": v for k, v in self._decode_errors.items()},
-                    **{f"desync:{k}": v for k, v in self._desyncs.items()}}
-
     def expire(self) -> None:
         """Forget closed connections older than `closed_ttl`, and restorable identities whose
         connection has been silent longer than the restore TTL."""
