@@ -515,7 +515,7 @@ _PEER = Field(description="The peer (host:port) that reported it")
 _PEERS = Field(description="The peers (host:port) whose rows were merged into this one")
 
 
-class AggConnection(_Connection):
+class AggConnection(_Connection):  # type: ignore[misc,valid-type]  # a model built by create_model (exporter.api)
     peer: str = Field(description="The peer (host:port) that reported the connection; `id` is prefixed with it")
 
 

@@ -363,7 +363,7 @@ class BrokerList(Model):
     brokers: list[Broker]
 
 
-class ConnectionUsingRemoved(Connection):
+class ConnectionUsingRemoved(Connection):  # type: ignore[misc,valid-type]  # Connection is built by create_model
     removed_requests: list[RemovedRequest]
 
 
