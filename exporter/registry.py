@@ -4,8 +4,8 @@ Owns `ConnectionRegistry`, the connection object that `replay --format json` pri
 REST API serves (`ConnectionRecord.to_dict`, writing the fields exporter/connection_fields.py
 declares), the listing query (`query`: filter, order, limit), the client census, the brokers'
 announced API ranges and features, upgrade readiness, and the totals the Prometheus collector
-reads (`snapshot`, a `MetricsSnapshot`). Its lock and records are its own: every reading method
-copies what it needs.
+reads (`snapshot`, a `MetricsSnapshot`). Its lock is private and no serving module reads its
+records (`open`, `closed`: tests and bench/ size them): every reading method copies what it needs.
 Imports only `capture.events` (the event contract), the generated API table (reference data,
 the upgrade targets too), `exporter.connection_fields` (the connection object's declaration),
 `exporter.fingerprint` (a pure module: infer() names an unannounced client) and
