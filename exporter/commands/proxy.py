@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     # Explicit is where the value came from, not whether it equals the default: an operator's
     # --max-connections 100000 the open-files limit cannot hold is warned about like any other.
     max_connections = fd_bound(args.max_connections,
-                               explicit=args.setting_origins.get("max_connections", DEFAULT) != DEFAULT)
+                               explicit=getattr(args, "setting_origins", {}).get("max_connections", DEFAULT) != DEFAULT)
     access = api_access(args)
     sock = bind_http(args) if args.http else None
     registry = live_registry(args)
