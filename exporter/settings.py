@@ -115,14 +115,15 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 @dataclass(frozen=True, slots=True)
 class Setting:
     """One setting. `help` is what the flag's --help says; `{default}` in it stands for the
-    default as `shown`, and without it " (default X)" is appended (nothing for a default of
-    None). `shown` overrides how the default is written (e.g. "64 MiB")."""
+    default as `default_text()` gives it, and without it " (default X)" is appended (nothing
+    for a default of None or an empty list). `shown` overrides how the default is written; ""
+    hides it (a switch that is simply off unless given)."""
 
     dest: str
     parse: Callable[[Any], Any]
     default: Any
     help: str
-    shown: str | None = None  # "" for none
+    shown: str | None = None
     flags: tuple[str, ...] = ()  # the flag's names, when not `--dest-with-dashes`
 
     @property
