@@ -7,7 +7,7 @@ PY          := $(VENV)/bin/python
 NODE_DIR    := tests/clients/node
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-system setup-python setup-node native demo test test-pure test-spark-cluster fuzz bench soak regen clean
+.PHONY: setup setup-system setup-python setup-node native demo test test-fast test-pure test-spark-cluster fuzz bench soak regen clean
 
 setup: setup-system setup-python setup-node native
 
@@ -64,6 +64,13 @@ PURE_TESTS := tests/test_connection.py tests/test_readers.py tests/test_golden.p
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 	KAFKA_CENSUS_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_TESTS) $(PYTEST_ARGS)
+
+# The edit loop: the unit and property tests, none of the tiers (markers e2e, spark, slow;
+# tests/conftest.py). Starts no peer (tests/conftest.py fails a test outside the e2e and spark
+# tiers that starts one), so it needs neither root, tshark, Node nor Spark. make test runs it too.
+FAST := not e2e and not spark and not slow
+test-fast: native
+	$(PY) -m pytest -q -m "$(FAST)" $(PYTEST_ARGS)
 
 test-pure: setup
 	KAFKA_CENSUS_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_TESTS) $(PYTEST_ARGS)

@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 from bench import machine
 from bench.exporter import ServerChild, rss_bytes, time_http
-from tests.peers import free_port
+from harness.census import Census, free_port
 
 QUERIES = [
     ("connections, limit=100, order_by bytes_from_client desc",
@@ -36,19 +33,6 @@ QUERIES = [
     ("upgrade-readiness", "/api/v1/upgrade-readiness?target=4.0"),
 ]
 RESULTS = Path(__file__).resolve().parent / "results" / "aggregate.json"
-
-
-def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"kafka-census aggregate exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
-        try:
-            with urllib.request.urlopen(url + "/readyz", timeout=2):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit("kafka-census aggregate was not ready within 60 s")
 
 
 def peak_rss_kib(pid: int) -> int | None:
@@ -71,13 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ports = [s.read_json(600)["census_port"] for s in sidecars]
         peers = ",".join(f"http://127.0.0.1:{p}" for p in ports)
-        http = f"127.0.0.1:{free_port()}"
-        agg = subprocess.Popen([str(Path(sys.executable).parent / "kafka-census"), "aggregate", "--http", http,
-                                "--peers", peers, "--allow-unauthenticated", "--cache-seconds", "0",
-                                "--peer-probe-interval", "0", "--log-level", "warning"],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        base = f"http://{http}"
-        wait_ready(base, agg)
+        agg = Census(["aggregate", "--peers", peers, "--allow-unauthenticated", "--cache-seconds", "0",
+                      "--peer-probe-interval", "0", "--log-level", "warning"], free_port(), ready_timeout=60)
+        base = agg.base
         rows = []
         for name, path in QUERIES:
             one = time_http(f"http://127.0.0.1:{ports[0]}{path}", {}, args.repeat)
@@ -89,12 +69,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"query": name, "path": path, "sidecar": one, "aggregator": many,
                          "ratio_best": many["best"] / one["best"]})
         result = {"machine": machine.describe(), "connections_per_sidecar": args.connections, "sidecars": 3,
-                  "repeat": args.repeat, "rows": rows, "aggregator_peak_rss_kib": peak_rss_kib(agg.pid),
+                  "repeat": args.repeat, "rows": rows, "aggregator_peak_rss_kib": peak_rss_kib(agg.proc.pid),
                   "bench_process_rss_bytes": rss_bytes()}
     finally:
-        if agg is not None and agg.poll() is None:
-            agg.terminate()
-            agg.wait(15)
+        if agg is not None:
+            agg.stop()
         for s in sidecars:
             s.stop()
     print(f"Machine: {result['machine']}; {args.connections} connections per sidecar, 3 sidecars, "

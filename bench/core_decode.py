@@ -37,7 +37,7 @@ from kio.static.primitive import i16
 import capture
 from bench.machine import describe
 from capture.kafka import NEED_DATA, Direction, KafkaConnection, RequestSeen, RequestTally
-from tests.kafka_frames import raw_request, request_frame, response_frame
+from harness.kafka_frames import raw_request, request_frame, response_frame
 
 CHUNK = 65536  # a large TCP read
 RESULTS = Path(__file__).resolve().parent / "results"

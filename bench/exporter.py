@@ -38,8 +38,8 @@ Per size N, two processes on the two cores:
 and as plain text 0.0.4 without compression. Every GET opens a new connection (what Prometheus
 does when its scrape interval exceeds uvicorn's 5 s keep-alive timeout; prometheus_client's
 server closes after each response anyway); a separate table times keep-alive GETs on the
-socket `exporter.serve.bind` makes and on one made with proto=IPPROTO_TCP: asyncio sets
-TCP_NODELAY only on the latter, and without it a response under one segment waits for the
+socket `exporter.commands.common.bind_http` makes and on one made with proto=IPPROTO_TCP: asyncio sets
+TCP_NODELAY only on sockets made so (bind_http's is, since issue 18), and without it a response under one segment waits for the
 client's delayed ACK (about 40 ms on Linux). Both expositions are parsed and compared: the
 peer must expose the same series with the same values (histogram sums excepted: the peer's
 come from re-observing bucket bounds). Targets (from the issue): /metrics under 100 ms at 10k
@@ -409,7 +409,8 @@ def serve_child(n: int, seed: int) -> int:
     import uvicorn
     from prometheus_client import make_asgi_app, start_http_server
 
-    from exporter.serve import Service, bind
+    from exporter.commands.common import bind_http
+    from exporter.serve import Service
 
     gc.collect()
     rss0 = rss_bytes()
@@ -424,9 +425,9 @@ def serve_child(n: int, seed: int) -> int:
     peer_build_seconds = time.perf_counter() - t0
     lock = TimedLock(registry.lock)
     registry._lock = lock  # the registry's own lock object (`lock` is a read-only view of it)
-    census_sock = bind("127.0.0.1", 0)  # the socket the CLI serves on
+    census_sock = bind_http(argparse.Namespace(http="127.0.0.1:0"))  # the socket the CLI serves on
     nodelay_sock = tcp_socket()  # the same app on a socket asyncio sets TCP_NODELAY on
-    peer_sock = bind("127.0.0.1", 0)
+    peer_sock = bind_http(argparse.Namespace(http="127.0.0.1:0"))
     httpd, httpd_thread = start_http_server(0, addr="127.0.0.1", registry=peer)
 
     def config(app):  # as Service.run configures uvicorn
@@ -470,7 +471,8 @@ def serve_child(n: int, seed: int) -> int:
 def tcp_socket() -> socket.socket:
     """A listening socket created with proto=IPPROTO_TCP. asyncio sets TCP_NODELAY on accepted
     sockets only when the socket's proto is IPPROTO_TCP (base_events._set_nodelay); one made with
-    socket.socket(family, SOCK_STREAM), as exporter.serve.bind makes it, has proto 0."""
+    socket.socket(family, SOCK_STREAM) has proto 0 (exporter.commands.common.bind_http, through
+    capture.listeners.listen_socket, now makes its socket with IPPROTO_TCP too)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
@@ -862,7 +864,7 @@ def measure_http(child: Child, ready: dict, inproc: dict, repeat: int) -> dict:
         expected = inproc["api"][name]["expected"]
         out["api"][name] = {"http": r, "lock_holds": stats(holds), "returned": len(got["connections"]),
                             "total": got["total"], "same_content_as_in_process": got == expected}
-    # Keep-alive: one connection for all GETs, on the socket the CLI binds (exporter.serve.bind)
+    # Keep-alive: one connection for all GETs, on the socket the CLI binds (exporter.commands.common.bind_http)
     # and on one asyncio sets TCP_NODELAY on.
     nodelay = f"http://127.0.0.1:{ready['census_nodelay_port']}"
     out["keep_alive"] = {}
@@ -932,7 +934,7 @@ def report(results: dict, machine: str) -> None:
               f"{mem['bytes_per_tracked']:,.0f} B / "
               f"{r['server']['rss_bytes_per_tracked']:,.0f} B |")
     print("\nKeep-alive (one connection for all GETs) vs a new connection per GET, best / median ms:\n")
-    print("| N open | endpoint | new connection | keep-alive, socket from exporter.serve.bind | "
+    print("| N open | endpoint | new connection | keep-alive, socket from exporter.commands.common.bind_http | "
           "keep-alive, socket with TCP_NODELAY |")
     print("|---:|---|---:|---:|---:|")
     for n, r in results["sizes"].items():

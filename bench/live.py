@@ -103,7 +103,7 @@ def kafka_frames():
     from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
     from kio.static.primitive import i16, i32, i32Timedelta, i64
 
-    from tests.kafka_frames import request_frame, response_frame
+    from harness.kafka_frames import request_frame, response_frame
 
     client = "census-bench-live"
     api_versions = request_frame(ApiVersionsRequest(client_software_name="census-bench",

@@ -76,7 +76,9 @@ from kio.schema.metadata.v1.request import MetadataRequest
 
 from bench.child import REPO_ROOT, Child
 from bench.machine import describe
-from tests.kafka_frames import request_frame
+from harness.census import Census, free_port, wait_for
+from harness.kafka_frames import request_frame
+from harness.peers import start_tansu
 
 DEFAULT_OUT = Path("bench/results/proxy.json")
 TARGET_LOSS = 0.10  # throughput through the proxy at least 90% of direct
@@ -93,7 +95,7 @@ TLS_ON_UVLOOP = True
 
 # =========================================================================== Kafka frames
 def api_versions_v3(correlation_id: int, client_id: str = CLIENT_ID, software: tuple[str, str] = SOFTWARE) -> bytes:
-    """ApiVersionsRequest v3 with the KIP-511 fields, built by kio (tests/kafka_frames.py)."""
+    """ApiVersionsRequest v3 with the KIP-511 fields, built by kio (harness/kafka_frames.py)."""
     return request_frame(ApiVersionsRequest(client_software_name=software[0], client_software_version=software[1]),
                          correlation_id, client_id)
 
@@ -190,21 +192,8 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def taskset(core: int | None) -> tuple[str, ...]:
     return () if core is None else ("taskset", "-c", str(core))
-
-
-def census_command() -> list[str]:
-    script = Path(sys.executable).with_name("kafka-census")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "import sys; from exporter.cli import main; sys.exit(main())"]
 
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
@@ -226,37 +215,27 @@ def metric_sum(text: str, name: str, **labels) -> float:
     return total
 
 
-class CensusProcess:
-    """`kafka-census ARGS --http 127.0.0.1:PORT` in its own session, output to a log file."""
+class CensusProcess(Census):
+    """`kafka-census ARGS --http 127.0.0.1:PORT --log-level warning` (harness.census.Census)
+    pinned to `core`, in its own session, its output under `log_path` (without the suffix, a
+    directory); ready once /readyz says ok and, for a proxy, `ready_port` accepts."""
 
     def __init__(self, args: list[str], core: int | None, log_path: Path, ready_port: int | None = None) -> None:
-        self.http_port = free_port()
-        self.log_path = log_path
-        self.cmd = [*taskset(core), *census_command(), *args, "--http", f"127.0.0.1:{self.http_port}",
-                    "--log-level", "warning"]
-        with open(log_path, "wb") as log:
-            self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         cwd=str(REPO_ROOT), start_new_session=True)
+        log_dir = log_path.with_suffix("")
+        log_dir.mkdir(parents=True, exist_ok=True)
+        super().__init__([*args, "--log-level", "warning"], free_port(), prefix=taskset(core), log_dir=log_dir,
+                         start_new_session=True, ready_timeout=START_TIMEOUT)
         self.pid = self.proc.pid  # taskset execs the program: same pid
-        self._wait_ready(ready_port)
-
-    def _wait_ready(self, port: int | None) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                break
-            with contextlib.suppress(OSError):
-                if http_get(self.url("/readyz"), 1.0)[0] == 200:
-                    if port is None:
-                        return
-                    with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-                        return
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"{' '.join(self.cmd)} did not become ready: {self.log_tail()}")
+        if ready_port is not None:
+            try:
+                wait_for(f"{' '.join(self.cmd)} to accept on {ready_port}", lambda: _accepts(ready_port),
+                         START_TIMEOUT)
+            except AssertionError:
+                self.stop()
+                raise
 
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.http_port}{path}"
+        return self.base + path
 
     def metrics(self) -> str:
         status, text = http_get(self.url("/metrics"), 30.0)
@@ -271,20 +250,13 @@ class CensusProcess:
         return rss_kib(self.pid)
 
     def log_tail(self, limit: int = 2000) -> str:
-        with contextlib.suppress(OSError):
-            return self.log_path.read_bytes()[-limit:].decode("utf-8", "replace")
-        return ""
+        return self.stderr[-limit:]
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+
+def _accepts(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1.0):
+        return True
+    return False
 
 
 def start_proxy(upstream: str, listen_port: int, core: int | None, tmp: Path, tls: dict | None,
@@ -321,7 +293,15 @@ class ForwarderProcess:
         return rss_kib(self.pid)
 
     def stop(self) -> None:
-        CensusProcess.stop(self)
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
 
 
 def forwarder_main(listen_port: int, upstream: str, loop_name: str = "asyncio") -> int:
@@ -407,8 +387,6 @@ def forwarder_main(listen_port: int, upstream: str, loop_name: str = "asyncio") 
 
 @contextlib.contextmanager
 def tansu(core: int | None, advertised_port: int | None = None, log_dir: Path | None = None):
-    from tests.peers import start_tansu
-
     with start_tansu(advertised_port=advertised_port, prefix=taskset(core), log_dir=log_dir) as broker:
         yield broker
 

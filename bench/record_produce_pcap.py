@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from bench.machine import describe
-from tests import oracles, peers
+from harness import oracles, peers
 
 DEFAULT_OUT = Path("bench/data/produce.pcap")
 

@@ -17,7 +17,7 @@ stops the clients, the aggregator, the sidecars and the brokers.
 
 Everything listens on 127.0.0.1 without tokens (the aggregator with its explicit
 --allow-unauthenticated); in a cluster the chart wires the tokens (helm/kafka-census README,
-"Aggregator"). Lives in tests/ because it drives the test peers (tests/peers.py). Live capture
+"Aggregator"). Lives in tests/ because it drives the test peers (harness/peers.py). Live capture
 needs root or CAP_NET_RAW, as on any sidecar.
 """
 
@@ -33,15 +33,14 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests import peers  # noqa: E402
-from tests.census import wait_for  # noqa: E402
+from harness import peers  # noqa: E402
+from harness.census import Census, free_port, wait_for  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CENSUS = Path(sys.executable).parent / "kafka-census"
@@ -51,19 +50,6 @@ ALL = "/api/v1/connections?" + urllib.parse.urlencode({"state": "all", "order_by
 def get_json(base: str, path: str):
     with urllib.request.urlopen(base + path, timeout=10) as resp:
         return json.load(resp)
-
-
-def wait_ready(base: str, proc: subprocess.Popen, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{what} exited with code {proc.returncode}:\n{proc.stderr.read()}")
-        try:
-            with urllib.request.urlopen(base + "/readyz", timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"{what} did not become ready within {timeout:g} s")
 
 
 def sync(sidecar: str, broker: peers.Broker) -> None:
@@ -141,7 +127,7 @@ def incident_cli() -> str:
 
 
 def run_client(name: str, broker: peers.Broker, timeout: float = 120.0) -> None:
-    """One real client against the broker (tests/peers.py's command), in its own process
+    """One real client against the broker (harness/peers.py's command), in its own process
     group, killed with it on Ctrl-C or at the timeout: nothing the demo started outlives it."""
     why = peers.missing_client(name)
     if why:
@@ -163,21 +149,14 @@ def run_client(name: str, broker: peers.Broker, timeout: float = 120.0) -> None:
         raise peers.PeerError(f"client {name} exited with code {proc.returncode}\n{out}\n{err[-3000:]}")
 
 
-def stop_all(procs: list[tuple[str, subprocess.Popen]], stopping: bool) -> list[str]:
-    """SIGTERM to every process (the aggregator first), then collect; the errors of those that
-    did not exit cleanly."""
-    for _, proc in reversed(procs):
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+def stop_all(procs: list[tuple[str, Census]], stopping: bool) -> list[str]:
+    """SIGTERM to every process, the aggregator first; the errors of those that did not exit
+    cleanly."""
     errors = []
-    for what, proc in reversed(procs):
-        try:
-            _, err = proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
-        if proc.returncode not in (0, -signal.SIGTERM) and not stopping:
-            errors.append(f"{what} exited with code {proc.returncode}:\n{err}")
+    for what, census in reversed(procs):
+        code, err = census.stop(timeout=15)
+        if code not in (0, -signal.SIGTERM) and not stopping:
+            errors.append(f"{what} exited with code {code}:\n{err}")
     return errors
 
 
@@ -207,34 +186,29 @@ def main() -> int:
     # Ctrl-C: KeyboardInterrupt even where the demo was started with SIGINT ignored (a
     # background job of a shell without job control)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    procs: list[tuple[str, subprocess.Popen]] = []
+    procs: list[tuple[str, Census]] = []
     errors: list[str] = []
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="kafka-census-demo-"))
         brokers = []
         for _ in range(2):
-            port = peers.free_port()
+            port = free_port()
             brokers.append(stack.enter_context(peers.start_tansu(port, port)))
         names = [f"b{i + 1}" for i in range(len(brokers))]
-        sidecars = [f"http://127.0.0.1:{peers.free_port()}" for _ in brokers]
+        sidecars = [f"http://127.0.0.1:{free_port()}" for _ in brokers]
         try:
             for name, broker, sidecar in zip(names, brokers, sidecars):
                 # like a sidecar: this broker's listener port only
-                procs.append((f"the kafka-census sidecar of {name}", subprocess.Popen(
-                    [str(CENSUS), "capture", "-i", "lo", "--listener", f"PLAINTEXT={broker.port}",
-                     "--http", urllib.parse.urlsplit(sidecar).netloc, "--event-log", f"{tmp}/events-{name}",
-                     "--idle-timeout", "120"],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                    start_new_session=True)))
+                procs.append((f"the kafka-census sidecar of {name}", Census(
+                    ["capture", "-i", "lo", "--listener", f"PLAINTEXT={broker.port}", "--event-log",
+                     f"{tmp}/events-{name}", "--idle-timeout", "120"],
+                    urllib.parse.urlsplit(sidecar).port, start_new_session=True)))
             # --cache-seconds 0: the demo asks again right after each client; in a cluster the
             # default few seconds spare the peers an incident's repeated questions
-            procs.append(("kafka-census aggregate", subprocess.Popen(
-                [str(CENSUS), "aggregate", "--http", args.http, "--peers", ",".join(sidecars),
-                 "--allow-unauthenticated", "--cache-seconds", "0"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
+            procs.append(("kafka-census aggregate", Census(
+                ["aggregate", "--http", args.http, "--peers", ",".join(sidecars), "--allow-unauthenticated",
+                 "--cache-seconds", "0"], int(args.http.rsplit(":", 1)[1]), http_flag=False,
                 start_new_session=True)))
-            for (what, proc), base in zip(procs, [*sidecars, aggregator]):
-                wait_ready(base, proc, what)
             # the aggregator names a peer host:port; the demo calls it after its broker
             peer_names = {urllib.parse.urlsplit(s).netloc: n for s, n in zip(sidecars, names)}
             print(f"{peers.tansu_version()}: " + ", ".join(
@@ -269,8 +243,8 @@ def main() -> int:
                 print("  " + "\n  ".join(gauge_lines(aggregator, ("kafka_census_aggregate_peer_up",))), flush=True)
         except KeyboardInterrupt:
             print("\nstopping", file=sys.stderr)
-        except (OSError, peers.PeerError) as exc:  # a process of the demo died under it: say which
-            dead = [what for what, proc in procs if proc.poll() is not None]
+        except (OSError, AssertionError, peers.PeerError) as exc:  # a process of the demo died or never started: say which
+            dead = [what for what, census in procs if census.proc.poll() is not None]
             errors.append(f"stopped: {exc}" + (f" ({', '.join(dead)} exited)" if dead else ""))
         finally:
             errors += stop_all(procs, stopping)

@@ -1,7 +1,7 @@
 """A real Prometheus server and promtool, for tests and scripts.
 
 Usable both from pytest (``tests/test_prom.py``) and from plain scripts; nothing here imports
-pytest or the project's packages, so Prometheus stays an independent judge of what the
+pytest or the project's packages (harness.net is the suite's, not the product's), so Prometheus stays an independent judge of what the
 exporter serves. Only the standard library is used (urllib for the HTTP API).
 
 * :func:`start_prometheus` — a context manager running ``prometheus`` (Debian's 2.42 package)
@@ -23,7 +23,6 @@ import dataclasses
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -32,6 +31,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+
+from harness.net import free_port
 
 PROMETHEUS_HINT = "run `make setup` (installs prometheus)"
 
@@ -58,12 +59,6 @@ def prometheus_binary() -> str:
 
 def promtool_binary() -> str:
     return _binary("promtool")
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _pdeathsig_preexec():
@@ -276,7 +271,7 @@ def start_prometheus(
     config_path = work / "prometheus.yml"
     log_path = work / "prometheus.log"
     config_path.write_text(scrape_config(targets, scrape_interval=scrape_interval, job=job))
-    port = _free_port(host)
+    port = free_port(host)
     cmd = [
         binary,
         f"--config.file={config_path}",

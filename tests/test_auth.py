@@ -9,11 +9,6 @@ import json
 import logging
 import os
 import signal
-import socket
-import subprocess
-import time
-import urllib.error
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,9 +21,10 @@ from exporter.api import create_app
 from exporter.auth import ApiToken, TokenError, bearer_token, read_token
 from exporter.registry import ConnectionRegistry
 from exporter.serve import Service
+from harness.census import Census, free_port
 from tests import synth
 from tests.test_capture_synthetic import full_conversation
-from tests.test_cli_settings import SCRIPT, assert_usage_error, clean_env, run
+from tests.test_cli_settings import assert_usage_error, clean_env, run
 
 TOKEN = "s3cr3t-Token_1+/="
 NEW_TOKEN = "0ther-t0ken-2"
@@ -333,7 +329,7 @@ def test_nothing_to_reload_is_said(census_log):
     assert [r.getMessage() for r in census_log] == ["SIGHUP: nothing to reload"]
 
 
-# --- the real command -----------------------------------------------------------------------
+# --- the real command (e2e: each test starts kafka-census) ------------------------------------
 
 @pytest.fixture(scope="module")
 def pcap(tmp_path_factory) -> Path:
@@ -342,81 +338,28 @@ def pcap(tmp_path_factory) -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get(url: str, token: str | None = None) -> tuple[int, dict, bytes]:
-    req = urllib.request.Request(url, headers=bearer(token) if token is not None else {})
-    try:
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            return resp.status, dict(resp.headers), resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
-
-
-class Served:
-    def __init__(self, proc: subprocess.Popen, base: str, stderr: Path) -> None:
-        self.proc, self.base, self.stderr_path = proc, base, stderr
-
-    def status(self, path: str, token: str | None = None) -> int:
-        return get(self.base + path, token)[0]
-
-    @property
-    def stderr(self) -> str:
-        return self.stderr_path.read_text()
-
-    def wait_for_log(self, fragment: str, count: int = 1, timeout: float = 10) -> None:
-        deadline = time.monotonic() + timeout
-        while self.stderr.count(fragment) < count:
-            assert self.proc.poll() is None, f"exited {self.proc.returncode}: {self.stderr}"
-            assert time.monotonic() < deadline, f"no {fragment!r} x{count} in the log: {self.stderr}"
-            time.sleep(0.05)
-
-
 @contextmanager
-def serve(pcap: Path, tmp_path: Path, *args, env=None):
+def serve(pcap: Path, *args, env=None):
     """`kafka-census replay PCAP --serve --http 127.0.0.1:PORT *args` until the block ends, then
     SIGTERM: it must exit 0 without a traceback."""
-    port = _free_port()
-    stderr = tmp_path / f"stderr-{port}.txt"
-    with open(stderr, "w") as err:
-        proc = subprocess.Popen([str(SCRIPT), "replay", str(pcap), "--serve", "--http", f"127.0.0.1:{port}",
-                                 *map(str, args)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=err, env=env if env is not None else clean_env())
-    served = Served(proc, f"http://127.0.0.1:{port}", stderr)
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            assert proc.poll() is None, f"kafka-census exited {proc.returncode}: {served.stderr}"
-            try:
-                assert served.status("/healthz") == 200  # open: no token needed
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "not serving within 15 s"
-                time.sleep(0.05)
-        yield served
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0, served.stderr
-        assert "Traceback" not in served.stderr
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with Census(["replay", pcap, "--serve", *args], free_port(), env=env if env is not None else clean_env()) as s:
+        yield s
+        code, err = s.stop()
+        assert code == 0, err
+        assert "Traceback" not in err
 
 
+@pytest.mark.e2e
 def test_served_api_needs_the_token_metrics_and_probes_do_not(pcap, tmp_path, token_file):
-    with serve(pcap, tmp_path, "--api-token-file", token_file, "--log-level", "debug") as s:
+    with serve(pcap, "--api-token-file", token_file, "--log-level", "debug") as s:
         for path in ("/api/v1/connections", "/docs", "/openapi.json"):
             assert s.status(path) == 401, path
             assert s.status(path, "wrong") == 401, path
             assert s.status(path, TOKEN) == 200, path
-        status, headers, body = get(s.base + "/api/v1/connections")
+        status, headers, body = s.request("/api/v1/connections")
         assert (status, headers["www-authenticate"], set(json.loads(body))) == (
             401, 'Bearer realm="kafka-census"', {"detail"})
-        status, _, body = get(s.base + "/api/v1/connections", TOKEN)
+        status, _, body = s.request("/api/v1/connections", TOKEN)
         assert json.loads(body)["total"] == 1
         assert s.status("/metrics") == 200 and s.status("/readyz") == 200 and s.status("/healthz") == 200
         s.wait_for_log("debug: 401 GET /api/v1/connections: wrong bearer token")
@@ -426,16 +369,18 @@ def test_served_api_needs_the_token_metrics_and_probes_do_not(pcap, tmp_path, to
     assert TOKEN not in log and TOKEN.split("-")[0] not in log  # not even part of it, at debug level
 
 
+@pytest.mark.e2e
 def test_metrics_auth_closes_metrics_of_the_served_command(pcap, tmp_path, token_file):
-    with serve(pcap, tmp_path, "--api-token-file", token_file, "--metrics-auth", "--log-level", "warning") as s:
+    with serve(pcap, "--api-token-file", token_file, "--metrics-auth", "--log-level", "warning") as s:
         assert s.status("/metrics") == 401
         assert s.status("/metrics", TOKEN) == 200
         assert s.status("/healthz") == 200 and s.status("/readyz") == 200
     assert "info:" not in s.stderr and "warning:" not in s.stderr  # --log-level warning, token set
 
 
+@pytest.mark.e2e
 def test_sighup_switches_tokens_and_an_empty_file_keeps_the_old_one(pcap, tmp_path, token_file):
-    with serve(pcap, tmp_path, "--api-token-file", token_file, "--log-level", "debug") as s:
+    with serve(pcap, "--api-token-file", token_file, "--log-level", "debug") as s:
         assert s.status("/api/v1/brokers", TOKEN) == 200
         replace(token_file, f"{NEW_TOKEN}\n")
         assert s.status("/api/v1/brokers", NEW_TOKEN) == 401  # nothing changes before SIGHUP
@@ -455,8 +400,9 @@ def test_sighup_switches_tokens_and_an_empty_file_keeps_the_old_one(pcap, tmp_pa
     assert TOKEN not in s.stderr and NEW_TOKEN not in s.stderr
 
 
+@pytest.mark.e2e
 def test_an_open_api_is_a_startup_warning(pcap, tmp_path):
-    with serve(pcap, tmp_path) as s:
+    with serve(pcap) as s:
         assert s.status("/api/v1/connections") == 200
         s.proc.send_signal(signal.SIGHUP)  # not fatal without a token either
         s.wait_for_log("info: SIGHUP: nothing to reload")
@@ -465,42 +411,47 @@ def test_an_open_api_is_a_startup_warning(pcap, tmp_path):
             in s.stderr.splitlines())
 
 
+@pytest.mark.e2e
 def test_token_file_and_metrics_auth_from_the_environment_and_the_config(pcap, tmp_path, token_file):
     config = tmp_path / "census.yaml"
     config.write_text(f"api-token-file: {token_file}\nlog-level: WARNING\n")
     env = clean_env(KAFKA_CENSUS_METRICS_AUTH="true")
-    with serve(pcap, tmp_path, "--config", config, env=env) as s:
+    with serve(pcap, "--config", config, env=env) as s:
         assert s.status("/api/v1/clients") == 401 and s.status("/api/v1/clients", TOKEN) == 200
         assert s.status("/metrics") == 401 and s.status("/metrics", TOKEN) == 200
     assert "info:" not in s.stderr
     env = clean_env(KAFKA_CENSUS_API_TOKEN_FILE=str(token_file))
-    with serve(pcap, tmp_path, "--no-metrics-auth", env={**env, "KAFKA_CENSUS_METRICS_AUTH": "yes"}) as s:
+    with serve(pcap, "--no-metrics-auth", env={**env, "KAFKA_CENSUS_METRICS_AUTH": "yes"}) as s:
         assert s.status("/api/v1/clients") == 401 and s.status("/metrics") == 200  # the flag wins
 
 
 # --- starting: one error line ---------------------------------------------------------------
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("content", [None, "", "  \n"], ids=["missing", "empty", "blank"])
 def test_unusable_token_file_at_start_is_one_error_line_and_exit_1(pcap, tmp_path, content):
     path = tmp_path / "token"
     if content is not None:
         path.write_text(content)
-    out = run("replay", pcap, "--serve", "--http", f"127.0.0.1:{_free_port()}", "--api-token-file", path)
+    out = run("replay", pcap, "--serve", "--http", f"127.0.0.1:{free_port()}", "--api-token-file", path)
     assert out.returncode == 1, out.stderr
     reason = "No such file or directory" if content is None else "is empty"
     assert out.stderr.strip().splitlines() == [
         f"error: --api-token-file {path}{': ' if content is None else ' '}{reason}"]
 
 
+@pytest.mark.e2e
 def test_metrics_auth_without_a_token_file_is_a_usage_error(pcap):
     out = run("replay", pcap, "--serve", "--http", "127.0.0.1:9", "--metrics-auth")
     assert_usage_error(out, "--metrics-auth needs --api-token-file")
 
 
+@pytest.mark.e2e
 def test_a_token_file_without_http_is_a_usage_error(pcap, token_file):
     assert_usage_error(run("replay", pcap, "--api-token-file", token_file), "--api-token-file", "needs --http")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name, value", [("METRICS_AUTH", "maybe"), ("LOG_LEVEL", "loud")])
 def test_bad_access_settings_from_the_environment(pcap, name, value):
     out = run("replay", pcap, env=clean_env(**{f"KAFKA_CENSUS_{name}": value}))

@@ -23,6 +23,8 @@ from capture.packets import ACK, SYN
 from tests.kafka_frames import request_frame
 from tests.test_hostile import Budget
 
+pytestmark = pytest.mark.slow  # fills the buffer budget with thousands of flows (a minute on 2 cores)
+
 KiB, MiB = 1024, 1024 * 1024
 LISTENERS = ListenerMap.parse(["PLAINTEXT=9092"])
 BROKER = bytes([10, 0, 0, 2])

@@ -42,6 +42,8 @@ from tests import oracles, peers
 from tests.census import wait_for
 from tests.test_golden import EXPECTED_IDENTITY
 
+pytestmark = pytest.mark.e2e  # real traffic, witnessed by tcpdump and tshark
+
 REPO = Path(__file__).resolve().parent.parent
 API_VERSIONS = 18
 

@@ -5,6 +5,10 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # runs the kafka-census command
+
 SCRIPT = pathlib.Path(sys.executable).parent / "kafka-census"
 
 

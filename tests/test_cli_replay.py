@@ -15,6 +15,8 @@ from capture.replay import replay
 from tests import synth
 from tests.test_capture_synthetic import full_conversation
 
+pytestmark = pytest.mark.e2e  # runs the kafka-census command
+
 SCRIPT = Path(sys.executable).parent / "kafka-census"
 
 

@@ -1,9 +1,9 @@
 """Properties of the sans-IO core (capture/kafka), checked with hypothesis.
 
 a. Chunking invariance: how a connection's bytes are cut into chunks never changes the events.
-b. Fuzz: arbitrary and mutated byte streams, in any chunks and in both directions, never make
-   the connection raise; every event is an `Event`; `close()` ends with `ConnectionClosed`;
-   the buffer stays bounded.
+b. The buffer bound (`memory_bound`) and the cases that pinned it. The fuzzing of whole
+   connections, this transcript and BIG_FRAMES among its seeds, is tests/test_fuzz.py's (a.),
+   which checks this bound before every event.
 c. Fuzz: the body, header, SASL and primitive readers return or raise `ProtocolError`, nothing else.
 d. Hostile size prefixes desync the direction, which then resyncs on the frames that follow.
 
@@ -55,7 +55,7 @@ from capture.kafka import (
     SaslIdentity,
 )
 from capture.kafka import bodies, headers, readers, sasl
-from tests import kafka_frames as kf
+from harness import kafka_frames as kf
 
 C, B = Direction.FROM_CLIENT, Direction.FROM_BROKER
 TS = 1.0  # every chunk carries the same timestamp, so events (and latencies) compare exactly
@@ -264,130 +264,9 @@ def test_chunking_with_frames_larger_than_the_limits():
         assert feed(chunks, **SMALL_LIMITS) == whole, size
 
 
-# --------------------------------------------------------------------------- b. fuzz
-
-
-HOSTILE_SIZES = [2**31 - 1, -1, -(2**31), 0, 3, 7, 65537, 4097, 2**24]
-
-
-@st.composite
-def mutated_frames(draw, pool):
-    """The transcript with frames dropped/duplicated and bytes flipped, inserted, deleted,
-    truncated, or size prefixes replaced by hostile values."""
-    frames = [(d, bytearray(f)) for d, f in pool]
-    for _ in range(draw(st.integers(0, 6), label="mutations")):
-        if not frames:
-            break
-        i = draw(st.integers(0, len(frames) - 1))
-        direction, frame = frames[i]
-        op = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "size", "drop", "dup", "swap_dir"]))
-        pos = draw(st.integers(0, max(len(frame) - 1, 0)))
-        if op == "flip" and frame:
-            frame[pos] ^= draw(st.integers(1, 255))
-        elif op == "insert":
-            frame[pos:pos] = draw(st.binary(min_size=1, max_size=16))
-        elif op == "delete":
-            del frame[pos:pos + draw(st.integers(1, 16))]
-        elif op == "truncate":
-            del frame[pos:]
-        elif op == "size":
-            frame[:4] = struct.pack(">i", draw(st.sampled_from(HOSTILE_SIZES + [len(frame) - 3, len(frame) - 5])))
-        elif op == "drop":
-            del frames[i]
-        elif op == "dup":
-            frames.insert(i, (direction, bytearray(frame)))
-        elif op == "swap_dir":
-            frames[i] = (B if direction == C else C, frame)
-    return [(d, bytes(f)) for d, f in frames]
-
-
-@st.composite
-def chunked(draw, frames, max_cuts: int = 24):
-    """Feed order: in transcript order (cut within each run), or each direction's stream cut
-    and the two interleaved at random; whole, byte by byte or at random points."""
-    mode = draw(st.sampled_from(["ordered", "interleaved"]))
-    how = draw(st.sampled_from(["random", "random", "fixed", "fixed", "whole", "bytes"]))
-    size = draw(st.integers(1, 2048)) if how == "fixed" else 0
-    total = sum(len(f) for _, f in frames)
-    if how == "bytes" and total > 3000:
-        how = "random"
-
-    def split(stream: bytes) -> list[bytes]:
-        if how == "whole" or len(stream) < 2:
-            return [stream] if stream else []
-        if how == "bytes":
-            return [stream[i:i + 1] for i in range(len(stream))]
-        if how == "fixed":
-            return [stream[i:i + size] for i in range(0, len(stream), size)]
-        return cut(stream, draw(st.lists(st.integers(1, len(stream) - 1), max_size=max_cuts)))
-
-    if mode == "ordered":
-        return [(d, piece) for d, stream in runs(frames) for piece in split(stream)]
-    queues = {d: split(b"".join(f for fd, f in frames if fd == d)) for d in (C, B)}
-    out = []
-    while queues[C] or queues[B]:
-        d = draw(st.sampled_from([C, B])) if queues[C] and queues[B] else (C if queues[C] else B)
-        out.append((d, queues[d].pop(0)))
-    return out
-
-
-RAW_OPS = st.lists(
-    st.one_of(
-        st.tuples(st.just("data"), st.sampled_from([C, B]), st.binary(min_size=1, max_size=300)),
-        st.tuples(st.just("gap"), st.sampled_from([C, B]), st.integers(1, 10000)),
-    ),
-    max_size=30,
-)
-
-
-def drain_checked(conn: KafkaConnection, seen: list, bound: int | None = None) -> None:
-    while True:
-        if bound is not None:
-            assert conn.buffered_bytes <= bound, (conn.buffered_bytes, bound)
-        event = conn.next_event()
-        if event is NEED_DATA:
-            return
-        assert isinstance(event, Event), event
-        assert event.conn_id == "fuzz"
-        seen.append(event)
-
-
-def run_fuzz(ops, mid_stream: bool, *, bound_for=None, **limits) -> list:
-    """Feed the ops, draining after each; never raises; ends with exactly one ConnectionClosed."""
-    conn = KafkaConnection("fuzz", mid_stream=mid_stream, **limits)
-    seen: list = []
-    largest = 0
-    for ts, (op, direction, payload) in enumerate(ops):
-        if op == "data":
-            largest = max(largest, len(payload))
-            conn.receive(direction, payload, float(ts))
-        else:
-            conn.gap(direction, payload, float(ts))
-        drain_checked(conn, seen, bound_for(largest) if bound_for else None)
-    conn.close("fin", float(len(ops)))
-    drain_checked(conn, seen)
-    assert isinstance(seen[-1], ConnectionClosed), seen[-1:]
-    assert sum(isinstance(e, ConnectionClosed) for e in seen) == 1
-    assert conn.next_event() is NEED_DATA
-    assert conn.buffered_bytes == 0 and conn.pending_requests == 0
-    return seen
-
-
-FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-
-@FUZZ
-@given(RAW_OPS, st.booleans())
-def test_fuzz_arbitrary_bytes_never_raise(ops, mid_stream):
-    run_fuzz(ops, mid_stream, **SMALL_LIMITS)
-
-
-@FUZZ
-@given(st.data(), st.booleans())
-def test_fuzz_mutated_transcripts_never_raise(data, mid_stream):
-    frames = data.draw(mutated_frames(TRANSCRIPT), label="frames")
-    chunks = data.draw(chunked(frames), label="chunks")
-    run_fuzz([("data", d, c) for d, c in chunks], mid_stream, **SMALL_LIMITS)
+# --------------------------------------------------------------------------- b. the buffer bound
+# The fuzzing of the whole connection (arbitrary and mutated streams, this transcript among the
+# seeds) is tests/test_fuzz.py's, which checks this bound at every step.
 
 
 # The buffer bound. Each direction holds at most one incomplete frame that it will decode
@@ -398,24 +277,6 @@ def test_fuzz_mutated_transcripts_never_raise(data, mid_stream):
 # per-direction one.
 def memory_bound(largest_chunk: int, max_decoded_frame: int = SMALL_LIMITS["max_decoded_frame"]) -> int:
     return 2 * (max_decoded_frame + SIZE_PREFIX) + largest_chunk
-
-
-# Derandomized so CI runs the same 120 cases every time: shrinking a failure on these 200 KB
-# transcripts takes hypothesis minutes. Random searches belong to longer fuzz runs (this
-# found, among others, the unbounded client_id wait pinned by the tests above).
-@settings(max_examples=120, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(st.data(), st.booleans())
-def test_fuzz_buffer_stays_bounded(data, mid_stream):
-    frames = data.draw(mutated_frames(TRANSCRIPT + BIG_FRAMES), label="frames")
-    chunks = data.draw(chunked(frames, max_cuts=200), label="chunks")
-    run_fuzz([("data", d, c) for d, c in chunks], mid_stream, bound_for=memory_bound, **SMALL_LIMITS)
-
-
-@FUZZ
-@given(RAW_OPS, st.booleans())
-def test_fuzz_arbitrary_bytes_buffer_stays_bounded(ops, mid_stream):
-    run_fuzz(ops, mid_stream, bound_for=memory_bound, **SMALL_LIMITS)
 
 
 def test_both_directions_can_hold_a_decodable_frame():

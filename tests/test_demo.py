@@ -14,8 +14,12 @@ import shlex
 import subprocess
 import sys
 
+import pytest
+
 from exporter.cli import build_parser
 from tests import peers
+
+pytestmark = pytest.mark.e2e  # the demo: brokers, sidecars, the aggregator, real clients
 
 DEMO = pathlib.Path(__file__).with_name("demo.py")
 CLIENTS = ("kafka-python", "kafkajs", "platformatic", "aiokafka")  # alternately on b1 and b2

@@ -422,6 +422,7 @@ def test_a_short_write_then_an_error_cuts_the_pcap_back_to_whole_records(tmp_pat
     assert path.read_bytes() == good
 
 
+@pytest.mark.e2e  # the real kafka-census command
 def test_cli_write_pcap_over_an_existing_file_is_one_line(tmp_path):
     from capture.sources import CaptureError, LiveCapture
     from capture.listeners import ListenerMap

@@ -22,6 +22,8 @@ from tests.census import Census, wait_for
 from tests.kafka_frames import produce_v0_2, raw_request
 from tests.test_golden import EXPECTED_IDENTITY
 
+pytestmark = pytest.mark.e2e  # Tansu, kafka-census and Prometheus
+
 SOFTWARE = {name: (sw or "unknown", ver or "unknown") for name, (_, sw, ver) in EXPECTED_IDENTITY.items()}
 
 

@@ -30,6 +30,8 @@ from capture.listeners import ListenerMap
 from capture.replay import replay
 from tests import oracles
 
+pytestmark = pytest.mark.e2e  # tshark decodes every recording
+
 HERE = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
 MANIFEST = json.loads((HERE / "MANIFEST.json").read_text())
 RECORDINGS = MANIFEST["recordings"]

@@ -1,7 +1,10 @@
 """Fuzz harness (hypothesis) for the three places hostile bytes enter kafka-census:
 
 a. the protocol core, `capture.kafka.KafkaConnection`: both byte streams of a connection,
-   mutated, cut into random chunks, with gaps and an early or late close;
+   mutated, cut into random chunks, with gaps and an early or late close; arbitrary bytes with
+   no seed; the kio transcript of tests/test_core_properties.py (with its large frames) cut
+   every way. (One harness: tests/test_core_properties.py keeps the chunking invariance, the
+   buffer bound's definition and its pinned cases, the readers' fuzz and the hostile sizes);
 b. TCP reassembly, `capture.flows.FlowTracker`: segments of up to three connections at once,
    dropped, duplicated, reordered, with wrapped sequence numbers, garbled flags, seq and ack,
    corrupted headers and idle time; fed one packet at a time (`packet`) and in libpcap batches
@@ -16,7 +19,7 @@ exactly once, last; every table and buffer stays within its bound; the tracemall
 example stays within a bound stated next to each test.
 
 Seed corpus: the frames real clients exchanged with Tansu (tests/fixtures/golden/*.json), a
-few SASL exchanges built with kio, and synthetic pcaps of the golden conversations written by
+few SASL exchanges built with kio, tests/test_core_properties.py's kio transcript, and synthetic pcaps of the golden conversations written by
 tests/synth.py in several link types, pcap and pcapng.
 
 Runs: `make test` runs each test with the example count given here, derandomized and without
@@ -67,8 +70,9 @@ from capture.listeners import ListenerMap
 from capture.packets import ACK, DROP_REASONS, FIN, PSH, RST, SYN
 from capture.replay import replay
 from capture.sources import CaptureError, PcapFile
-from tests.kafka_frames import request_frame, response_frame, sized
+from harness.kafka_frames import request_frame, response_frame, sized
 from tests.synth import TcpConversation, write_pcap, write_records
+from tests.test_core_properties import BIG_FRAMES, TRANSCRIPT, cut, memory_bound, runs
 
 C, B = Direction.FROM_CLIENT, Direction.FROM_BROKER
 KiB = 1024
@@ -143,7 +147,9 @@ def _sasl_seeds() -> list[tuple[str, tuple[tuple[Direction, bytes], ...]]]:
     return [("sasl-v0-plain", plain), ("sasl-v0-scram", scram), ("sasl-v1-plain", auth)]
 
 
-CORPUS = _golden() + _sasl_seeds()
+# The kio-built transcript of tests/test_core_properties.py too: versions and APIs the golden
+# clients do not send (Produce v3/v9 with transactional ids, JoinGroup v5/v6, flexible headers).
+CORPUS = _golden() + _sasl_seeds() + [("kio-transcript", tuple(TRANSCRIPT))]
 CORPUS_NAMES = [name for name, _ in CORPUS]
 
 
@@ -166,6 +172,8 @@ HOSTILE_INT32 = [2**31 - 1, -1, -(2**31), 0, 3, 7, 8, 10, 4097, 65537, 2**24, 10
 INTERESTING_BYTES = [0x00, 0x01, 0x7F, 0x80, 0xFF]
 OVERLONG_VARINT = b"\xff\xff\xff\xff\xff\x01"
 SMALL_LIMITS = dict(max_decoded_frame=4096, max_frame_size=65536, max_in_flight=8)
+#: tests/test_core_properties.py's: small frames, the default in-flight bound.
+SMALL_FRAMES = dict(max_decoded_frame=4096, max_frame_size=65536)
 
 
 @st.composite
@@ -240,8 +248,9 @@ def core_runs(draw):
 
 
 def run_core(ops, options) -> tuple[int, int]:
-    """Feed the ops, draining with next_event after each; check every event and the buffer
-    bound on the way. Returns (events, bytes fed)."""
+    """Feed the ops, draining with next_event after each; check every event, and the buffer
+    bound (tests/test_core_properties.py, `memory_bound`) before every next_event. Returns
+    (events, bytes fed)."""
     conn = KafkaConnection("fuzz", **options)
     fed = largest = count = 0
     max_decoded = options.get("max_decoded_frame", 1024 * 1024)
@@ -252,13 +261,17 @@ def run_core(ops, options) -> tuple[int, int]:
             largest = max(largest, len(payload))
         else:
             conn.gap(direction, payload, float(ts))
-        while (event := conn.next_event()) is not NEED_DATA:
+        while True:
+            # Each direction holds at most one frame it will decode (plus its size prefix), or a
+            # scan window, plus the rest of the chunk being drained.
+            bound = min(fed, memory_bound(largest, max_decoded))
+            assert conn.buffered_bytes <= bound, (conn.buffered_bytes, bound)
+            event = conn.next_event()
+            if event is NEED_DATA:
+                break
             assert isinstance(event, Event) and event.conn_id == "fuzz", event
             assert not isinstance(event, ConnectionClosed)
             count += 1
-        # Each direction holds at most one frame it will decode (plus its size prefix), or a
-        # scan window, plus the rest of the chunk being drained (tests/test_core_properties.py).
-        assert conn.buffered_bytes <= min(fed, 2 * (max_decoded + 4) + largest)
     conn.close("fin", float(len(ops)))
     closing = conn.events()
     assert closing and all(isinstance(e, Event) for e in closing)
@@ -273,6 +286,7 @@ def core_memory_bound(fed: int) -> int:
     return 3 * fed + 128 * KiB
 
 
+@pytest.mark.slow  # thousands of examples: make test and make fuzz, not the edit loop
 @fuzz(1500)
 @given(core_runs())
 def test_fuzz_core_only_events_and_bounded_memory(run):
@@ -282,6 +296,7 @@ def test_fuzz_core_only_events_and_bounded_memory(run):
     assert p.peak <= core_memory_bound(fed), (p.peak, fed)
 
 
+@pytest.mark.slow  # thousands of examples: make test and make fuzz, not the edit loop
 @fuzz(600)
 @given(mutated_chunks(), st.sampled_from([{}, SMALL_LIMITS]), st.booleans())
 def test_fuzz_core_byte_by_byte_equals_whole_chunks(chunks, limits, mid_stream):
@@ -305,6 +320,109 @@ def test_fuzz_core_byte_by_byte_equals_whole_chunks(chunks, limits, mid_stream):
         assert all(isinstance(e, Event) for e in by_byte) and isinstance(by_byte[-1], ConnectionClosed)
         if not mid_stream and not any(isinstance(e, Desync) for e in whole):
             assert by_byte == whole
+
+
+# From tests/test_core_properties.py (merged here: one core harness, one profile): arbitrary
+# bytes with no seed, and the kio transcript mutated (hostile size prefixes among the rest) and
+# cut every way: whole, byte by byte, fixed or random pieces, in order or the two directions
+# interleaved.
+
+RAW_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("data"), st.sampled_from([C, B]), st.binary(min_size=1, max_size=300)),
+        st.tuples(st.just("gap"), st.sampled_from([C, B]), st.integers(1, 10000)),
+    ),
+    max_size=30,
+)
+LIMITS = st.sampled_from([{}, SMALL_LIMITS, SMALL_FRAMES])
+
+
+@st.composite
+def mutated_frames(draw, pool):
+    """The frames with some dropped/duplicated/sent the other way and bytes flipped, inserted,
+    deleted, truncated, or size prefixes replaced by hostile values (or off by a few bytes)."""
+    frames = [(d, bytearray(f)) for d, f in pool]
+    for _ in range(draw(st.integers(0, 6), label="mutations")):
+        if not frames:
+            break
+        i = draw(st.integers(0, len(frames) - 1))
+        direction, frame = frames[i]
+        op = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "size", "drop", "dup", "swap_dir"]))
+        pos = draw(st.integers(0, max(len(frame) - 1, 0)))
+        if op == "flip" and frame:
+            frame[pos] ^= draw(st.integers(1, 255))
+        elif op == "insert":
+            frame[pos:pos] = draw(st.binary(min_size=1, max_size=16))
+        elif op == "delete":
+            del frame[pos:pos + draw(st.integers(1, 16))]
+        elif op == "truncate":
+            del frame[pos:]
+        elif op == "size":
+            frame[:4] = struct.pack(">i", draw(st.sampled_from(HOSTILE_INT32 + [len(frame) - 3, len(frame) - 5])))
+        elif op == "drop":
+            del frames[i]
+        elif op == "dup":
+            frames.insert(i, (direction, bytearray(frame)))
+        elif op == "swap_dir":
+            frames[i] = (B if direction == C else C, frame)
+    return [(d, bytes(f)) for d, f in frames]
+
+
+@st.composite
+def chunked(draw, frames, max_cuts: int = 24):
+    """Feed order: in order (cut within each run of one direction), or each direction's stream
+    cut and the two interleaved at random; whole, byte by byte or at random points."""
+    mode = draw(st.sampled_from(["ordered", "interleaved"]))
+    how = draw(st.sampled_from(["random", "random", "fixed", "fixed", "whole", "bytes"]))
+    size = draw(st.integers(1, 2048)) if how == "fixed" else 0
+    total = sum(len(f) for _, f in frames)
+    if how == "bytes" and total > 3000:
+        how = "random"
+
+    def split(stream: bytes) -> list[bytes]:
+        if how == "whole" or len(stream) < 2:
+            return [stream] if stream else []
+        if how == "bytes":
+            return [stream[i:i + 1] for i in range(len(stream))]
+        if how == "fixed":
+            return [stream[i:i + size] for i in range(0, len(stream), size)]
+        return cut(stream, draw(st.lists(st.integers(1, len(stream) - 1), max_size=max_cuts)))
+
+    if mode == "ordered":
+        return [(d, piece) for d, stream in runs(frames) for piece in split(stream)]
+    queues = {d: split(b"".join(f for fd, f in frames if fd == d)) for d in (C, B)}
+    out = []
+    while queues[C] or queues[B]:
+        d = draw(st.sampled_from([C, B])) if queues[C] and queues[B] else (C if queues[C] else B)
+        out.append((d, queues[d].pop(0)))
+    return out
+
+
+@fuzz(400)
+@given(RAW_OPS, LIMITS, st.booleans())
+def test_fuzz_core_arbitrary_bytes_and_gaps(ops, limits, mid_stream):
+    run_core(ops, dict(limits, mid_stream=mid_stream))
+
+
+@fuzz(200)
+@given(st.data(), LIMITS, st.booleans())
+def test_fuzz_core_kio_transcript_cut_every_way(data, limits, mid_stream):
+    frames = data.draw(mutated_frames(TRANSCRIPT), label="frames")
+    chunks = data.draw(chunked(frames), label="chunks")
+    run_core([("data", d, c) for d, c in chunks], dict(limits, mid_stream=mid_stream))
+
+
+# Large frames (tests/test_core_properties.py, BIG_FRAMES) around the small limits: a bounded
+# buffer must stream them through. Shrinking a failure on these 200 KB transcripts takes
+# hypothesis minutes; this random search found, among others, the unbounded client_id wait
+# pinned in tests/test_core_properties.py.
+@pytest.mark.slow  # 200 KB transcripts: make test and make fuzz, not the edit loop
+@fuzz(120)
+@given(st.data(), st.booleans())
+def test_fuzz_core_big_frames_stream_through_a_bounded_buffer(data, mid_stream):
+    frames = data.draw(mutated_frames(TRANSCRIPT + BIG_FRAMES), label="frames")
+    chunks = data.draw(chunked(frames, max_cuts=200), label="chunks")
+    run_core([("data", d, c) for d, c in chunks], dict(SMALL_FRAMES, mid_stream=mid_stream))
 
 
 # --- b. TCP reassembly ---------------------------------------------------------------------------
@@ -445,6 +563,7 @@ def flows_memory_bound(packets, n_events: int) -> int:
     return 3 * sum(len(p) for _, _, p in packets) + n_events * KiB + 256 * KiB
 
 
+@pytest.mark.slow  # thousands of examples: make test and make fuzz, not the edit loop
 @fuzz(600)
 @given(tcp_traffic(), st.data())
 def test_fuzz_flows_packet_and_feed_agree_and_stay_bounded(traffic, data):
@@ -580,6 +699,7 @@ def replay_memory_bound(size: int, n_events: int) -> int:
     return 4 * size + n_events * KiB + 512 * KiB
 
 
+@pytest.mark.slow  # thousands of examples: make test and make fuzz, not the edit loop
 @fuzz(3000)
 @given(damaged_files())
 def test_fuzz_pcap_reader_events_or_capture_error(fuzz_dir, data):

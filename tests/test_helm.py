@@ -34,7 +34,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -47,9 +46,8 @@ from helm_python import _native
 
 from capture.listeners import ListenerMap
 from exporter.cli import build_parser
-from exporter.serve import parse_http
-from tests import peers
-from tests.census import wait_for
+from exporter.commands.common import parse_http
+from harness.census import Census, free_port
 from tests.test_table_memory import FLOW_BYTES, RECORD_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1533,6 +1531,7 @@ def materialize(docs: list[dict], spec: dict, c: dict, root: Path, args: list[st
     return out
 
 
+@pytest.mark.e2e  # runs kafka-census proxy and aggregate
 def test_aggregator_wiring_runs(tmp_path):
     """The chart's proxy and aggregator arguments and Secrets, run for real (ports on loopback,
     the DNS name of the peers' Service answered by 127.0.0.1): the aggregator reaches the peer
@@ -1545,7 +1544,7 @@ def test_aggregator_wiring_runs(tmp_path):
     docs = manifests(render(values))
     [(pspec, proxy)] = [(s, container(s)) for _, _, s in peer_pods(docs)]
     deployment, _, _, agg = aggregator_parts(docs)
-    peer_http, agg_http, listen = (peers.free_port() for _ in range(3))
+    peer_http, agg_http, listen = (free_port() for _ in range(3))
     proxy_args = materialize(docs, pspec, proxy, tmp_path / "proxy", proxy["args"], {
         "--http": f"127.0.0.1:{peer_http}", "--listen": f"127.0.0.1:{listen}", "--upstream": "127.0.0.1:9"})
     assert parse_cli(agg["args"]).peers_dns.endswith(":9595")
@@ -1554,20 +1553,9 @@ def test_aggregator_wiring_runs(tmp_path):
     own = (tmp_path / "aggregator" / "kafka-census-api-token" / "token").read_text()
     peer_token = (tmp_path / "aggregator" / "kafka-census-peer-token" / "token").read_text()
     assert peer_token == "peer-token-0123456789" != own
-    census = Path(sys.executable).parent / "kafka-census"
-    procs = [subprocess.Popen([str(census), *a], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) for a in (proxy_args, agg_args)]
-    try:
+    # The proxy first: the aggregator is ready once it has reached its peer.
+    with Census(proxy_args, peer_http, http_flag=False), Census(agg_args, agg_http, http_flag=False):
         base = f"http://127.0.0.1:{agg_http}"
-
-        def ready(url):
-            assert all(p.poll() is None for p in procs), [p.stderr.read() for p in procs if p.poll() is not None]
-            try:
-                return httpx.get(url + "/readyz", timeout=2).status_code == 200
-            except httpx.TransportError:
-                return False
-        wait_for("the proxy to be ready", lambda: ready(f"http://127.0.0.1:{peer_http}"))
-        wait_for("the aggregator to be ready", lambda: ready(base))
         answer = httpx.get(base + "/api/v1/peers", headers={"Authorization": f"Bearer {own}"}, timeout=10)
         assert answer.status_code == 200, answer.text
         [peer] = answer.json()["peers"]
@@ -1580,12 +1568,3 @@ def test_aggregator_wiring_runs(tmp_path):
         assert httpx.get(base + "/metrics", timeout=10).status_code == 401
         assert "kafka_census_aggregate_peer_up" in httpx.get(
             base + "/metrics", headers={"Authorization": f"Bearer {own}"}, timeout=10).text
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()

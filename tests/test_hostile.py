@@ -43,7 +43,7 @@ from capture.kafka import (
 from capture.kafka.connection import DEFAULT_MAX_DECODED_FRAME, DEFAULT_MAX_IN_FLIGHT
 from capture.listeners import ListenerMap
 from capture.packets import SYN
-from tests.kafka_frames import raw_request, sized
+from harness.kafka_frames import raw_request, sized
 from tests.synth import TcpConversation, frame
 
 C, B = Direction.FROM_CLIENT, Direction.FROM_BROKER
@@ -393,6 +393,7 @@ def _window_events(conn, counts) -> None:
         counts[e.__class__] = counts.get(e.__class__, 0) + 1
 
 
+@pytest.mark.slow  # table-filling floods: make test, not the edit loop
 def test_1m_tiny_frames_keep_the_in_flight_table_bounded():
     """1,000,000 minimal requests (14 bytes: header v1, null client_id, empty body), never
     answered. Each is tracked; at DEFAULT_MAX_IN_FLIGHT the oldest is dropped and counted.
@@ -427,6 +428,7 @@ def test_1m_tiny_frames_keep_the_in_flight_table_bounded():
     assert conn.pending_requests == DEFAULT_MAX_IN_FLIGHT
 
 
+@pytest.mark.slow  # table-filling floods: make test, not the edit loop
 def test_syn_flood_keeps_the_flow_and_tombstone_tables_bounded():
     """200,000 SYNs from distinct client ports (and addresses) with max_flows=1000: each opens a
     flow; at the bound the least recently active one is evicted (counted) and leaves a
@@ -472,6 +474,7 @@ def test_syn_flood_keeps_the_flow_and_tombstone_tables_bounded():
     assert tracker.stats().flows_evicted == 200_000 - max_flows
 
 
+@pytest.mark.slow  # table-filling floods: make test, not the edit loop
 def test_a_flood_of_unproven_flows_at_max_flows_evicts_them_not_the_real_flow():
     """One real connection (SYN, ApiVersions answered), then 30,000 flows that never prove
     themselves, with max_flows=1000: 20,000 data-only (random bytes from distinct ports, no

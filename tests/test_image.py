@@ -36,6 +36,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.e2e  # builds the launcher with cc and runs kafka-census through it
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
 CHART = ROOT / "helm" / "kafka-census"

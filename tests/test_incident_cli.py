@@ -33,9 +33,11 @@ from pathlib import Path
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-from tests import peers
-from tests.census import Census, wait_for
-from tests.kafka_frames import produce_v0_2, raw_request, request_frame
+from harness import peers
+from harness.census import Census, wait_for
+from harness.kafka_frames import produce_v0_2, raw_request, request_frame
+
+pytestmark = pytest.mark.e2e  # kafka-census sidecars and the aggregator, asked by the incident commands
 
 SCRIPT = Path(sys.executable).parent / "kafka-census"
 TOKEN = "incident-test-token-0123456789abcdef"

@@ -37,6 +37,8 @@ from tests.kafka_frames import request_frame
 from tests.oracles import tcpdump_capture, tshark_streams
 from tests.test_golden import EXPECTED_IDENTITY
 
+pytestmark = pytest.mark.e2e  # Tansu and kafka-census proxy
+
 
 # --- the six real clients through the real command ----------------------------------------
 

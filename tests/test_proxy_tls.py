@@ -13,28 +13,26 @@ Needs root (tcpdump on lo), as `make test` has on CI.
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import signal
 import socket
 import ssl
 import struct
 import subprocess
-import sys
-import threading
 import time
-import urllib.request
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
 
 from exporter.registry import iso_time
-from tests import oracles, peers
+from harness import oracles, peers
+from harness.census import CENSUS, Census, wait_for
 from tests.test_golden import EXPECTED_IDENTITY
 from tests.tls_certs import Issued, make_pki
 
-CENSUS = Path(sys.executable).parent / "kafka-census"
+pytestmark = pytest.mark.e2e  # kafka-census proxy terminating TLS in front of Tansu
+
 TLS_RECORD_HANDSHAKE = 0x16  # the first byte of a TLS ClientHello record
 TLS_RECORD_ALERT = 0x15
 API_VERSIONS = 18
@@ -70,52 +68,21 @@ def _require(*clients: str) -> None:
 
 
 # --------------------------------------------------------------------------- the proxy
-class CensusProxy:
-    """`kafka-census proxy` as a subprocess. Its stdout and stderr are drained by threads
-    (a full pipe must never block it); `stop()` ends it, and is always called."""
+class CensusProxy(Census):
+    """`kafka-census proxy` (the suite's runner) under this module's connection bound. With
+    --http it is ready when /readyz says so and stops on SIGTERM; without, it prints JSON at the
+    end, is ready when it says "Ctrl-C to stop" and stops on SIGINT, as at a terminal."""
 
     def __init__(self, listen_port: int, upstream: str, *flags: str, http: bool = True) -> None:
         self.port = listen_port
-        self.http_port = peers.free_port() if http else None
-        cmd = [str(CENSUS), "proxy", "--listen", f"127.0.0.1:{listen_port}", "--upstream", upstream,
-               "--max-connections", MAX_CONNECTIONS, *flags]
-        cmd += ["--http", f"127.0.0.1:{self.http_port}"] if http else ["--format", "json"]
-        self.cmd = cmd
-        self.err_lines: list[str] = []
-        self.out_lines: list[str] = []
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
-        self._readers = [threading.Thread(target=self._drain, args=(pipe, lines), daemon=True)
-                         for pipe, lines in ((self.proc.stdout, self.out_lines), (self.proc.stderr, self.err_lines))]
-        for t in self._readers:
-            t.start()
-
-    @staticmethod
-    def _drain(pipe, lines: list[str]) -> None:
-        for line in pipe:
-            lines.append(line.rstrip("\n"))
+        args = ["proxy", "--listen", f"127.0.0.1:{listen_port}", "--upstream", upstream,
+                "--max-connections", MAX_CONNECTIONS, *flags]
+        super().__init__(args if http else [*args, "--format", "json"], peers.free_port() if http else None,
+                         ready_log=None if http else "Ctrl-C to stop", start_new_session=True)
 
     @property
-    def stderr(self) -> str:
-        return "\n".join(self.err_lines)
-
-    def wait_ready(self, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            assert self.proc.poll() is None, f"kafka-census proxy exited {self.proc.returncode}:\n{self.stderr}"
-            if self.http_port is None:
-                if any("Ctrl-C to stop" in line for line in self.err_lines):
-                    return
-            else:
-                with contextlib.suppress(OSError, ValueError):
-                    if self.get("/readyz")["status"] == "ok":
-                        return
-            assert time.monotonic() < deadline, f"proxy not ready within {timeout:.0f} s:\n{self.stderr}"
-            time.sleep(0.05)
-
-    def get(self, path: str):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=10) as resp:
-            return json.load(resp)
+    def err_lines(self) -> list[str]:
+        return self.stderr.splitlines()
 
     def connections(self, query: str = "") -> list[dict]:
         body = self.get(f"/api/v1/connections?limit=10000{'&' + query if query else ''}")
@@ -124,43 +91,27 @@ class CensusProxy:
 
     def wait_all_closed(self, timeout: float = 15.0) -> list[dict]:
         """Every connection, once none is open (the clients have exited: their closes arrive)."""
-        deadline = time.monotonic() + timeout
-        while self.connections("state=open") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        conns = self.connections()
-        assert [c for c in conns if c["state"] == "open"] == [], "connections still open after the clients left"
-        return conns
+        wait_for("the clients' connections to close", lambda: not self.connections("state=open"), timeout, 0.1)
+        return self.connections()
 
     def wait_for_stderr(self, text: str, after: int = 0, timeout: float = 10.0) -> str:
         """The first stderr line (from line index `after` on) that contains `text`."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in self.err_lines[after:]:
-                if text in line:
-                    return line
+        def line():
             assert self.proc.poll() is None, f"proxy exited {self.proc.returncode}:\n{self.stderr}"
-            time.sleep(0.05)
-        raise AssertionError(f"no stderr line with {text!r} within {timeout:.0f} s:\n{self.stderr}")
+            return next((ln for ln in self.err_lines[after:] if text in ln), None)
+        return wait_for(f"a stderr line with {text!r}", line, timeout)
 
-    def stop(self) -> int:
-        """SIGTERM with --http (uvicorn's stop), SIGINT without (Ctrl-C); killed after 20 s."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM if self.http_port else signal.SIGINT)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        for t in self._readers:
-            t.join(10)
-        return self.proc.returncode
+    def stop(self, sig: int | None = None, timeout: float = 20.0) -> int:
+        """SIGTERM with --http (uvicorn's stop), SIGINT without (Ctrl-C); the exit code."""
+        if sig is None:
+            sig = signal.SIGTERM if self.http_port else signal.SIGINT
+        return super().stop(sig, timeout)[0]
 
 
 @contextlib.contextmanager
 def running_proxy(listen_port: int, upstream: str, *flags: str, http: bool = True):
     proxy = CensusProxy(listen_port, upstream, *flags, http=http)
     try:
-        proxy.wait_ready()
         yield proxy
     finally:
         code = proxy.stop()

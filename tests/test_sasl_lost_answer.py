@@ -249,6 +249,7 @@ def test_no_piece_of_any_password_in_the_registry_rest_or_metrics(capture_file):
     assert "sasl_uncertain" in metrics
 
 
+@pytest.mark.e2e  # the real kafka-census command
 @pytest.mark.parametrize("fmt", ["json", "table"])
 def test_no_piece_of_any_password_in_replay_output(capture_file, fmt):
     path, secrets = capture_file

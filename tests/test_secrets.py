@@ -47,13 +47,11 @@ import html
 import json
 import re
 import secrets
-import signal
 import struct
 import subprocess
 import sys
 import time
 import urllib.parse
-import urllib.request
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -63,7 +61,8 @@ from capture.kafka import KafkaConnection
 from capture.kafka.errors import ProtocolError
 from capture.kafka.events import Direction, RequestSeen, SaslIdentity
 from capture.kafka.sasl import principal_from_first_token
-from tests import peers
+from harness import peers
+from harness.census import CENSUS, Census
 from tests.sasl_peers import (
     SaslRelay,
     run_client,
@@ -72,8 +71,9 @@ from tests.sasl_peers import (
     tansu_user_create,
 )
 
+pytestmark = pytest.mark.e2e  # Tansu, SASL clients and kafka-census capture and proxy
+
 REPO = Path(__file__).resolve().parent.parent
-CENSUS = Path(sys.executable).parent / "kafka-census"
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -315,18 +315,16 @@ def assert_no_leak(catalog: Catalog, outputs: dict[str, bytes | str]) -> None:
 
 # --- the run ------------------------------------------------------------------------------
 
-class Capture:
-    """`kafka-census capture -i lo --http` as a subprocess, with every output it has; with
+class Capture(Census):
+    """`kafka-census capture -i lo --http` (the suite's runner), with every output it has; with
     `proxy=(listen_port, upstream_port)`, `kafka-census proxy` instead, with the same outputs."""
 
     def __init__(self, tmp: Path, listeners: list[str], *, proxy: tuple[int, int] | None = None) -> None:
         command = "proxy" if proxy else "capture"
         help_text = subprocess.run([str(CENSUS), command, "--help"], capture_output=True, text=True).stdout
-        http_port = peers.free_port()
-        self.base = f"http://127.0.0.1:{http_port}"
         self.events = tmp / "events"
         self.pcap = tmp / "sasl.pcap"
-        cmd = [str(CENSUS), command, "--http", f"127.0.0.1:{http_port}", "--event-log", str(self.events)]
+        cmd = [command, "--event-log", str(self.events)]
         if proxy:
             cmd += ["--listen", f"127.0.0.1:{proxy[0]}", "--upstream", f"127.0.0.1:{proxy[1]}",
                     "--listener", "SASL_PLAINTEXT"]
@@ -341,31 +339,19 @@ class Capture:
         self.state_file = tmp / "state.json" if "--state-file" in help_text else None
         if self.state_file is not None:
             cmd += ["--state-file", str(self.state_file)]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 20
-        while True:
-            if self.proc.poll() is not None:  # (no traffic yet: its output holds no secret)
-                raise AssertionError(f"kafka-census {command} exited with code {self.proc.returncode}: "
-                                     f"{self.proc.communicate()[1][-2000:].decode(errors='replace')}")
-            with contextlib.suppress(OSError, ValueError):
-                if json.loads(self.get("/readyz")).get("status") == "ok":
-                    break
-            assert time.monotonic() < deadline, f"kafka-census {command} not ready within 20 s"
-            time.sleep(0.1)
+        # Its logs go to the runner's own directory, not tmp: tmp's files are searched as outputs.
+        super().__init__(cmd, peers.free_port())
 
-    def get(self, path: str) -> bytes:
-        with urllib.request.urlopen(self.base + path, timeout=10) as resp:
-            return resp.read()
+    def raw(self, path: str) -> bytes:
+        """The body of GET path, as bytes: every byte is searched for secrets."""
+        status, _, body = self.request(path)
+        assert status == 200, (path, status, body[:200])
+        return body
 
-    def stop(self) -> tuple[int, bytes, bytes]:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            out, err = self.proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, err = self.proc.communicate()
-        return self.proc.returncode, out, err
+    def finish(self) -> tuple[int, bytes, bytes]:
+        """Stop it (SIGTERM): exit code, stdout, stderr."""
+        code, _ = self.stop()
+        return code, self.stdout_bytes, self.stderr_bytes
 
 
 @dataclasses.dataclass
@@ -396,9 +382,9 @@ def _run_clients(runs, bootstrap: str, creds: Credentials, deadline: float) -> d
 def _rest_outputs(capture: Capture) -> tuple[dict[str, bytes], list[dict]]:
     """GET every route of the OpenAPI document without a required parameter, /connections/{id}
     for every id, and /metrics."""
-    out = {"GET /openapi.json": capture.get("/openapi.json"), "GET /metrics": capture.get("/metrics")}
+    out = {"GET /openapi.json": capture.raw("/openapi.json"), "GET /metrics": capture.raw("/metrics")}
     spec = json.loads(out["GET /openapi.json"])
-    listing = json.loads(capture.get("/api/v1/connections?state=all&limit=1000"))
+    listing = json.loads(capture.raw("/api/v1/connections?state=all&limit=1000"))
     rows = listing["connections"]
     assert listing["total"] == len(rows), "more connections than one page"
     for path, ops in spec["paths"].items():
@@ -407,14 +393,14 @@ def _rest_outputs(capture: Capture) -> tuple[dict[str, bytes], list[dict]]:
         required = [p["name"] for p in ops["get"].get("parameters", []) if p.get("required")]
         if "{" not in path and not required:
             query = "?state=all&limit=1000" if path.endswith("/connections") else ""
-            out[f"GET {path}{query}"] = capture.get(path + query)
+            out[f"GET {path}{query}"] = capture.raw(path + query)
         elif path.endswith("/connections/{conn_id}"):
             for row in rows:
                 p = path.replace("{conn_id}", urllib.parse.quote(row["id"], safe=""))
-                out[f"GET {p}"] = capture.get(p)
+                out[f"GET {p}"] = capture.raw(p)
     for extra in ("/docs", "/api/v1/upgrade-readiness?target=4.0"):
         with contextlib.suppress(OSError):
-            out[f"GET {extra}"] = capture.get(extra)
+            out[f"GET {extra}"] = capture.raw(extra)
     return out, rows
 
 
@@ -436,12 +422,12 @@ def run(tmp_path_factory) -> Run:
                         _run_clients(TANSU_RUNS, f"127.0.0.1:{tansu_port}", creds, REFUSED_RUN_DEADLINE).items()}
             tansu_user_create(f"127.0.0.1:{relay_port}", "SCRAM-SHA-512", creds.admin_user, creds.admin_password)
             deadline = time.monotonic() + 15  # the closing segments reach the capture
-            while json.loads(capture.get("/api/v1/connections?state=open"))["total"] and time.monotonic() < deadline:
+            while json.loads(capture.raw("/api/v1/connections?state=open"))["total"] and time.monotonic() < deadline:
                 time.sleep(0.2)
             rest, rows = _rest_outputs(capture)
-            clients = json.loads(capture.get("/api/v1/clients"))["clients"]
+            clients = json.loads(capture.raw("/api/v1/clients"))["clients"]
         finally:
-            code, out, err = capture.stop()
+            code, out, err = capture.finish()
         files = {str(p.relative_to(tmp)): p.read_bytes() for p in sorted(tmp.rglob("*"))
                  if p.is_file() and p != capture.pcap}
         return Run(creds, ports, reports, list(relay.outcomes), rest, rows, clients, err, out, code,
@@ -576,11 +562,11 @@ def test_no_secret_through_the_proxy(run, catalog, tmp_path_factory):
         try:
             _run_clients(RELAY_RUNS, f"127.0.0.1:{proxy_port}", creds, 30)
             deadline = time.monotonic() + 15
-            while json.loads(proxy.get("/api/v1/connections?state=open"))["total"] and time.monotonic() < deadline:
+            while json.loads(proxy.raw("/api/v1/connections?state=open"))["total"] and time.monotonic() < deadline:
                 time.sleep(0.2)
             rest, rows = _rest_outputs(proxy)
         finally:
-            code, out, err = proxy.stop()
+            code, out, err = proxy.finish()
     assert code == 0, catalog.mask(err)
     assert {r["sasl_mechanism"] for r in rows} >= set(MECHANISMS)
     assert any(r["principal"] == creds.users["PLAIN"] for r in rows)
@@ -649,6 +635,7 @@ def pipeline_outputs(run, catalog) -> dict[str, bytes]:
     return out
 
 
+@pytest.mark.spark  # pcap-decode and the report, in a Spark child
 def test_no_secret_in_pipeline_outputs(run, catalog, pipeline_outputs):
     page = next(v for k, v in pipeline_outputs.items() if k.endswith("kafka-census-report.html"))
     assert run.creds.users["PLAIN"].encode() in page  # principals are in the report
@@ -916,7 +903,7 @@ def test_a_client_id_length_reaching_into_the_token_is_not_reported(version):
     from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
     from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
 
-    from tests.kafka_frames import request_frame, response_frame
+    from harness.kafka_frames import request_frame, response_frame
 
     authenticate = importlib.import_module(f"kio.schema.sasl_authenticate.v{version}.request").SaslAuthenticateRequest
     secret = secrets.token_hex(24).encode()

@@ -28,6 +28,8 @@ from tests.synth import (
     write_unsupported_linktype,
 )
 
+pytestmark = pytest.mark.e2e  # tshark checks the synthetic framing
+
 V4 = (("10.0.0.1", 40000), ("10.0.0.2", 9092))
 V6 = (("2001:db8::1", 40000), ("2001:db8::2", 9092))
 

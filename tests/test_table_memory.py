@@ -26,6 +26,8 @@ import random
 import struct
 import tracemalloc
 
+import pytest
+
 from capture.events import ConnectionClosed, ConnectionOpened
 from capture.flows import MAX_TOMBSTONES, FlowTracker
 from capture.listeners import ListenerMap
@@ -35,6 +37,8 @@ from exporter.metrics import CensusCollector
 from exporter.registry import API_TABLE, ConnectionRegistry
 from tests.kafka_frames import sized
 from tests.test_hostile import api_versions_v3_response, compact_string, metadata_request, opaque_response
+
+pytestmark = pytest.mark.slow  # measures memory at full table sizes (minutes on 2 cores)
 
 # The sizing rule (bytes per entry, worst of what these tests measure, with ~30% headroom).
 FLOW_BYTES = 5632  # measured 4,190: one tracked TCP flow (--max-flows)

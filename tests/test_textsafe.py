@@ -96,6 +96,7 @@ def test_the_table_escapes_client_id_software_principal_and_tls_subject(capsys):
     assert HOSTILE not in out and "\\u001b[31m" in out and "\\u2028" in out
 
 
+@pytest.mark.e2e  # the real kafka-census command
 def test_replay_prints_hostile_wire_strings_escaped(tmp_path):
     """The real command on a pcap whose client sends them, answered by a (spoofed) broker."""
     conv = synth.TcpConversation()
@@ -142,6 +143,7 @@ def test_a_log_record_with_wire_text_stays_one_line(capsys):
     assert not any(ch in err for ch in UNSAFE if ch != "\n")
 
 
+@pytest.mark.e2e  # the real kafka-census command
 def test_a_request_path_cannot_forge_a_log_line(tmp_path):
     """A real uvicorn (`replay --serve`) logging at debug, where a refused request's path is
     logged; and a malformed request, which uvicorn itself logs."""
