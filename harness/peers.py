@@ -250,7 +250,8 @@ def run_client(
     """Run client ``name`` against ``bootstrap``; return (returncode, stdout, stderr).
     ``extra_args`` are passed on to the client script (see :func:`client_command`).
 
-    The client is killed (with its whole process group) after ``timeout`` seconds. With
+    The client is killed (with its whole process group) after ``timeout`` seconds, or when the
+    wait is interrupted (KeyboardInterrupt). With
     ``check`` (the default) a non-zero exit or a timeout raises :class:`PeerError` carrying
     the client's output.
     """
@@ -278,6 +279,11 @@ def run_client(
             f"client {name} timed out after {timeout:.0f} s\n--- stdout ---\n{out}\n"
             f"--- stderr ---\n{err[-6000:]}"
         ) from None
+    except BaseException:  # Ctrl-C (the demo): nothing started here outlives the caller
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
     if check and proc.returncode != 0:
         raise PeerError(
             f"client {name} exited with code {proc.returncode}\n--- stdout ---\n{out}\n"

@@ -30,7 +30,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import urllib.parse
@@ -40,10 +39,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import peers  # noqa: E402
-from harness.census import Census, free_port, wait_for  # noqa: E402
+from harness.census import CENSUS, Census, free_port, wait_for  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-CENSUS = Path(sys.executable).parent / "kafka-census"
 ALL = "/api/v1/connections?" + urllib.parse.urlencode({"state": "all", "order_by": "first_seen", "limit": 10000})
 
 
@@ -124,29 +122,6 @@ def gauge_lines(base: str, prefixes: tuple[str, ...]) -> list[str]:
 def incident_cli() -> str:
     """How to call the incident CLI from the repository (make demo runs there)."""
     return "kafka-census" if shutil.which("kafka-census") else os.path.relpath(CENSUS, REPO)
-
-
-def run_client(name: str, broker: peers.Broker, timeout: float = 120.0) -> None:
-    """One real client against the broker (harness/peers.py's command), in its own process
-    group, killed with it on Ctrl-C or at the timeout: nothing the demo started outlives it."""
-    why = peers.missing_client(name)
-    if why:
-        raise peers.PeerError(why)
-    cmd = peers.client_command(name, broker.bootstrap, peers.fresh_name(f"census-{name}"),
-                               peers.fresh_name(f"census-{name}-group"))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "NODE_NO_WARNINGS": "1"}
-    env.pop("DEBUG", None)
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=REPO, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
-    if proc.returncode != 0:
-        raise peers.PeerError(f"client {name} exited with code {proc.returncode}\n{out}\n{err[-3000:]}")
 
 
 def stop_all(procs: list[tuple[str, Census]], stopping: bool) -> list[str]:
@@ -230,7 +205,7 @@ def main() -> int:
                     on = i % len(brokers)
                     print(f"[round {n}] {name} ({peers.client_package_version(name)}) on {names[on]}: produce 5, "
                           "consume 5 with a group, metadata", flush=True)
-                    run_client(name, brokers[on])
+                    peers.run_client(name, brokers[on].bootstrap, timeout=120)
                     sync(sidecars[on], brokers[on])
                     wait_closed(sidecars[on])
                     for line in describe(aggregator, f"census-{name}", peer_names):
