@@ -1,9 +1,10 @@
 """The test tiers of tests/conftest.py: the guard that keeps peers out of the fast tier, and the
-rule that sorts modules. Fast tier itself: these tests start nothing (the guard refuses before
-anything is forked)."""
+rule that sorts modules; and the rule that bench/ shares harness/ with the tests, never tests/.
+Fast tier itself: these tests start nothing (the guard refuses before anything is forked)."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,33 @@ def test_module_tier_reads_the_pytestmark_line(tmp_path):
         path = tmp_path / "test_x.py"
         path.write_text(body)
         assert conftest.module_tier(path) == tier, body
+
+
+# --- what tests/ and bench/ share -------------------------------------------------------------
+
+ROOT = TESTS.parent
+
+
+def _imports(path: Path) -> set[str]:
+    """Top-level package names a file imports (absolute imports only)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_bench_does_not_import_tests():
+    """What the benchmarks need from the suite is in harness/ (issue 18)."""
+    offenders = {p.name for p in (ROOT / "bench").glob("*.py") if "tests" in _imports(p)}
+    assert not offenders
+
+
+def test_harness_imports_neither_tests_bench_nor_pytest():
+    for path in (ROOT / "harness").glob("*.py"):
+        assert not _imports(path) & {"tests", "bench", "pytest"}, path.name
+    # oracles and frames stay independent of the code they check
+    for name in ("oracles.py", "kafka_frames.py"):
+        assert not _imports(ROOT / "harness" / name) & {"capture", "exporter", "pipeline"}, name
