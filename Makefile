@@ -1,5 +1,6 @@
-# The two commands of the README: `make demo` and `make test`. Each does its own set-up,
-# idempotently (stamp files), so both work on a fresh Debian machine with Python 3.11 and Node 20.
+# The commands of the README: `make demo`, `make test` (and `make test-fast`, the edit loop).
+# Each does its own set-up, idempotently (stamp files), so they work on a fresh Debian machine
+# with Python 3.11 and Node 20.
 
 PYTHON      ?= python3
 VENV        ?= .venv

@@ -17,7 +17,6 @@ the oracles cannot share a bug with the code they check.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import json
 import os
@@ -29,6 +28,8 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from harness.process import pdeathsig_preexec
 
 TSHARK_HINT = "run `make setup` (installs tshark)"
 TCPDUMP_HINT = "run `make setup` (installs tcpdump)"
@@ -249,23 +250,6 @@ def _wait_until_file_settles(path: Path, quiet: float, limit: float) -> None:
         time.sleep(0.02)
 
 
-def _pdeathsig_preexec():
-    """A preexec_fn that makes the child get SIGTERM when this Python process dies (Linux
-    PR_SET_PDEATHSIG; tcpdump flushes and exits on SIGTERM), or None where unavailable.
-    libc and prctl are resolved here, in the parent, so the child only makes one foreign call
-    between fork and exec (no import, no allocation that could need a lock held by a thread)."""
-    try:
-        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig, sigterm = 1, int(signal.SIGTERM)
-
-    def preexec() -> None:
-        prctl(pr_set_pdeathsig, sigterm)
-
-    return preexec
-
-
 @contextlib.contextmanager
 def tcpdump_capture(interface: str, bpf_filter: str, path: str | os.PathLike, *,
                     start_timeout: float = 10.0, stop_timeout: float = 10.0,
@@ -304,7 +288,7 @@ def tcpdump_capture(interface: str, bpf_filter: str, path: str | os.PathLike, *,
     listening = threading.Event()
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, errors="replace",
-                            start_new_session=True, preexec_fn=_pdeathsig_preexec())  # noqa: PLW1509
+                            start_new_session=True, preexec_fn=pdeathsig_preexec())  # noqa: PLW1509
 
     def read_stderr() -> None:  # drains the pipe so tcpdump can never block on it
         for line in proc.stderr:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from harness.net import free_port
+from harness.process import stop, tail
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TESTS_DIR = REPO_ROOT / "tests"
@@ -84,15 +85,7 @@ class Broker:
         return f"{self.host}:{self.port}"
 
     def stderr_tail(self, limit: int = 4000) -> str:
-        return _tail(self.log_path, limit) if self.log_path else ""
-
-
-def _tail(path: Path, limit: int) -> str:
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return ""
-    return data[-limit:].decode("utf-8", "replace")
+        return tail(self.log_path, limit) if self.log_path else ""
 
 
 def _wait_port(host: str, port: int, deadline: float, proc: subprocess.Popen) -> bool:
@@ -157,28 +150,16 @@ def start_tansu(
             state = f"exited with code {code}" if code is not None else (
                 f"did not accept connections within {startup_timeout:.0f} s")
             raise PeerError(f"Tansu broker on {host}:{port} {state}; "
-                            f"output tail:\n{_tail(log_path, 4000)}")
+                            f"output tail:\n{tail(log_path, 4000)}")
         yield broker
         if proc.poll() is not None:
             raise PeerError(f"Tansu broker exited early with code {proc.returncode}; "
-                            f"output tail:\n{_tail(log_path, 4000)}")
+                            f"output tail:\n{tail(log_path, 4000)}")
     finally:
-        _stop(proc)
+        stop(proc)
         if log_dir is None:
             with contextlib.suppress(OSError):
                 log_path.unlink()
-
-
-def _stop(proc: subprocess.Popen, grace: float = 5.0) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait(grace)
 
 
 def tansu_version() -> str:

@@ -18,11 +18,9 @@ A missing binary raises RuntimeError with the install hint (``make setup`` insta
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import json
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -33,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from harness.net import free_port
+from harness.process import pdeathsig_preexec, stop, tail
 
 PROMETHEUS_HINT = "run `make setup` (installs prometheus)"
 
@@ -59,31 +58,6 @@ def prometheus_binary() -> str:
 
 def promtool_binary() -> str:
     return _binary("promtool")
-
-
-def _pdeathsig_preexec():
-    """A preexec_fn that makes the child get SIGTERM when this Python process dies (Linux
-    PR_SET_PDEATHSIG), or None where unavailable: the last-resort stop if the test process is
-    killed before the context manager can clean up. prctl is resolved in the parent so the
-    child makes a single foreign call between fork and exec."""
-    try:
-        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig, sigterm = 1, int(signal.SIGTERM)
-
-    def preexec() -> None:
-        prctl(pr_set_pdeathsig, sigterm)
-
-    return preexec
-
-
-def _tail(path: Path, limit: int = 4000) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return ""
-    return data[-limit:].decode("utf-8", "replace")
 
 
 def scrape_config(targets: Iterable[str], *, scrape_interval: str = "1s",
@@ -195,7 +169,7 @@ class Prometheus:
 
     # ------------------------------------------------------------------ diagnostics
     def log_tail(self, limit: int = 4000) -> str:
-        return _tail(self.log_path, limit)
+        return tail(self.log_path, limit)
 
     def _targets_summary(self) -> str:
         try:
@@ -225,18 +199,6 @@ def _wait_ready(prom: Prometheus, deadline: float) -> bool:
             pass
         time.sleep(0.05)
     return False
-
-
-def _stop(proc: subprocess.Popen, grace: float) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()  # SIGTERM: Prometheus closes the TSDB and exits, usually < 1 s
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait(grace)
 
 
 @contextlib.contextmanager
@@ -284,7 +246,7 @@ def start_prometheus(
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, cwd=work, start_new_session=True,
-                                    preexec_fn=_pdeathsig_preexec())  # noqa: PLW1509
+                                    preexec_fn=pdeathsig_preexec())  # noqa: PLW1509
         prom = Prometheus(url=f"http://{host}:{port}", targets=targets, job=job, process=proc,
                           config_path=config_path, log_path=log_path)
         if not _wait_ready(prom, time.monotonic() + startup_timeout):
@@ -295,7 +257,7 @@ def start_prometheus(
         yield prom
     finally:
         if proc is not None:
-            _stop(proc, stop_timeout)
+            stop(proc, stop_timeout)
         shutil.rmtree(work if tmp_dir is None else data_dir, ignore_errors=True)
 
 

@@ -23,7 +23,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import unicodedata
 import urllib.parse
@@ -34,12 +33,12 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from harness import peers
-from harness.census import Census, wait_for
+from harness.census import CENSUS, Census, wait_for
 from harness.kafka_frames import produce_v0_2, raw_request, request_frame
 
 pytestmark = pytest.mark.e2e  # kafka-census sidecars and the aggregator, asked by the incident commands
 
-SCRIPT = Path(sys.executable).parent / "kafka-census"
+SCRIPT = CENSUS
 TOKEN = "incident-test-token-0123456789abcdef"
 HOSTILE_ID = "census-evil\x1b[31mRED\x1b[0m\n\u202eX"
 HELD_ID = "census-held"
