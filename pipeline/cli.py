@@ -104,18 +104,18 @@ def progress(msg: str) -> None:
 
 
 def load_input(spark, args, out: str, progress, when_empty: str):
-    """The event logs of `args.input` within `--since/--until`, cached: (events, count,
-    quarantined lines). Bad lines go to `out/quarantine/`; input that is nothing but another
-    schema version is an InputError."""
+    """The event logs of `args.input` within `--since/--until`, read once into their facts
+    (pipeline.events.facts, cached): (facts, events, quarantined lines, first ts, last ts). Bad
+    lines go to `out/quarantine/`; input that is nothing but another schema version is an
+    InputError."""
     from pipeline import events as ev
 
     started = time.perf_counter()
-    events, quarantine = ev.load_events(spark, args.input)
-    events = ev.within(events, args.since, args.until).cache()
-    n_events = events.count()
-    n_bad = quarantine.count()
+    facts = ev.facts(ev.read(spark, args.input, args.since, args.until)).cache()
+    n_events, n_bad, first, last = ev.counts(facts)
     progress(f"read {n_events} events, {n_bad} lines quarantined ({time.perf_counter() - started:.1f} s)")
     if n_bad:
+        quarantine = ev.quarantine(facts)
         quarantine.coalesce(1).write.mode("overwrite").json(f"{out}/quarantine")
         progress(f"quarantined lines and their reasons: {out}/quarantine/")
         if n_events == 0:
@@ -124,7 +124,7 @@ def load_input(spark, args, out: str, progress, when_empty: str):
                 raise InputError(mismatch)
     if n_events == 0:
         progress(f"warning: no events in the input; {when_empty}")
-    return events, n_events, n_bad
+    return facts, n_events, n_bad, (first, last)
 
 
 def run_tables(spark, args) -> dict:
@@ -134,9 +134,9 @@ def run_tables(spark, args) -> dict:
     if args.job == "upgrade-readiness" and args.target not in jobs.TARGETS:
         raise UsageError(f"--target {args.target!r} is not known; known: {', '.join(jobs.TARGETS)}")
     started = time.perf_counter()
-    events, n_events, n_bad = load_input(spark, args, args.output, progress, "the outputs are empty")
-    conns = ev.connections(events).cache()
-    reqs = ev.requests(events).cache()
+    facts, n_events, n_bad, _ = load_input(spark, args, args.output, progress, "the outputs are empty")
+    conns = ev.connections(facts).cache()
+    reqs = ev.requests(facts).cache()
     if args.job == "inventory":
         table = jobs.inventory(conns, reqs)
     elif args.job == "adoption":
@@ -155,7 +155,7 @@ def run_tables(spark, args) -> dict:
         # (issue 15), as /api/v1/upgrade-readiness's clients_by_software.
         from pipeline.identity import identities
 
-        by_software = jobs.readiness_by_software(spark, identities(events, conns, reqs), reqs, args.target)
+        by_software = jobs.readiness_by_software(spark, identities(facts, conns, reqs), reqs, args.target)
         n = summary["rows_by_software"] = jobs.write_table(by_software, args.output, f"{name}_by_software")
         progress(f"{args.job}: {n} rows by software -> {args.output}/{name}_by_software/ (Parquet) and "
                  f"{args.output}/{name}_by_software.csv/")

@@ -25,14 +25,16 @@ A connection is keyed by (source, conn_id): `source` is the event log file's hos
 from __future__ import annotations
 
 import json
+import math
 import re
+from datetime import datetime, timezone
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from capture.kafka.api_table import API_TABLE
-from exporter.eventlog import READABLE_SCHEMAS, parse_line
+from exporter.eventlog import READABLE_SCHEMAS
 
 # Only what the jobs read; every other field stays in the log.
 EVENT_SCHEMA = T.StructType([
@@ -55,8 +57,8 @@ EVENT_SCHEMA = T.StructType([
     T.StructField("mechanism", T.StringType()),
     T.StructField("outcome", T.StringType()),
     T.StructField("reason", T.StringType()),
-    # requests counted by this record: one entry for a RequestSeen, one per (api, version) for a
-    # RequestTally or ConnectionRollup, null for other types
+    # requests counted by a RequestTally or ConnectionRollup, one entry per (api, version); null for
+    # other types (a RequestSeen counts one request of its api_key/api_version: `request_rows`)
     T.StructField("requests", T.ArrayType(T.StructType([
         T.StructField("api_key", T.IntegerType()),
         T.StructField("api_name", T.StringType()),
@@ -88,9 +90,14 @@ USED_TYPES = frozenset({"ConnectionOpened", "ClientSoftware", "SaslIdentity", "T
                         "ResponseSeen", "ApiVersionsAnswer", *REQUEST_TYPES})
 # Types whose ts is not a connection's activity for last_seen (an answer is read for its maxima only).
 NOT_ACTIVITY = ("ApiVersionsAnswer",)
+_START = re.compile(r"^events-(?P<start>[0-9]{8}T[0-9]{6}Z)-.+-[0-9]+\.ndjson$")
+WINDOW_SLACK = 2 * 3600.0  # exporter.eventlog.MAX_ROLLUP_SECONDS, and an hour of queued writes
 _HOST = re.compile(r"events-[0-9TZ]+-(?P<host>.+)-[0-9]+\.ndjson(?:\.active)?$")
 _SOURCE_DIR = re.compile(r"/source=(?P<source>[^/]+)/[^/]+$")  # pcap-decode's partitioned output
-MAX_QUARANTINED_LINE = 2000  # characters of a bad line kept in the quarantine output
+MAX_QUARANTINED_LINE = 2000
+# Spark's reader says only that a line failed, not where: the reason for every such line.
+NOT_A_RECORD = ("not JSON, not a JSON object, or a field of the wrong type (e.g. text where a number "
+                "belongs, an integer beyond 32 bits)")  # characters of a bad line kept in the quarantine output
 
 
 def source_of(path: str) -> str:
@@ -106,117 +113,189 @@ def source_of(path: str) -> str:
     return m["host"] if m else name
 
 
-def _check(rec: dict, field: str, kind: type):
-    """The field if it is a `kind` (or absent/null), else TypeError naming it: a wrongly typed
-    field quarantines its line instead of failing the whole job at schema verification."""
-    value = rec.get(field)
-    if kind is int and type(value) is int and not -2**31 <= value < 2**31:
-        raise TypeError(f"field {field}: {value} does not fit a 32-bit integer")
-    if value is None or type(value) is kind:
-        return value
-    if kind is float and type(value) is int:
-        return float(value)
-    raise TypeError(f"field {field}: {type(value).__name__} where {kind.__name__} was expected")
+# The record fields the jobs read, by event-log schema version (exporter/eventlog.py documents
+# the records). Spark's reader takes one schema: their union. A field means the same in both
+# versions; schema 2 adds a rollup's first_requests and writes its requests where schema 1
+# wrote RequestTally runs (same [api_key, api_version, count, bytes] entries).
+_INT, _LONG, _STR, _DOUBLE, _BOOL = T.IntegerType(), T.LongType(), T.StringType(), T.DoubleType(), T.BooleanType()
+_SCHEMA_1_FIELDS = {
+    "schema": _INT, "type": _STR, "ts": _DOUBLE, "conn_id": _STR,
+    "client_address": _STR, "broker_address": _STR, "broker_port": _INT, "listener": _STR, "mid_stream": _BOOL,
+    "client_id": _STR, "name": _STR, "version": _STR, "request_version": _INT, "accepted": _BOOL,
+    "error_code": _INT, "api_ranges": T.ArrayType(T.ArrayType(_LONG)),
+    "api_key": _INT, "api_name": _STR, "api_version": _INT, "requests": T.ArrayType(T.ArrayType(_LONG)),
+    "principal": _STR, "mechanism": _STR, "outcome": _STR, "client_subject": _STR, "reason": _STR,
+}
+SCHEMA_FIELDS = {1: _SCHEMA_1_FIELDS,
+                 2: {**_SCHEMA_1_FIELDS, "first_requests": T.ArrayType(T.ArrayType(_LONG))}}
+_CORRUPT = "_corrupt_record"
+READ_SCHEMA = T.StructType([T.StructField(name, kind) for version in sorted(SCHEMA_FIELDS)
+                            for name, kind in SCHEMA_FIELDS[version].items()
+                            if version == min(v for v in SCHEMA_FIELDS if name in SCHEMA_FIELDS[v])]
+                           + [T.StructField(_CORRUPT, _STR)])
+# Jackson as strict as Python's json where Spark lets it be: no 'single quotes', no NaN tokens.
+JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT,
+                "allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}
+_INT32 = (-2**31, 2**31 - 1)
 
 
-def _int(value, what: str, bits: int = 32) -> int:
-    if type(value) is not int or not -2**(bits - 1) <= value < 2**(bits - 1):
-        raise TypeError(f"{what}: {value!r} is not a {bits}-bit integer")
-    return value
+def _bad_entries(c, width: int):
+    """`c` (an array of arrays of longs) has an entry that is not `width` 32-bit integers (the
+    last of a requests entry, its byte count, may be any long)."""
+    def bad(e):
+        out = (F.size(e) != width) | F.exists(e, lambda x: x.isNull())
+        for i in range(2):
+            out = out | ~e[i].between(*_INT32)
+        return out
+    return F.exists(c, bad)
 
 
-def _api_name(api_key: int) -> str | None:
-    spec = API_TABLE.get(api_key)
-    return None if spec is None else spec.name  # as the core names a RequestSeen
+def _reason(j):
+    """Why a parsed line (struct `j`) is quarantined, or null. The envelope as
+    exporter.eventlog.parse_line checks it; then the array fields of the used types."""
+    t = j["type"]
+    tallied = t.isin("RequestTally", "ConnectionRollup")
+    return (F.when(j[_CORRUPT].isNotNull(), F.lit(NOT_A_RECORD))
+            .when(j["schema"].isNull(), F.lit("no schema field"))
+            .when(~j["schema"].isin(*READABLE_SCHEMAS),
+                  F.format_string(f"unknown schema version %d (this reader knows "
+                                  f"{', '.join(map(str, READABLE_SCHEMAS))})", j["schema"]))
+            .when(t.isNull(), F.lit("type missing or not a string"))
+            .when(j["ts"].isNull(), F.lit("ts missing or not a number"))
+            .when(F.isnan(j["ts"]) | (F.abs(j["ts"]) == float("inf")), F.lit("ts is not a finite number"))
+            .when(j["conn_id"].isNull(), F.lit("conn_id missing or not a string"))
+            .when(tallied & j["requests"].isNull(), F.lit("field requests: missing"))
+            .when(tallied & _bad_entries(j["requests"], 4),
+                  F.lit("field requests: an entry is not [api_key, api_version, count, bytes]"))
+            .when((t == "ApiVersionsAnswer") & (j["error_code"] == 0) & _bad_entries(j["api_ranges"], 3),
+                  F.lit("field api_ranges: an entry is not [api_key, min_version, max_version]"))
+            .when((t == "ConnectionRollup") & _bad_entries(j["first_requests"], 2),
+                  F.lit("field first_requests: an entry is not [api_key, api_version]")))
 
 
-def _requests(t: str, rec: dict):
-    """The `requests` column: (api_key, api_name, api_version, n) entries, or None."""
-    if t == "RequestSeen":
-        return [(_check(rec, "api_key", int), _check(rec, "api_name", str), _check(rec, "api_version", int), 1)]
-    if t not in REQUEST_TYPES:
+def _pairs(c, pick: tuple[int, int], names: tuple[str, str]):
+    return F.transform(c, lambda e: F.struct(e[pick[0]].cast("int").alias(names[0]),
+                                             e[pick[1]].cast("int").alias(names[1])))
+
+
+def _event_columns(j, source):
+    """The EVENT_SCHEMA columns of a good line of a used type."""
+    t = j["type"]
+    tallied = F.transform(j["requests"], lambda e: F.struct(
+        e[0].cast("int").alias("api_key"), F.lit(None).cast("string").alias("api_name"),
+        e[1].cast("int").alias("api_version"), e[2].alias("n")))
+    cols = {
+        "source": source, "conn_id": j["conn_id"], "type": t, "ts": j["ts"],
+        "client_address": j["client_address"],
+        "broker": F.when(t == "ConnectionOpened", F.concat(j["broker_address"], F.lit(":"),
+                                                            j["broker_port"].cast("string"))),
+        "listener": j["listener"], "client_id": j["client_id"],
+        "software_name": F.when(t == "ClientSoftware", j["name"]),
+        "software_version": F.when(t == "ClientSoftware", j["version"]),
+        "request_version": j["request_version"], "accepted": j["accepted"], "api_key": j["api_key"],
+        "api_name": j["api_name"], "api_version": j["api_version"],
+        # a TLS client certificate's subject is a principal too (the proxy's TlsSession)
+        "principal": F.when(t == "TlsSession", j["client_subject"]).otherwise(j["principal"]),
+        "mechanism": j["mechanism"], "outcome": j["outcome"], "reason": j["reason"],
+        # a RequestSeen's request is its api_key/api_name/api_version (`request_rows`): arrays
+        # cost several times more than flat columns in the cache
+        "requests": F.when(t.isin("RequestTally", "ConnectionRollup"), tallied),
+        "mid_stream": F.when(t == "ConnectionOpened", j["mid_stream"]),
+        "first_requests": F.when(t == "ConnectionRollup",
+                                 _pairs(j["first_requests"], (0, 1), ("api_key", "api_version"))),
+        "broker_max": F.when((t == "ApiVersionsAnswer") & (j["error_code"] == 0),
+                             _pairs(j["api_ranges"], (0, 2), ("api_key", "max_version"))),
+    }
+    return [cols[f.name].cast(f.dataType).alias(f.name) for f in EVENT_SCHEMA.fields]
+
+
+def _files(spark: SparkSession, paths: list[str]) -> list[str]:
+    """The files under `paths` the pipeline reads, as Spark names them (listed by Spark, so any
+    Hadoop file system): the exporter's finished `*.ndjson` files (`.ndjson.active` is a file
+    still being written) and pcap-decode's `*.txt` parts."""
+    return sorted(_reader(spark).text(paths).inputFiles())
+
+
+def _reader(spark: SparkSession):
+    return spark.read.option("recursiveFileLookup", "true").option("pathGlobFilter", "*.{ndjson,txt}")
+
+
+def started_at(path: str) -> float | None:
+    """The start time an exporter's log file name carries (`events-20261116T000001Z-...`), or
+    None for another name (pcap-decode's parts, a renamed file)."""
+    m = _START.search(path.rsplit("/", 1)[-1])
+    if not m:
         return None
-    entries = rec.get("requests")
-    if type(entries) is not list:
-        raise TypeError(f"field requests: {type(entries).__name__} where list was expected")
-    out = []
-    for entry in entries:
-        if type(entry) is not list or len(entry) != 4:
-            raise TypeError(f"field requests: entry {entry!r} is not [api_key, api_version, count, bytes]")
-        key = _int(entry[0], "field requests: api_key")
-        out.append((key, _api_name(key), _int(entry[1], "field requests: api_version"),
-                    _int(entry[2], "field requests: count", 64)))
-    return out
+    return datetime.strptime(m["start"], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc).timestamp()
 
 
-def _pairs(rec: dict, field: str, width: int, pick):
-    """An array field of [int, ...] entries of `width` as (int, int) tuples by `pick`, or None."""
-    entries = rec.get(field)
-    if entries is None:
-        return None
-    if type(entries) is not list:
-        raise TypeError(f"field {field}: {type(entries).__name__} where list was expected")
-    out = []
-    for entry in entries:
-        if type(entry) is not list or len(entry) != width:
-            raise TypeError(f"field {field}: entry {entry!r} has not {width} values")
-        out.append(tuple(_int(entry[i], f"field {field}") for i in pick))
-    return out
+def in_window(files: list[str], since: float | None, until: float | None) -> list[str]:
+    """The files that can hold events of [since, until), by their names alone. A file holds its
+    host's events from its start until the next file's start (rotation), give or take
+    `WINDOW_SLACK` (events queued across a rotation, a rollup written up to its interval after
+    the traffic it counts). A name without a start time is always read."""
+    if since is None and until is None:
+        return list(files)
+    by_source: dict[tuple[str, str], list[tuple[float, str]]] = {}
+    keep = []
+    for f in files:
+        start = started_at(f)
+        if start is None:
+            keep.append(f)
+        else:
+            by_source.setdefault((f.rsplit("/", 1)[0], source_of(f)), []).append((start, f))
+    for runs in by_source.values():
+        runs.sort()
+        for i, (start, f) in enumerate(runs):
+            end = runs[i + 1][0] if i + 1 < len(runs) else math.inf
+            if (until is None or start < until + WINDOW_SLACK) and (since is None or end > since - WINDOW_SLACK):
+                keep.append(f)
+    return sorted(keep)
 
 
-def _row(source: str, rec: dict):
-    t = rec["type"]
-    first = _pairs(rec, "first_requests", 2, (0, 1)) if t == "ConnectionRollup" else None
-    broker_max = None
-    if t == "ApiVersionsAnswer" and _check(rec, "error_code", int) == 0:
-        broker_max = _pairs(rec, "api_ranges", 3, (0, 2))
-    broker = None
-    if t == "ConnectionOpened":
-        broker = f"{_check(rec, 'broker_address', str)}:{_check(rec, 'broker_port', int)}"
-    name = version = None
-    if t == "ClientSoftware":
-        name, version = _check(rec, "name", str), _check(rec, "version", str)
-    return (source, _check(rec, "conn_id", str), t, _check(rec, "ts", float), _check(rec, "client_address", str),
-            broker, _check(rec, "listener", str), _check(rec, "client_id", str), name, version,
-            _check(rec, "request_version", int), _check(rec, "accepted", bool), _check(rec, "api_key", int),
-            _check(rec, "api_name", str), _check(rec, "api_version", int),
-            # a TLS client certificate's subject is a principal too (the proxy's TlsSession)
-            _check(rec, "client_subject" if t == "TlsSession" else "principal", str),
-            _check(rec, "mechanism", str), _check(rec, "outcome", str), _check(rec, "reason", str),
-            _requests(t, rec), _check(rec, "mid_stream", bool) if t == "ConnectionOpened" else None, first,
-            broker_max)
+def read(spark: SparkSession, paths: list[str], since: float | None = None,
+         until: float | None = None) -> DataFrame:
+    """Every line of the event logs under `paths` (files or directories; any Hadoop URI), parsed
+    by Spark's JSON reader in the JVM: one row per event of a used type within [since, until)
+    (EVENT_SCHEMA's columns, `why` null) or per quarantined line (`why` the reason, `file` and
+    `line` its first MAX_QUARANTINED_LINE characters). With `since`/`until`, only the files whose
+    names can hold events of the window are read (`in_window`). Lazy: `facts` reads it once.
+
+    Lines of other types are skipped after the parse (a malformed one is quarantined whatever
+    its type). Spark's reader is lenient in two ways Python's json is not: a number or object
+    where a string belongs is read as its JSON text, and text after a line's closing brace is
+    ignored."""
+    files = in_window(_files(spark, paths), since, until)
+    columns = [*EVENT_SCHEMA.fields, T.StructField("why", _STR), T.StructField("file", _STR),
+               T.StructField("line", _STR)]
+    if not files:
+        return spark.createDataFrame([], T.StructType(columns))
+    sources = F.broadcast(spark.createDataFrame([(f, source_of(f)) for f in files], "path string, source string"))
+    j, why = F.col("j"), F.col("why")
+    good = why.isNull() & j["type"].isin(*USED_TYPES)
+    if since is not None:
+        good = good & (j["ts"] >= since)
+    if until is not None:
+        good = good & (j["ts"] < until)
+    parsed = (spark.read.text(files)
+              .select(F.input_file_name().alias("path"), "value",
+                      F.from_json("value", READ_SCHEMA, JSON_OPTIONS).alias("j"))
+              .where(j.isNotNull())  # a blank line
+              .withColumn("why", _reason(j))
+              .where(good | why.isNotNull())
+              .join(sources, "path", "left"))
+    source = F.coalesce("source", F.regexp_extract("path", r"events-[0-9TZ]+-(.+)-[0-9]+\.ndjson$", 1))
+    return parsed.select(*_event_columns(j, source), why, F.when(why.isNotNull(), F.col("path")).alias("file"),
+                         F.when(why.isNotNull(), F.substring("value", 1, MAX_QUARANTINED_LINE)).alias("line"))
 
 
-def _parse_partition(rows):
-    """(path, line) -> ("ok", event row) | ("bad", quarantine row). Never raises on data."""
-    for path, line in rows:
-        if not line.strip():
-            continue
-        try:
-            rec = parse_line(line)
-        except ValueError as exc:
-            yield ("bad", None, (path, str(exc), line[:MAX_QUARANTINED_LINE]))
-            continue
-        if rec.get("type") not in USED_TYPES:
-            continue
-        try:
-            yield ("ok", _row(source_of(path), rec), None)
-        except (KeyError, TypeError, ValueError) as exc:
-            yield ("bad", None, (path, f"unexpected field value: {exc}", line[:MAX_QUARANTINED_LINE]))
-
-
-def load_events(spark: SparkSession, paths: list[str]) -> tuple[DataFrame, DataFrame]:
-    """Every line of the event logs under `paths` (files or directories; any Hadoop URI).
-
-    Returns (events, quarantine). Reading a directory takes the exporter's finished `*.ndjson`
-    files (`.ndjson.active` is a file still being written) and pcap-decode's `*.txt` parts."""
-    lines = (spark.read.option("recursiveFileLookup", "true").option("pathGlobFilter", "*.{ndjson,txt}")
-             .text(paths).select(F.input_file_name().alias("path"), F.col("value")))
-    parsed = lines.rdd.map(tuple).mapPartitions(_parse_partition).cache()
-    events = spark.createDataFrame(parsed.filter(lambda r: r[0] == "ok").map(lambda r: r[1]), EVENT_SCHEMA)
-    quarantine = spark.createDataFrame(parsed.filter(lambda r: r[0] == "bad").map(lambda r: r[2]),
-                                       QUARANTINE_SCHEMA)
-    return events, quarantine
+def load_events(spark: SparkSession, paths: list[str], since: float | None = None,
+                until: float | None = None) -> tuple[DataFrame, DataFrame]:
+    """`read` as (events, quarantine): the events (EVENT_SCHEMA) and the quarantined lines
+    (QUARANTINE_SCHEMA). Each reads the input again: the jobs use `facts` instead."""
+    rows = read(spark, paths, since, until)
+    return (rows.where(F.col("why").isNull()).select(*EVENT_SCHEMA.names),
+            rows.where(F.col("why").isNotNull()).select("file", F.col("why").alias("reason"), "line"))
 
 
 def schema_mismatch(quarantine: DataFrame) -> str | None:
@@ -236,42 +315,116 @@ def within(events: DataFrame, since: float | None, until: float | None) -> DataF
     return events
 
 
-def connections(events: DataFrame) -> DataFrame:
+_ENTRY = T.StructType([T.StructField("api_key", _INT), T.StructField("api_name", _STR),
+                       T.StructField("api_version", _INT), T.StructField("n", _LONG)])
+# What tells a connection's records apart for the jobs: `facts` groups by these. Every value a
+# job reads is here, so the aggregation's buffers hold numbers only and Spark hashes instead of
+# sorting (a string or struct buffer makes it sort every row).
+_FACT_KEY = ["source", "conn_id", "type", "api_key", "api_name", "api_version", "client_id", "client_address", "broker",
+             "listener", "mid_stream", "software_name", "software_version", "request_version", "accepted", "principal",
+             "outcome", "first_requests", "broker_max", "why", "file", "line", "bad_id"]
+
+
+def _among(types) -> str:
+    return "type IN (" + ", ".join(f"'{t}'" for t in sorted(types)) + ")"
+
+
+def _where(agg: str, cond: str):
+    return F.expr(f"{agg} FILTER (WHERE {cond})")
+
+
+def facts(rows: DataFrame) -> DataFrame:
+    """What every job needs from `read`'s rows, in one pass over them (one parse of the input):
+    the rows grouped by what the jobs read of them (_FACT_KEY; a RequestTally's or
+    ConnectionRollup's requests one entry each, with its own api_key, api_version and count n),
+    with `events` (how many), `n` (requests counted), `first_ts` and `last_ts`; a quarantined
+    line is a group of its own (`why`, `file`, `line`). Small (a connection's rows are a few per
+    api version it used): cache it, every table reads it."""
+    t = F.col("type")
+    bad = F.col("why").isNotNull()
+    exploded = rows.select(
+        *[c for c in rows.columns if c not in ("api_key", "api_name", "api_version", "requests")],
+        F.when(bad, F.monotonically_increasing_id()).alias("bad_id"),
+        F.posexplode_outer(F.when(~bad & t.isin("RequestTally", "ConnectionRollup"), F.col("requests")))
+        .alias("pos", "r"), "api_key", "api_name", "api_version")
+    keyed = exploded.select(
+        *[F.coalesce("r.api_key", "api_key").alias("api_key") if c == "api_key"
+          else F.coalesce("r.api_name", "api_name").alias("api_name") if c == "api_name"
+          else F.coalesce("r.api_version", "api_version").alias("api_version") if c == "api_version"
+          else F.col(c) for c in _FACT_KEY],
+        "ts", "pos", F.coalesce("r.n", F.lit(1)).alias("n"))
+    return (keyed.groupBy(*_FACT_KEY)
+            .agg(F.count(F.when(F.col("pos").isNull() | (F.col("pos") == 0), 1)).alias("events"),
+                 F.sum("n").alias("n"), F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts")))
+
+
+def quarantine(facts: DataFrame) -> DataFrame:
+    """The quarantined lines (QUARANTINE_SCHEMA)."""
+    return facts.where(F.col("why").isNotNull()).select("file", F.col("why").alias("reason"), "line")
+
+
+def counts(facts: DataFrame) -> tuple[int, int, float | None, float | None]:
+    """(events, quarantined lines, first ts, last ts) of the input."""
+    good = F.col("why").isNull()
+    row = facts.agg(F.coalesce(F.sum(F.when(good, F.col("events"))), F.lit(0)), F.count(F.when(~good, 1)),
+                    F.min(F.when(good, F.col("first_ts"))), F.max(F.when(good, F.col("last_ts")))).first()
+    return row[0], row[1], row[2], row[3]
+
+
+def connection_facts(facts: DataFrame) -> DataFrame:
+    """One row per connection with a ConnectionOpened, each field the latest (the greatest ts,
+    and of several at one ts the greatest value): opened (first_seen, client_address, broker,
+    listener, mid_stream), last_seen, cid, sw (and its request_version), avv (the first
+    ApiVersions' version), sasl, cert, logged_first, answer."""
+    latest = "last_ts"
+    g = facts.where(F.col("why").isNull()).groupBy("source", "conn_id").agg(
+        _where("min(struct(first_ts AS ts, client_address, broker, listener, mid_stream))",
+               "type = 'ConnectionOpened'").alias("opened"),
+        _where("max(last_ts)", f"NOT {_among(NOT_ACTIVITY)}").alias("last_seen"),
+        _where(f"max(struct({latest} AS ts, client_id))", f"{_among(REQUEST_TYPES)} AND client_id IS NOT NULL")
+        .alias("cid"),
+        _where(f"max(struct({latest} AS ts, software_name, software_version, request_version))",
+               "type = 'ClientSoftware' AND accepted").alias("sw"),
+        _where("min(struct(first_ts AS ts, request_version))", "type = 'ClientSoftware'").alias("avv"),
+        _where(f"max(struct({latest} AS ts, principal))", "type = 'SaslIdentity' AND outcome = 'success'").alias("sasl"),
+        _where(f"max(struct({latest} AS ts, principal))", "type = 'TlsSession' AND principal IS NOT NULL").alias("cert"),
+        _where(f"max(struct({latest} AS ts, first_requests))", "first_requests IS NOT NULL").alias("logged_first"),
+        _where(f"max(struct({latest} AS ts, broker_max))", "broker_max IS NOT NULL").alias("answer"))
+    return g.where(F.col("opened").isNotNull())
+
+
+def connections(facts: DataFrame) -> DataFrame:
     """One row per connection: source, conn_id, client_address, broker, listener, first_seen,
     last_seen, client_id (last sent), client_software_name/version (last accepted ApiVersions),
-    principal (last successful SASL, else the subject of the TLS client certificate). A connection whose ConnectionOpened is outside the input
-    (or the time window) is left out: its address and listener are unknown."""
-    key = ["source", "conn_id"]
-    opened = (events.filter(F.col("type") == "ConnectionOpened")
-              .groupBy(key).agg(F.min("ts").alias("first_seen"), F.first("client_address").alias("client_address"),
-                                F.first("broker").alias("broker"), F.first("listener").alias("listener")))
-    seen = events.filter(~F.col("type").isin(*NOT_ACTIVITY)).groupBy(key).agg(F.max("ts").alias("last_seen"))
-    ident = (events.filter((F.col("type") == "ClientSoftware") & F.col("accepted"))
-             .groupBy(key).agg(F.max_by(F.struct("software_name", "software_version"), "ts").alias("sw")))
-    cid = (events.filter(F.col("type").isin(*REQUEST_TYPES) & F.col("client_id").isNotNull())
-           .groupBy(key).agg(F.max_by("client_id", "ts").alias("client_id")))
-    sasl = (events.filter((F.col("type") == "SaslIdentity") & (F.col("outcome") == "success"))
-            .groupBy(key).agg(F.max_by("principal", "ts").alias("sasl_principal")))
-    cert = (events.filter((F.col("type") == "TlsSession") & F.col("principal").isNotNull())
-            .groupBy(key).agg(F.max_by("principal", "ts").alias("cert_principal")))
-    return (opened.join(seen, key, "left").join(ident, key, "left").join(cid, key, "left")
-            .join(sasl, key, "left").join(cert, key, "left")
-            .select(*key, "client_address", "broker", "listener", "first_seen", "last_seen", "client_id",
-                    F.col("sw.software_name").alias("client_software_name"),
-                    F.col("sw.software_version").alias("client_software_version"),
-                    # SASL wins over the certificate, as on a SASL_SSL broker
-                    F.coalesce("sasl_principal", "cert_principal").alias("principal")))
+    principal (last successful SASL, else the subject of the TLS client certificate). A
+    connection whose ConnectionOpened is outside the input (or the time window) is left out:
+    its address and listener are unknown."""
+    return connection_facts(facts).select(
+        "source", "conn_id", "opened.client_address", "opened.broker", "opened.listener",
+        F.col("opened.ts").alias("first_seen"), "last_seen", F.col("cid.client_id").alias("client_id"),
+        F.col("sw.software_name").alias("client_software_name"),
+        F.col("sw.software_version").alias("client_software_version"),
+        # SASL wins over the certificate, as on a SASL_SSL broker
+        F.coalesce("sasl.principal", "cert.principal").alias("principal"))
 
 
-def requests(events: DataFrame) -> DataFrame:
+def _api_names():
+    """api_key -> name, from the generated table (a column: needs the Spark session)."""
+    return F.create_map(*[F.lit(x) for key, spec in sorted(API_TABLE.items()) for x in (key, spec.name)])
+
+
+def requests(facts: DataFrame, first: bool = False) -> DataFrame:
     """(source, conn_id, api_key, api, api_version, requests): RequestSeen lines counted, tally
-    and rollup counts summed."""
-    return (events.filter(F.col("requests").isNotNull())
-            .select("source", "conn_id", F.explode("requests").alias("r"))
-            .select("source", "conn_id", "r.api_key", "r.api_name", "r.api_version", "r.n")
+    and rollup counts summed; with `first`, also first_request: the ts of the first record that
+    counted one (a tally's or rollup's ts is its latest request's)."""
+    return (facts.where(F.col("why").isNull() & F.col("type").isin(*REQUEST_TYPES) & F.col("api_key").isNotNull())
             .groupBy("source", "conn_id", "api_key", "api_version")
-            .agg(F.sum("n").alias("requests"), F.first("api_name", ignorenulls=True).alias("api"))
-            .withColumn("api", F.coalesce("api", F.concat(F.lit("api_"), F.col("api_key").cast("string")))))
+            .agg(F.sum("n").alias("requests"), F.first("api_name", ignorenulls=True).alias("api"),
+                 F.min("first_ts").alias("first_request"))
+            # tallies and rollups carry keys only: named here, once per row of the result
+            .withColumn("api", F.coalesce("api", F.element_at(_api_names(), F.col("api_key")),
+                                          F.concat(F.lit("api_"), F.col("api_key").cast("string"))))
+            .drop(*(() if first else ("first_request",))))
 
 
 def summary_line(name: str, df_count: int, quarantined: int) -> str:

@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from capture.kafka.api_table import API_TABLE
+from pipeline.events import connection_facts, requests
 
 DEFAULT_WINDOW = 300.0  # exporter.registry.DEFAULT_SIBLING_WINDOW
 MAX_FIRST_REQUESTS = 8
@@ -79,31 +80,27 @@ def infer_row(logged_first, seen, counts, avv, client_id, broker_max):
 _infer_udf = F.udf(infer_row, INFERENCE)
 
 
-def identities(events: DataFrame, conns: DataFrame, reqs: DataFrame, window: float = DEFAULT_WINDOW) -> DataFrame:
-    """`conns` (pipeline.events.connections) with: identity_source ("announced", "sibling",
-    "fingerprint", "none"), inferred_software_name, inferred_version_range, inferred_confidence,
-    min_compatible, evidence (array) and sibling_conn_id. See the module docstring."""
+def identities(facts: DataFrame, conns: DataFrame, reqs: DataFrame, window: float = DEFAULT_WINDOW) -> DataFrame:
+    """`conns` (pipeline.events.connections over `facts`) with: identity_source ("announced",
+    "sibling", "fingerprint", "none"), inferred_software_name, inferred_version_range,
+    inferred_confidence, min_compatible, evidence (array) and sibling_conn_id. See the module
+    docstring."""
     key = ["source", "conn_id"]
-    logged = (events.filter(F.col("first_requests").isNotNull())
-              .groupBy(key).agg(F.max_by("first_requests", "ts").alias("logged_first")))
-    avv = (events.filter(F.col("type") == "ClientSoftware")
-           .groupBy(key).agg(F.min_by("request_version", "ts").alias("avv")))
-    seen = (events.filter(F.col("requests").isNotNull())
-            .select(*key, "ts", F.explode("requests").alias("r"))
-            .groupBy(*key, "r.api_key", "r.api_version").agg(F.min("ts").alias("t"))
-            .groupBy(key).agg(F.collect_list(F.struct("t", "api_key", "api_version")).alias("seen")))
+    per_conn = connection_facts(facts).select(
+        *key, F.col("logged_first.first_requests").alias("logged_first"), F.col("avv.request_version").alias("avv"),
+        F.col("sw.request_version").alias("identity_version"), F.col("opened.mid_stream").cast("int").alias("mid_stream"),
+        F.col("answer.ts").alias("answer_ts"), F.col("answer.broker_max").alias("broker_max"))
+    seen = (requests(facts, first=True).groupBy(key).agg(F.collect_list(F.struct(F.col("first_request").alias("t"), "api_key",
+                                                           "api_version")).alias("seen")))
     counts = (reqs.groupBy(key).agg(F.collect_list(F.struct("api_key", "api_version", "requests")).alias("counts")))
-    announced_v = (events.filter((F.col("type") == "ClientSoftware") & F.col("accepted"))
-                   .groupBy(key).agg(F.max_by("request_version", "ts").alias("identity_version")))
-    mid = (events.filter(F.col("type") == "ConnectionOpened")
-           .groupBy(key).agg(F.max(F.col("mid_stream").cast("int")).alias("mid_stream")))
     # The broker's maxima: its latest answer, per sidecar, listener and broker.
-    answers = (events.filter(F.col("broker_max").isNotNull()).select(*key, "ts", "broker_max")
+    answers = (per_conn.where(F.col("broker_max").isNotNull())
                .join(conns.select(*key, "listener", "broker"), key)
-               .groupBy("source", "listener", "broker").agg(F.max_by("broker_max", "ts").alias("broker_max")))
-    df = (conns.join(logged, key, "left").join(avv, key, "left").join(seen, key, "left")
-          .join(counts, key, "left").join(mid, key, "left").join(announced_v, key, "left")
-          .join(answers, ["source", "listener", "broker"], "left"))
+               .groupBy("source", "listener", "broker")
+               .agg(F.max(F.struct("answer_ts", "broker_max")).alias("latest"))
+               .select("source", "listener", "broker", F.col("latest.broker_max").alias("broker_max")))
+    df = (conns.join(per_conn.drop("answer_ts", "broker_max"), key, "left").join(seen, key, "left")
+          .join(counts, key, "left").join(answers, ["source", "listener", "broker"], "left"))
     unannounced = F.col("client_software_name").isNull()
     df = df.withColumn("own", F.when(unannounced & (F.coalesce("mid_stream", F.lit(0)) == 0), _infer_udf(
         "logged_first", "seen", "counts", "avv", "client_id", "broker_max")))

@@ -516,15 +516,14 @@ def run_report(spark, args, progress) -> dict:
     started = time.perf_counter()
     generated = time.time()
     out = args.output.rstrip("/")
-    events, n_events, n_bad = load_input(spark, args, out, progress, "the report is empty")
-    span = events.agg(F.min("ts").alias("first"), F.max("ts").alias("last")).first()
-    conns = ev.connections(events).cache()
-    reqs = ev.requests(events).cache()
+    facts, n_events, n_bad, (first_ts, last_ts) = load_input(spark, args, out, progress, "the report is empty")
+    conns = ev.connections(facts).cache()
+    reqs = ev.requests(facts).cache()
     n_conns = conns.count()
 
     frames = {"upgrade_readiness": jobs.upgrade_readiness(spark, conns, reqs, args.target),
               "upgrade_readiness_by_software": jobs.readiness_by_software(
-                  spark, identities(events, conns, reqs), reqs, args.target),
+                  spark, identities(facts, conns, reqs), reqs, args.target),
               "inventory": jobs.inventory(conns, reqs), "adoption": jobs.adoption(conns),
               "api_usage": jobs.api_usage(conns, reqs)}
     totals = {}
@@ -540,7 +539,7 @@ def run_report(spark, args, progress) -> dict:
               "removed": removed_chart(removed_by_client(readiness))}
     progress(f"charts drawn ({time.perf_counter() - started:.1f} s)")
     page = render(generated=generated, inputs=list(args.input), target=args.target, since=args.since,
-                  until=args.until, first_ts=span["first"], last_ts=span["last"],
+                  until=args.until, first_ts=first_ts, last_ts=last_ts,
                   counts={"events": n_events, "connections": n_conns, "clients": totals["inventory"],
                           "quarantined_lines": n_bad},
                   tables=shown, totals=totals, charts=charts, must_upgrade=must_upgrade)

@@ -127,9 +127,9 @@ def tables(logs, spark) -> dict[str, dict[str, list]]:
 
     out = {}
     for name, directory in logs.items():
-        events, quarantine = pev.load_events(spark, [str(directory)])
-        assert quarantine.count() == 0
-        conns, reqs = pev.connections(events).cache(), pev.requests(events).cache()
+        facts = pev.facts(pev.read(spark, [str(directory)])).cache()
+        assert pev.quarantine(facts).count() == 0
+        conns, reqs = pev.connections(facts).cache(), pev.requests(facts).cache()
         out[name] = {
             "connections": _rows(conns), "requests": _rows(reqs),
             "inventory": _rows(jobs.inventory(conns, reqs)), "adoption": _rows(jobs.adoption(conns)),
@@ -137,9 +137,9 @@ def tables(logs, spark) -> dict[str, dict[str, list]]:
             "upgrade_readiness": _rows(jobs.upgrade_readiness(spark, conns, reqs, "4.0")),
             # issue 15: who the unannounced connections are (pipeline.identity), and who to upgrade by
             # software; a schema 2 log gives its connections' first requests, a schema 1 log its order
-            "identities": _rows(identities(events, conns, reqs)),
+            "identities": _rows(identities(facts, conns, reqs)),
             "readiness_by_software": _rows(jobs.readiness_by_software(
-                spark, identities(events, conns, reqs), reqs, "4.0")),
+                spark, identities(facts, conns, reqs), reqs, "4.0")),
         }
     return out
 

@@ -128,9 +128,9 @@ def test_bad_files_are_quarantined_with_their_reason_and_the_rest_goes_on(archiv
 
 
 def test_the_pipeline_reads_the_decoded_archive(spark, archive):
-    events, quarantine = pev.load_events(spark, [str(archive["out"] / "events")])
-    assert quarantine.count() == 0
-    conns = pev.connections(events)
+    facts = pev.facts(pev.read(spark, [str(archive["out"] / "events")]))
+    assert pev.quarantine(facts).count() == 0
+    conns = pev.connections(facts)
     per_source = {r["source"]: r["count"] for r in conns.groupBy("source").count().collect()}
     expected, _ = replayed(archive["in"] / "real.pcap", archive["port"])
     assert per_source["real.pcap"] == sum(r["type"] == ConnectionOpened.__name__ for r in expected)
