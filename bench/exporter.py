@@ -409,7 +409,8 @@ def serve_child(n: int, seed: int) -> int:
     import uvicorn
     from prometheus_client import make_asgi_app, start_http_server
 
-    from exporter.commands.common import bind_http
+    from capture.listeners import listen_socket
+    from exporter.commands.common import HTTP_BACKLOG
     from exporter.serve import Service
 
     gc.collect()
@@ -423,11 +424,13 @@ def serve_child(n: int, seed: int) -> int:
     t0 = time.perf_counter()
     peer = peer_registry(service.collector)
     peer_build_seconds = time.perf_counter() - t0
-    lock = TimedLock(registry.lock)
-    registry._lock = lock  # the registry's own lock object (`lock` is a read-only view of it)
-    census_sock = bind_http(argparse.Namespace(http="127.0.0.1:0"))  # the socket the CLI serves on
+    lock = TimedLock(registry._lock)
+    registry._lock = lock  # the registry's own lock object (private: the bench times its holds)
+    census_sock = listen_socket("127.0.0.1", 0, backlog=HTTP_BACKLOG)  # the socket the CLI serves on (bind_http)
+    census_sock.set_inheritable(True)
     nodelay_sock = tcp_socket()  # the same app on a socket asyncio sets TCP_NODELAY on
-    peer_sock = bind_http(argparse.Namespace(http="127.0.0.1:0"))
+    peer_sock = listen_socket("127.0.0.1", 0, backlog=HTTP_BACKLOG)
+    peer_sock.set_inheritable(True)
     httpd, httpd_thread = start_http_server(0, addr="127.0.0.1", registry=peer)
 
     def config(app):  # as Service.run configures uvicorn

@@ -20,10 +20,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4
+from capture.kafka.api_table import UPGRADE_TARGETS
 
 UNKNOWN = "unknown"
-TARGETS = {"4.0": REMOVED_IN_KAFKA4}
+TARGETS = UPGRADE_TARGETS  # generated from the message schemas (capture/kafka/gen_apis.py)
 CLIENT_KEY = ["client_software_name", "client_software_version", "client_id", "principal", "client_address",
               "listener", "broker"]
 
@@ -75,14 +75,12 @@ def api_usage(conns: DataFrame, reqs: DataFrame) -> DataFrame:
 
 
 def _removed_table(spark: SparkSession, target: str) -> DataFrame:
-    removed = TARGETS.get(target)
-    if removed is None:
+    known = TARGETS.get(target)
+    if known is None:
         raise ValueError(f"unknown upgrade target {target!r}; known: {', '.join(TARGETS)}")
     rows = []
-    for key, versions in removed.items():
-        spec = API_TABLE.get(key)
-        minimum = None if spec is None else spec.kafka4_min_version
-        rows.extend((key, v, minimum) for v in versions)
+    for key, versions in known.removed.items():
+        rows.extend((key, v, known.minimum_version[key]) for v in versions)
     schema = T.StructType([T.StructField("api_key", T.IntegerType()), T.StructField("api_version", T.IntegerType()),
                            T.StructField("minimum_version", T.IntegerType())])
     return spark.createDataFrame(rows, schema)

@@ -34,20 +34,9 @@ FIXTURE_TIERS = {"spark": "spark", "real_clients_capture": "e2e"}
 #: Modules whose pytestmark line is requested but not yet applied (their owners are editing
 #: them). A module here that gets its own pytestmark fails tests/test_tiers.py, so this table
 #: only ever shrinks.
-PENDING_TIERS = {
-    "test_aggregate.py": "e2e",
-    "test_aggregate_peers.py": "e2e",
-    "test_cli_settings.py": "e2e",
-    "test_state_e2e.py": "e2e",
-    "test_pipeline.py": "spark",
-    "test_pipeline_pcaps.py": "spark",
-    "test_spark_cluster.py": "spark",
-    "test_eventlog_versions.py": "spark",
-}
+PENDING_TIERS: dict[str, str] = {}
 #: Single tests of those modules (node id suffix -> marker), same rule.
-PENDING_TEST_TIERS = {
-    "test_state.py::test_cli_state_file_errors": "e2e",
-}
+PENDING_TEST_TIERS: dict[str, str] = {}
 
 
 _MODULE_MARK = re.compile(r"^pytestmark = pytest\.mark\.(\w+)\b", re.M)
@@ -191,7 +180,7 @@ def spark():
 
 @pytest.fixture(scope="session")
 def real_clients_capture(tmp_path_factory):
-    """A real capture, recorded once per run: the six clients (tests/peers.py), one after the
+    """A real capture, recorded once per run: the six clients (harness/peers.py), one after the
     other, against Tansu on loopback, by tcpdump. Returns (pcap path, broker port)."""
     from harness import oracles, peers
 

@@ -391,7 +391,7 @@ class _ScramServer:
 def start_authenticating_tansu(port: int, *, startup_timeout: float = 20.0):
     """Tansu (in-memory storage) with `--authentication` on 127.0.0.1:`port`. It knows no user,
     so every authentication fails, but only after the client has sent its token or proof."""
-    from tests.peers import PeerError, tansu_binary
+    from harness.peers import PeerError, tansu_binary
 
     cmd = [tansu_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
            "--advertised-listener-url", f"tcp://127.0.0.1:{port}", "--storage-engine", "memory://tansu/",
@@ -423,7 +423,7 @@ def start_authenticating_tansu(port: int, *, startup_timeout: float = 20.0):
 def tansu_user_create(bootstrap: str, mechanism: str, user: str, password: str) -> None:
     """`tansu user create`: an AlterUserScramCredentials request carrying the salted password
     (KIP-554), sent to an unauthenticated broker (an authenticating one refuses it)."""
-    from tests.peers import PeerError, tansu_binary
+    from harness.peers import PeerError, tansu_binary
 
     mech = {"SCRAM-SHA-256": "scram256", "SCRAM-SHA-512": "scram512"}[mechanism]
     done = subprocess.run([tansu_binary(), "user", "create", "--broker", f"tcp://{bootstrap}", "--mechanism", mech,

@@ -19,7 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.peers import free_port
+from harness.peers import free_port
 
 
 def spark_home() -> Path:

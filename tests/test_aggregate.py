@@ -6,7 +6,7 @@ which the aggregator holds as --peer-token-file; callers need the aggregator's o
 (connections with filters, order_by and limit; census rows merged with counts summed; brokers;
 upgrade readiness). Then one sidecar is stopped: answers are marked partial naming it (body and
 header) and /api/v1/peers shows it down; it is restarted on the same port and the answers are
-whole again. Every wait is a poll (tests.census.wait_for).
+whole again. Every wait is a poll (harness.census.wait_for).
 
 Needs root (live capture), as `make test` has on CI.
 """
@@ -22,8 +22,10 @@ from collections import Counter
 import pytest
 
 from exporter import aggregate_app
-from tests import peers
-from tests.census import Census, wait_for
+from harness import peers
+from harness.census import Census, wait_for
+
+pytestmark = pytest.mark.e2e  # kafka-census sidecars/aggregator (and Tansu)
 
 # The aggregator's OpenAPI models: every answer below is held to them (extra fields forbidden).
 MODELS = {"/api/v1/connections?": aggregate_app.AggConnectionList, "/api/v1/clients": aggregate_app.AggClientList,

@@ -33,10 +33,12 @@ from exporter import aggregate_merge as merge
 from exporter.aggregate_app import Aggregator, Peers, create_app as create_aggregate_app
 from exporter.api import create_app
 from exporter.auth import ApiToken
-from tests.census import CENSUS, Census, wait_for
-from tests.peers import free_port
+from harness.census import CENSUS, Census, wait_for
+from harness.peers import free_port
 from tests.test_aggregate import conforms
 from tests.test_api import build_registry
+
+pytestmark = pytest.mark.e2e  # kafka-census sidecars/aggregator (and Tansu)
 
 MIB = 1 << 20
 

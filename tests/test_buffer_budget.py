@@ -20,7 +20,7 @@ from capture.kafka import Desync, Kind, RequestSeen
 from capture.kafka.connection import DEFAULT_MAX_DECODED_FRAME
 from capture.listeners import ListenerMap
 from capture.packets import ACK, SYN
-from tests.kafka_frames import request_frame
+from harness.kafka_frames import request_frame
 from tests.test_hostile import Budget
 
 pytestmark = pytest.mark.slow  # fills the buffer budget with thousands of flows (a minute on 2 cores)

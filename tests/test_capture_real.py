@@ -38,8 +38,8 @@ from capture.pcapwriter import PcapWriter
 from capture.replay import replay
 from capture.sources import LiveCapture
 from exporter.registry import ConnectionRegistry
-from tests import oracles, peers
-from tests.census import wait_for
+from harness import oracles, peers
+from harness.census import wait_for
 from tests.test_golden import EXPECTED_IDENTITY
 
 pytestmark = pytest.mark.e2e  # real traffic, witnessed by tcpdump and tshark

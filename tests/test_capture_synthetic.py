@@ -36,7 +36,7 @@ from capture.listeners import ListenerMap
 from capture.replay import replay
 from capture.sources import CaptureError
 from exporter.registry import ConnectionRegistry
-from tests.kafka_frames import request_frame, response_frame, sized
+from harness.kafka_frames import request_frame, response_frame, sized
 from tests.synth import (
     AF_INET,
     BROKER,

@@ -23,6 +23,8 @@ import pytest
 from tests import synth
 from tests.test_capture_synthetic import full_conversation
 
+pytestmark = pytest.mark.e2e  # runs the kafka-census command
+
 SCRIPT = Path(sys.executable).parent / "kafka-census"
 # broker port -> the listener setting that alone matches it
 PORTS = {"default": 9092, "config": 9201, "env": 9202, "flag": 9203}

@@ -1,6 +1,6 @@
 """KafkaConnection state machine: each protocol rule and each bound, one test at least.
 
-Frames come from kio (tests/kafka_frames.py) wherever kio can encode them, so these tests do
+Frames come from kio (harness/kafka_frames.py) wherever kio can encode them, so these tests do
 not share an encoder with the code under test."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from capture.kafka import (
     TlsDetected,
 )
 from capture.kafka.headers import request_header_version, response_header_version
-from tests.kafka_frames import produce_v0_2, raw_request, request_frame, response_frame, sized
+from harness.kafka_frames import produce_v0_2, raw_request, request_frame, response_frame, sized
 
 C, B = Direction.FROM_CLIENT, Direction.FROM_BROKER
 PASSWORD = b"hunter2-Very-Secret"

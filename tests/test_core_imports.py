@@ -50,14 +50,19 @@ ROOT = CORE.parent.parent
 def test_exporter_takes_only_event_types_from_capture():
     """DESIGN.md: exporter imports capture's event types, never its internals (the generated
     API table is public reference data). The CLI is the composition root that wires packet
-    sources to the registry; gen_fingerprints.py is a development tool (`make regen`) that
-    decodes the recordings with the capture, and no serving module imports it."""
-    tools = {"cli.py", "gen_fingerprints.py"}
-    for path in (ROOT / "exporter").glob("*.py"):
+    sources to the registry: exporter/cli.py, the command modules of exporter/commands/ and
+    exporter/settings.py, which takes each default from the module that owns it.
+    gen_fingerprints.py is a development tool (`make regen`) that decodes the recordings with
+    the capture, and no serving module imports it."""
+    exporter = ROOT / "exporter"
+    root = {"cli.py", "settings.py", "gen_fingerprints.py"}
+    paths = sorted(exporter.rglob("*.py"))
+    assert any(p.parent.name == "commands" for p in paths), "exporter/commands/ not walked"
+    for path in paths:
         if path.name == "gen_fingerprints.py":
             continue
         assert "exporter.gen_fingerprints" not in _project_imports(path), path.name
-        if path.name in tools:
+        if path.name in root and path.parent == exporter or path.relative_to(exporter).parts[0] == "commands":
             continue
         capture = {m for m in _project_imports(path) if m.split(".")[0] == "capture"}
         assert capture <= {"capture.events", "capture.kafka.api_table"}, (path.name, capture)

@@ -7,7 +7,7 @@ b. The buffer bound (`memory_bound`) and the cases that pinned it. The fuzzing o
 c. Fuzz: the body, header, SASL and primitive readers return or raise `ProtocolError`, nothing else.
 d. Hostile size prefixes desync the direction, which then resyncs on the frames that follow.
 
-Frames are encoded by kio (tests/kafka_frames.py), independently of the core.
+Frames are encoded by kio (harness/kafka_frames.py), independently of the core.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from exporter.cli import build_parser
-from tests import peers
+from harness import peers
 
 pytestmark = pytest.mark.e2e  # the demo: brokers, sidecars, the aggregator, real clients
 

@@ -30,7 +30,7 @@ import pytest
 from capture.flows import FlowTracker
 from capture.listeners import ListenerMap
 from capture.sources import PcapFile
-from tests.kafka_frames import raw_request, sized
+from harness.kafka_frames import raw_request, sized
 from tests.synth import TcpConversation, write_pcap
 from tests.test_packet_loss import drop_every
 

@@ -508,7 +508,7 @@ def test_close_from_another_thread_while_writing(tmp_path):
 
 from exporter.eventlog import QueuedEventLog, encode_rollup  # noqa: E402
 from exporter.rollup import MAX_ACKS, MAX_PAIRS, Rollup, rolled  # noqa: E402
-from tests.census import wait_for  # noqa: E402
+from harness.census import wait_for  # noqa: E402
 
 ROLLUP_KEYS = ["schema", "type", "ts", "conn_id", "client_id", "requests", "responses", "acks", "folded"]
 

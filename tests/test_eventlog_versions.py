@@ -37,6 +37,8 @@ from exporter.eventlog import EventLog, QueuedEventLog, encode, encode_rollup, l
 from exporter.registry import ConnectionRegistry
 from exporter.rollup import rolled
 
+pytestmark = pytest.mark.spark
+
 HOST = "sidecar-1"
 NAME = f"events-20261121T222300Z-{HOST}-0000.ndjson"
 

@@ -17,9 +17,10 @@ import pytest
 import yaml
 
 from exporter.eventlog import SCHEMA_VERSION, list_logs, read_events
-from tests import peers, prom
-from tests.census import Census, wait_for
-from tests.kafka_frames import produce_v0_2, raw_request
+from harness import peers
+from tests import prom
+from harness.census import Census, wait_for
+from harness.kafka_frames import produce_v0_2, raw_request
 from tests.test_golden import EXPECTED_IDENTITY
 
 pytestmark = pytest.mark.e2e  # Tansu, kafka-census and Prometheus

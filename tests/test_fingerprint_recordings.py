@@ -28,7 +28,7 @@ from capture.events import (
 )
 from capture.listeners import ListenerMap
 from capture.replay import replay
-from tests import oracles
+from harness import oracles
 
 pytestmark = pytest.mark.e2e  # tshark decodes every recording
 

@@ -134,7 +134,7 @@ def test_a_fault_in_infer_is_counted_not_raised(monkeypatch):
     monkeypatch.setattr(registry_module, "_infer", broken)
     reg = old_java(ConnectionRegistry())
     assert reg.get("a")["identity_source"] == "api_versions_v0"
-    assert reg.snapshot().problems[("decode_error", "fingerprint")] == 1
+    assert reg.snapshot().decode_errors["fingerprint"] == 1
 
 
 def test_the_census_and_upgrade_readiness_name_the_inferred_client_with_min_compatible(calls):

@@ -8,7 +8,7 @@ bug in one of them: check it against ../shared/kafka-message-schemas/3.9-trunk/*
 
 Versions are discovered from kio's own package (`kio.schema.<api>.v<N>`), so a newer kio
 widens the coverage by itself. kio has no Produce v0-2: those are packed by hand in
-tests/kafka_frames.py. Field values come from hypothesis; example counts are kept small so
+harness/kafka_frames.py. Field values come from hypothesis; example counts are kept small so
 the whole file runs in a few seconds.
 """
 
@@ -45,7 +45,7 @@ from capture.kafka import (
     SaslHandshake,
     SaslIdentity,
 )
-from tests.kafka_frames import produce_v0_2, request_frame, response_frame, sized
+from harness.kafka_frames import produce_v0_2, request_frame, response_frame, sized
 
 C, B = Direction.FROM_CLIENT, Direction.FROM_BROKER
 UNSUPPORTED_VERSION, INVALID_REQUEST, SASL_AUTHENTICATION_FAILED = 35, 42, 58

@@ -1,4 +1,4 @@
-"""The test oracles themselves (tests/oracles.py) against real peers: tcpdump records a real
+"""The test oracles themselves (harness/oracles.py) against real peers: tcpdump records a real
 confluent-kafka session with Tansu on loopback, pcapy counts it, tshark decodes it.
 
 A missing tshark/tcpdump, or no permission to capture, is a failure with an install hint,
@@ -22,7 +22,7 @@ TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR.parent) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR.parent))
 
-from tests import oracles, peers  # noqa: E402
+from harness import oracles, peers  # noqa: E402
 
 CLIENT = "confluent-kafka"
 API_VERSIONS, METADATA, PRODUCE, FETCH = 18, 3, 0, 1
@@ -85,7 +85,7 @@ def test_tshark_splits_pdus_sharing_a_frame(tmp_path):
     from kio.schema.api_versions.v3.request import ApiVersionsRequest
     from scapy.all import IP, TCP, Ether, Raw, wrpcap
 
-    from tests.kafka_frames import raw_request, request_frame
+    from harness.kafka_frames import raw_request, request_frame
 
     a = request_frame(ApiVersionsRequest(client_software_name="sw,a", client_software_version="1.0,b"),
                       7, client_id="c,1")
@@ -148,7 +148,7 @@ def test_tcpdump_dies_with_a_killed_parent():
     """SIGKILL skips every finally: PR_SET_PDEATHSIG must still stop tcpdump (and survive
     tcpdump's privilege drop)."""
     script = ("import sys, time\n"
-              "from tests import oracles\n"
+              "from harness import oracles\n"
               f"with oracles.tcpdump_capture('lo', 'tcp port {peers.free_port()}', sys.argv[1]) as cap:\n"
               "    print(cap.pid, flush=True)\n"
               "    time.sleep(60)\n")

@@ -1,4 +1,4 @@
-"""Capture loss on a real capture: Tansu and the six real clients (tests/peers.py), recorded by
+"""Capture loss on a real capture: Tansu and the six real clients (harness/peers.py), recorded by
 tcpdump on loopback; then every k-th packet is dropped (k = 3, 7, 50) and the rest replayed.
 
 Per connection (keyed by client port), against the lossless replay of the same file:
@@ -26,7 +26,7 @@ from capture.listeners import ListenerMap
 from capture.packets import FIN, segment_parser
 from capture.replay import replay
 from exporter.registry import ConnectionRegistry
-from tests.kafka_frames import raw_request, sized
+from harness.kafka_frames import raw_request, sized
 from tests.synth import TcpConversation, write_pcap
 
 IDENTITY = ("client_id", "client_software_name", "client_software_version")

@@ -42,8 +42,10 @@ import pytest
 from capture import events as ev
 from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4
 from exporter.eventlog import EventLog, QueuedEventLog, encode, parse_line, read_events
-from tests import peers
+from harness import peers
 from tests.test_exporter_e2e import Exporter, old_and_odd_clients
+
+pytestmark = pytest.mark.spark
 
 CENSUS = Path(sys.executable).parent / "kafka-census"
 KEY = ("client_software_name", "client_software_version", "client_id", "principal", "client_address", "listener",

@@ -33,7 +33,9 @@ from exporter.rollup import rolled  # noqa: E402
 from pipeline import events as pev  # noqa: E402
 from pipeline import pcaps  # noqa: E402
 from pipeline.cli import InputError, build_parser  # noqa: E402
-from tests import oracles, peers  # noqa: E402
+from harness import oracles, peers  # noqa: E402
+
+pytestmark = pytest.mark.spark
 
 
 def replayed(path, port, since=None) -> tuple[list[dict], object]:

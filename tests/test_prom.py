@@ -21,7 +21,8 @@ TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR.parent) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR.parent))
 
-from tests import peers, prom  # noqa: E402
+from harness import peers
+from tests import prom  # noqa: E402
 
 
 def _require(binary) -> None:

@@ -38,7 +38,7 @@ from capture.replay import replay
 from exporter.metrics import CensusCollector
 from exporter.registry import ConnectionRegistry
 from tests import synth
-from tests.kafka_frames import request_frame, response_frame, sized
+from harness.kafka_frames import request_frame, response_frame, sized
 
 C, B = Direction.FROM_CLIENT, Direction.FROM_BROKER
 SCRIPT = Path(sys.executable).parent / "kafka-census"

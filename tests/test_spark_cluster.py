@@ -22,6 +22,8 @@ import pytest
 from tests.spark_cluster import standalone_cluster
 from tests.test_pipeline import CliRun, write_fleet
 
+pytestmark = pytest.mark.spark  # and a standalone cluster
+
 CENSUS = Path(sys.executable).parent / "kafka-census"
 BARE_PYTHON = getattr(sys, "_base_executable", None) or sys.executable
 FINGERPRINT_PCAPS = Path(__file__).resolve().parent / "fixtures" / "fingerprints"

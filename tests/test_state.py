@@ -526,8 +526,9 @@ def _cli(*args, env=None):
                           stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.e2e  # the real kafka-census command
 def test_cli_state_file_errors(tmp_path):
-    from tests.peers import free_port
+    from harness.peers import free_port
 
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")

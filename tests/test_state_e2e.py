@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from exporter.state import FORMAT
-from tests import peers
-from tests.census import Census, wait_for
+from harness import peers
+from harness.census import Census, wait_for
+
+pytestmark = pytest.mark.e2e  # kafka-census sidecars/aggregator (and Tansu)
 
 SOFTWARE = ("kafka-python", "3.0.12")
 CLIENT_ID = "census-restart"

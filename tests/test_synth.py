@@ -13,7 +13,7 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 
-from tests.kafka_frames import request_frame, sized
+from harness.kafka_frames import request_frame, sized
 from tests.synth import (
     BROKER,
     CLIENT,

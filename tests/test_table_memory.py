@@ -35,7 +35,7 @@ from capture.packets import ACK, PSH, RST, SYN
 from capture.kafka.events import ClientSoftware, RequestSeen
 from exporter.metrics import CensusCollector
 from exporter.registry import API_TABLE, ConnectionRegistry
-from tests.kafka_frames import sized
+from harness.kafka_frames import sized
 from tests.test_hostile import api_versions_v3_response, compact_string, metadata_request, opaque_response
 
 pytestmark = pytest.mark.slow  # measures memory at full table sizes (minutes on 2 cores)
@@ -137,7 +137,7 @@ def run(with_registry: bool) -> dict[str, int]:
         closed = traced() - base
         assert not tracker.flows and counter.closed == N and len(tracker._tombstones) == N
         if with_registry:
-            assert not registry.open and len(registry.records("closed")) == N
+            assert not registry.open and len(registry.connections("closed")) == N
         return {"opened": opened, "closed": closed, "tracker_buffered": tracker.buffered}
     finally:
         tracemalloc.stop()

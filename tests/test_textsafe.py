@@ -30,9 +30,10 @@ from capture.proxy import subject_name
 from exporter.cli import configure_logging, print_connections
 from exporter.registry import ConnectionRegistry
 from exporter.textsafe import visible
-from tests import peers, synth
-from tests.census import Census
-from tests.kafka_frames import request_frame, response_frame
+from harness import peers
+from tests import synth
+from harness.census import Census
+from harness.kafka_frames import request_frame, response_frame
 
 REPO = Path(__file__).resolve().parent.parent
 

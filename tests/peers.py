@@ -1,8 +1,0 @@
-"""The old name of harness/peers.py (moved there so that bench/ can share it without importing
-tests/): the same module object, so test modules may import either name."""
-
-import sys
-
-from harness import peers
-
-sys.modules[__name__] = peers
