@@ -16,11 +16,9 @@ import pytest
 
 pytestmark = pytest.mark.e2e  # Tansu and the six real clients
 
-TESTS_DIR = Path(__file__).resolve().parent
-if str(TESTS_DIR) not in sys.path:
-    sys.path.insert(0, str(TESTS_DIR))
+from harness import peers  # noqa: E402
 
-import peers  # noqa: E402
+TESTS_DIR = Path(__file__).resolve().parent
 
 from capture.kafka import ClientSoftware, DecodeError, Desync  # noqa: E402
 from tests.test_golden import EXPECTED_IDENTITY, decode  # noqa: E402
