@@ -111,7 +111,7 @@ def load_input(spark, args, out: str, progress, when_empty: str):
     from pipeline import events as ev
 
     started = time.perf_counter()
-    facts = ev.facts(ev.read(spark, args.input, args.since, args.until)).cache()
+    facts = ev.facts(ev.read(spark, args.input, args.since, args.until, progress)).cache()
     n_events, n_bad, first, last = ev.counts(facts)
     progress(f"read {n_events} events, {n_bad} lines quarantined ({time.perf_counter() - started:.1f} s)")
     if n_bad:
@@ -135,7 +135,7 @@ def run_tables(spark, args) -> dict:
         raise UsageError(f"--target {args.target!r} is not known; known: {', '.join(jobs.TARGETS)}")
     started = time.perf_counter()
     facts, n_events, n_bad, _ = load_input(spark, args, args.output, progress, "the outputs are empty")
-    conns = ev.connections(facts).cache()
+    conns = jobs.by_day(ev.connections(facts)).cache()
     reqs = ev.requests(facts).cache()
     if args.job == "inventory":
         table = jobs.inventory(conns, reqs)

@@ -253,8 +253,8 @@ def in_window(files: list[str], since: float | None, until: float | None) -> lis
     return sorted(keep)
 
 
-def read(spark: SparkSession, paths: list[str], since: float | None = None,
-         until: float | None = None) -> DataFrame:
+def read(spark: SparkSession, paths: list[str], since: float | None = None, until: float | None = None,
+         progress=None) -> DataFrame:
     """Every line of the event logs under `paths` (files or directories; any Hadoop URI), parsed
     by Spark's JSON reader in the JVM: one row per event of a used type within [since, until)
     (EVENT_SCHEMA's columns, `why` null) or per quarantined line (`why` the reason, `file` and
@@ -265,7 +265,10 @@ def read(spark: SparkSession, paths: list[str], since: float | None = None,
     its type). Spark's reader is lenient in two ways Python's json is not: a number or object
     where a string belongs is read as its JSON text, and text after a line's closing brace is
     ignored."""
-    files = in_window(_files(spark, paths), since, until)
+    listed = _files(spark, paths)
+    files = in_window(listed, since, until)
+    if progress is not None and (since is not None or until is not None):
+        progress(f"reading {len(files)} of {len(listed)} files (the others' names are outside --since/--until)")
     columns = [*EVENT_SCHEMA.fields, T.StructField("why", _STR), T.StructField("file", _STR),
                T.StructField("line", _STR)]
     if not files:

@@ -10,7 +10,9 @@ Definitions (the README repeats them):
 - a *client* is (client_software_name, client_software_version, client_id, principal,
   client_address, listener, broker): one inventory row;
 - *distinct clients* in `adoption` are distinct (client_id, principal, client_address) per day;
-- a day is the UTC date of a connection's first_seen;
+- a day is the UTC date of a connection's first_seen: the CLI's tables have a row per day
+  (`by_day`) and are written partitioned by it; without a `day` column on the connections a
+  table covers the whole input (the report's);
 - a missing software name/version is "unknown", as on the exporter's metrics.
 """
 
@@ -28,6 +30,21 @@ CLIENT_KEY = ["client_software_name", "client_software_version", "client_id", "p
               "listener", "broker"]
 
 
+def day_of(ts):
+    """The UTC date of epoch seconds `ts`, whatever the session time zone says."""
+    return F.date_from_unix_date(F.floor(ts / 86400).cast("int"))
+
+
+def by_day(conns: DataFrame) -> DataFrame:
+    """`conns` with `day`, the UTC date of each connection's first_seen: every table over them
+    then has a row per day (the CLI writes them partitioned by day)."""
+    return conns.withColumn("day", day_of(F.col("first_seen")))
+
+
+def _days(df: DataFrame) -> list[str]:
+    return ["day"] if "day" in df.columns else []
+
+
 def _labelled(conns: DataFrame) -> DataFrame:
     return (conns.withColumn("client_software_name", F.coalesce("client_software_name", F.lit(UNKNOWN)))
             .withColumn("client_software_version", F.coalesce("client_software_version", F.lit(UNKNOWN))))
@@ -43,7 +60,7 @@ def inventory(conns: DataFrame, reqs: DataFrame) -> DataFrame:
     # Joined on the connection key (never null); the client key may hold nulls (no principal),
     # which group by treats as equal, as a join would not.
     rows = _labelled(conns).join(per_conn, ["source", "conn_id"], "left")
-    return (rows.groupBy(CLIENT_KEY).agg(
+    return (rows.groupBy(*CLIENT_KEY, *_days(conns)).agg(
                 F.min("first_seen").alias("first_seen_ts"), F.max("last_seen").alias("last_seen_ts"),
                 F.count(F.lit(1)).alias("connections"),
                 F.array_sort(F.array_distinct(F.flatten(F.collect_list(
@@ -52,13 +69,11 @@ def inventory(conns: DataFrame, reqs: DataFrame) -> DataFrame:
             .withColumn("first_seen", F.timestamp_seconds("first_seen_ts"))
             .withColumn("last_seen", F.timestamp_seconds("last_seen_ts"))
             .drop("first_seen_ts", "last_seen_ts")
-            .orderBy(*CLIENT_KEY))
+            .orderBy(*_days(conns), *CLIENT_KEY))
 
 
 def adoption(conns: DataFrame) -> DataFrame:
-    # Days since the epoch, so the UTC day whatever the session time zone says.
-    conns = _labelled(conns).withColumn(
-        "day", F.date_from_unix_date(F.floor(F.col("first_seen") / 86400).cast("int")))
+    conns = _labelled(conns if "day" in conns.columns else by_day(conns))
     client = F.concat_ws("\u0000", F.coalesce("client_id", F.lit("")), F.coalesce("principal", F.lit("")),
                          F.coalesce("client_address", F.lit("")))
     return (conns.groupBy("day", "client_software_name", "client_software_version")
@@ -67,11 +82,12 @@ def adoption(conns: DataFrame) -> DataFrame:
 
 
 def api_usage(conns: DataFrame, reqs: DataFrame) -> DataFrame:
-    conns = _labelled(conns).select("source", "conn_id", "client_software_name", "client_software_version")
+    days = _days(conns)
+    conns = _labelled(conns).select("source", "conn_id", "client_software_name", "client_software_version", *days)
     return (reqs.join(conns, ["source", "conn_id"])
-            .groupBy("api_key", "api", "api_version", "client_software_name", "client_software_version")
+            .groupBy(*days, "api_key", "api", "api_version", "client_software_name", "client_software_version")
             .agg(F.sum("requests").alias("requests"))
-            .orderBy("api_key", "api_version", "client_software_name", "client_software_version"))
+            .orderBy(*days, "api_key", "api_version", "client_software_name", "client_software_version"))
 
 
 def _removed_table(spark: SparkSession, target: str) -> DataFrame:
@@ -91,13 +107,14 @@ def upgrade_readiness(spark: SparkSession, conns: DataFrame, reqs: DataFrame, ta
     version, with its request count and the lowest version the target accepts (null when the
     target removed the api entirely)."""
     removed = F.broadcast(_removed_table(spark, target))
-    conns = _labelled(conns).select("source", "conn_id", *CLIENT_KEY, "first_seen", "last_seen")
+    days = _days(conns)
+    conns = _labelled(conns).select("source", "conn_id", *CLIENT_KEY, "first_seen", "last_seen", *days)
     return (reqs.join(removed, ["api_key", "api_version"]).join(conns, ["source", "conn_id"])
-            .groupBy(*CLIENT_KEY, "api_key", "api", "api_version", "minimum_version")
+            .groupBy(*CLIENT_KEY, *days, "api_key", "api", "api_version", "minimum_version")
             .agg(F.sum("requests").alias("requests"), F.count(F.lit(1)).alias("connections"),
                  F.timestamp_seconds(F.max("last_seen")).alias("last_seen"))
             .withColumn("target", F.lit(target))
-            .orderBy(*CLIENT_KEY, "api_key", "api_version"))
+            .orderBy(*days, *CLIENT_KEY, "api_key", "api_version"))
 
 
 BY_SOFTWARE_KEY = ["software_name", "software_version", "identity_source", "client_id", "principal"]
@@ -113,12 +130,13 @@ def readiness_by_software(spark: SparkSession, idents: DataFrame, reqs: DataFram
     with the target (min_compatible), the inference's confidence and evidence (of the group's
     first connection)."""
     removed = F.broadcast(_removed_table(spark, target))
+    key = [*BY_SOFTWARE_KEY, *_days(idents)]
     announced = F.col("identity_source") == "announced"
     named = (idents.withColumn("software_name", F.when(announced, F.col("client_software_name"))
                                .otherwise(F.col("inferred_software_name")))
              .withColumn("software_version", F.when(announced, F.col("client_software_version"))
                          .otherwise(F.col("inferred_version_range")))
-             .select("source", "conn_id", *BY_SOFTWARE_KEY, "listener", "first_seen", "last_seen",
+             .select("source", "conn_id", *key, "listener", "first_seen", "last_seen",
                      "inferred_confidence", "min_compatible", "evidence"))
     used = (reqs.join(removed, ["api_key", "api_version"])
             .withColumn("api_used", F.concat_ws(" v", "api", F.col("api_version").cast("string")))
@@ -128,8 +146,8 @@ def readiness_by_software(spark: SparkSession, idents: DataFrame, reqs: DataFram
     first = F.struct("first_seen", "source", "conn_id")
     # Group keys as one JSON string each: they hold nulls (no principal, no name), which a join
     # would not match.
-    named = (named.withColumn("_k", F.to_json(F.struct(*BY_SOFTWARE_KEY)))
-             .withColumn("_kl", F.to_json(F.struct(*BY_SOFTWARE_KEY, "listener"))))
+    named = (named.withColumn("_k", F.to_json(F.struct(*key)))
+             .withColumn("_kl", F.to_json(F.struct(*key, "listener"))))
     # connections: all of the group's on each listener where it used a removed version (the REST
     # API's total_connections: its census rows are per listener), not only those that used one
     per_listener = named.groupBy("_k", "_kl").agg(F.countDistinct("source", "conn_id").alias("n"))
@@ -137,7 +155,7 @@ def readiness_by_software(spark: SparkSession, idents: DataFrame, reqs: DataFram
     sizes = (offending.select("_kl").distinct().join(per_listener, "_kl")
              .groupBy("_k").agg(F.sum("n").alias("connections")))
     return (offending
-            .groupBy(*BY_SOFTWARE_KEY, "_k")
+            .groupBy(*key, "_k")
             .agg(F.array_sort(F.collect_set("listener")).alias("listeners"),
                  F.sum("requests").alias("requests"),
                  F.array_sort(F.collect_set("api_used")).alias("removed_apis"),
@@ -147,17 +165,25 @@ def readiness_by_software(spark: SparkSession, idents: DataFrame, reqs: DataFram
                  F.min_by("evidence", first).alias("evidence"),
                  F.timestamp_seconds(F.max("last_seen")).alias("last_seen"))
             .join(sizes, "_k").drop("_k")
-            .select(*BY_SOFTWARE_KEY, "listeners", "connections", "requests", "removed_apis", "minimum_versions",
+            .select(*key, "listeners", "connections", "requests", "removed_apis", "minimum_versions",
                     "min_compatible", "inferred_confidence", "evidence", "last_seen")
             .withColumn("target", F.lit(target))
-            .orderBy(*BY_SOFTWARE_KEY))
+            .orderBy(*key))
 
 
 def write_table(df: DataFrame, out_dir: str, name: str) -> int:
     """`out_dir/name/` as Parquet and `out_dir/name.csv/` as one CSV part with a header (arrays
-    joined with ';'). Returns the row count."""
+    joined with ';'). Returns the row count.
+
+    A table with a `day` column is written partitioned by it (`name/day=2026-11-20/`), and only
+    the days it holds are replaced: re-running one day (--since/--until) leaves the others as
+    they were. The CSV holds this run's rows only."""
     df = df.cache()
-    df.write.mode("overwrite").parquet(f"{out_dir}/{name}")
+    if "day" in df.columns:
+        (df.write.mode("overwrite").option("partitionOverwriteMode", "dynamic").partitionBy("day")
+         .parquet(f"{out_dir}/{name}"))
+    else:
+        df.write.mode("overwrite").parquet(f"{out_dir}/{name}")
     flat = df.select([F.concat_ws(";", F.col(f.name)).alias(f.name) if isinstance(f.dataType, T.ArrayType)
                       else F.col(f.name) for f in df.schema.fields])
     # RFC 4180 quoting: Spark's default escape character, a backslash, would double every

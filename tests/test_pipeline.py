@@ -29,12 +29,13 @@ import math
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -375,6 +376,14 @@ def utc_day(ts: float):
     return datetime.fromtimestamp(ts, timezone.utc).date()
 
 
+def oracle_inventory_by_day(conns: dict[tuple, Conn]) -> dict[tuple, tuple]:
+    """The CLI's inventory: a row per client and UTC day of its connections' first_seen."""
+    days: dict = defaultdict(dict)
+    for k, c in conns.items():
+        days[utc_day(c.first_seen)][k] = c
+    return {(*key, day): row for day, group in days.items() for key, row in oracle_inventory(group).items()}
+
+
 def oracle_adoption(conns: dict[tuple, Conn]) -> dict[tuple, tuple]:
     connections: Counter = Counter()
     clients: dict[tuple, set] = defaultdict(set)
@@ -414,8 +423,8 @@ def oracle_upgrade_readiness(conns: dict[tuple, Conn]) -> dict[tuple, tuple]:
 class CliRun:
     """`kafka-census pipeline ARGS` as a subprocess; `result()` waits for it."""
 
-    def __init__(self, tmp: Path, name: str, args: list[str]) -> None:
-        self.out_dir = tmp / f"{name}-out"
+    def __init__(self, tmp: Path, name: str, args: list[str], out_dir: Path | None = None) -> None:
+        self.out_dir = out_dir or tmp / f"{name}-out"
         self._stdout = open(tmp / f"{name}.stdout", "w+")
         self._stderr = open(tmp / f"{name}.stderr", "w+")
         env = dict(os.environ, KAFKA_CENSUS_SHUFFLE_PARTITIONS="2")
@@ -766,20 +775,23 @@ def test_cli_full_job_writes_parquet_csv_and_a_summary(cli_runs, spark, fleet, b
     summary = json.loads(out.strip().splitlines()[-1])
     recs = records(fleet, bad_dir, lenient=True)
     window = [r for _, r in recs if r["type"] in USED_TYPES and SINCE_TS <= r["ts"] < UNTIL_TS]
-    expected = oracle_inventory(oracle_connections(recs, SINCE_TS, UNTIL_TS))
+    expected = oracle_inventory_by_day(oracle_connections(recs, SINCE_TS, UNTIL_TS))
     assert summary == {"job": "inventory", "events": len(window), "quarantined_lines": len(BAD_LINES),
                        "rows": len(expected), "output": str(run.out_dir)}
+    # Partitioned by day: a directory per UTC day of the window's connections
+    days = sorted(p.name for p in (run.out_dir / "inventory").glob("day=*"))
+    assert days == sorted({f"day={k[-1]}" for k in expected}) and len(days) >= 2
     parquet = _as_micros(spark.read.parquet(str(run.out_dir / "inventory"))).collect()
-    assert {tuple(r[:7]): (r.first_seen, r.last_seen, r.connections, r.apis_used, r.requests)
+    assert {(*r[:7], r.day): (r.first_seen, r.last_seen, r.connections, r.apis_used, r.requests)
             for r in parquet} == expected
     (csv_part,) = (run.out_dir / "inventory.csv").glob("part-*.csv")
     lines = csv_part.read_text().splitlines()
     assert lines[0] == ("client_software_name,client_software_version,client_id,principal,client_address,"
-                        "listener,broker,connections,apis_used,requests,first_seen,last_seen")
+                        "listener,broker,day,connections,apis_used,requests,first_seen,last_seen")
     assert len(lines) == 1 + len(expected)
     with open(csv_part, newline="") as f:  # null is an empty field; arrays are joined with ';'
-        got = {tuple(row[c] or None for c in KEY): (int(row["connections"]), row["apis_used"], int(row["requests"]))
-               for row in csv.DictReader(f)}
+        got = {(*(row[c] or None for c in KEY), date.fromisoformat(row["day"])):
+               (int(row["connections"]), row["apis_used"], int(row["requests"])) for row in csv.DictReader(f)}
     assert got == {k: (v[2], ";".join(v[3]), v[4]) for k, v in expected.items()}
     assert "pipeline: read" in err and "inventory:" in err
 
@@ -816,12 +828,51 @@ def test_cli_empty_input_gives_empty_outputs_and_a_warning(cli_runs, spark):
     assert json.loads(out.strip().splitlines()[-1]) == {"job": "adoption", "events": 0, "quarantined_lines": 0,
                                                          "rows": 0, "output": str(run.out_dir)}
     assert "warning: no events in the input" in err
-    table = spark.read.parquet(str(run.out_dir / "adoption"))
-    assert table.count() == 0
-    assert table.columns == ["day", "client_software_name", "client_software_version", "connections",
-                             "distinct_clients"]
+    # partitioned by day and no day in the input: no partition written (Spark cannot infer the
+    # schema of such a table; the CSV's header names the columns)
+    assert (run.out_dir / "adoption").is_dir() and not list((run.out_dir / "adoption").glob("day=*"))
     csv = "".join(p.read_text() for p in (run.out_dir / "adoption.csv").glob("part-*.csv"))
     assert csv.splitlines() == ["day,client_software_name,client_software_version,connections,distinct_clients"]
+
+
+def test_cli_rerunning_a_day_replaces_only_that_day(cli_runs, spark, tmp, fleet):
+    """Re-running one day (--since/--until) into an existing output replaces that day's partition
+    and leaves the others as they were; the run reads only the files whose names can hold it."""
+    from pyspark.sql import functions as F
+
+    code, _, err = cli_runs["full"].result()
+    assert code == 0, err
+    out = tmp / "rerun-out"
+    shutil.copytree(cli_runs["full"].out_dir, out)
+    before = {p.name: sorted(f.name for f in p.iterdir()) for p in (out / "inventory").glob("day=*")}
+    day = utc_day(SINCE_TS)  # the window's first day, of which the full run saw only a part
+    one_host = [p for p in log_files(fleet) if "broker-1" in p.name]
+    since, until = datetime.combine(day, datetime.min.time(), timezone.utc), None
+    until = since + timedelta(days=1)
+    run = CliRun(tmp, "rerun", ["inventory", "--input", *map(str, one_host), "--since", since.isoformat(),
+                                "--until", until.isoformat()], out_dir=out)
+    try:
+        code, _, err = run.result()
+    finally:
+        run.stop()
+    assert code == 0, err
+    read, total = map(int, re.search(r"reading (\d+) of (\d+) files", err).groups())
+    inside = [p for p in one_host if since.timestamp() <= pev_started(p) < until.timestamp()]
+    assert total == len(one_host) and len(inside) <= read < total, (read, total, len(inside))
+    after = {p.name: sorted(f.name for f in p.iterdir()) for p in (out / "inventory").glob("day=*")}
+    assert set(after) == set(before)
+    assert all(after[d] == before[d] for d in before if d != f"day={day}")  # untouched: the same files
+    got = _as_micros(spark.read.parquet(str(out / "inventory")).where(F.col("day") == day)).collect()
+    recs = [(src, r) for src, r in records(fleet) if src == "broker-1"]
+    expected = oracle_inventory(oracle_connections(recs, since.timestamp(), until.timestamp()))
+    assert {tuple(r[:7]): (r.first_seen, r.last_seen, r.connections, r.apis_used, r.requests) for r in got} == expected
+    assert {r[5] for r in got} and all(k[0] for k in expected)
+
+
+def pev_started(path: Path) -> float:
+    from pipeline import events as pev
+
+    return pev.started_at(path.name)
 
 
 def test_cli_missing_input_is_a_clear_error(cli_runs, tmp):
