@@ -261,9 +261,9 @@ def generate(n_events: int, seed: int) -> tuple[Path, dict, bool]:
 # Canonical rows (both sides) and the baseline
 
 INVENTORY_COLUMNS = ("client_software_name", "client_software_version", "client_id", "principal", "client_address",
-                     "listener", "broker", "connections", "apis_used", "requests", "first_seen", "last_seen")
+                     "listener", "broker", "day", "connections", "apis_used", "requests", "first_seen", "last_seen")
 READINESS_COLUMNS = ("client_software_name", "client_software_version", "client_id", "principal", "client_address",
-                     "listener", "broker", "api_key", "api", "api_version", "minimum_version", "requests",
+                     "listener", "broker", "day", "api_key", "api", "api_version", "minimum_version", "requests",
                      "connections", "last_seen", "target")
 COLUMNS = {"inventory": INVENTORY_COLUMNS, "upgrade-readiness": READINESS_COLUMNS}
 
@@ -347,7 +347,9 @@ def _baseline_connections(files: list[Path]):
 
 
 def _client_key(c: list) -> tuple:
-    return (c[5][1] or "unknown", c[5][2] or "unknown", c[6][1], c[7][1], c[2], c[4], c[3])
+    """The client and the UTC day of the connection's first_seen: the CLI's tables are by day."""
+    day = datetime.fromtimestamp(c[0], timezone.utc).date().isoformat()
+    return (c[5][1] or "unknown", c[5][2] or "unknown", c[6][1], c[7][1], c[2], c[4], c[3], day)
 
 
 def _micros(ts: float) -> int:
@@ -427,6 +429,7 @@ def child(master: str, job: str, input_dir: str, out_dir: str) -> None:
     seconds = time.perf_counter() - t1
     table = spark.read.parquet(f"{out_dir}/{job.replace('-', '_')}")
     table = table.select([F.unix_micros(f.name).alias(f.name) if isinstance(f.dataType, T.TimestampType)
+                          else F.col(f.name).cast("string").alias(f.name) if isinstance(f.dataType, T.DateType)
                           else F.col(f.name) for f in table.schema.fields]).select(*COLUMNS[job])
     rows = [tuple(list(v) if isinstance(v, list) else v for v in r) for r in table.collect()]
     jvm_peak = _peak_rss(spark.sparkContext._gateway.proc.pid)

@@ -102,8 +102,10 @@ def identities(facts: DataFrame, conns: DataFrame, reqs: DataFrame, window: floa
     df = (conns.join(per_conn.drop("answer_ts", "broker_max"), key, "left").join(seen, key, "left")
           .join(counts, key, "left").join(answers, ["source", "listener", "broker"], "left"))
     unannounced = F.col("client_software_name").isNull()
+    # Cached: the sibling searches below read it three times, and planning that many copies of
+    # the joins above (and running the fingerprint UDF again for each) cost more than the data.
     df = df.withColumn("own", F.when(unannounced & (F.coalesce("mid_stream", F.lit(0)) == 0), _infer_udf(
-        "logged_first", "seen", "counts", "avv", "client_id", "broker_max")))
+        "logged_first", "seen", "counts", "avv", "client_id", "broker_max"))).cache()
 
     client = ["source", "client_address", "client_id"]
     me = df.select(*key, *client, "first_seen", "last_seen")
