@@ -1,20 +1,26 @@
-"""Event logs into Spark: parse, quarantine what cannot be parsed, and model connections.
+"""Event logs into Spark: parse in the JVM, quarantine what cannot be read, and reduce the
+events once to the facts every job reads.
 
-Owns `load_events` (NDJSON lines -> a DataFrame of the fields the jobs use, plus a quarantine
-DataFrame of the lines that failed, each with its file and reason) and `connections` (one row
-per connection: who, where, identity, first/last seen) and `requests` (per connection, api and
-version, a count). Parsing runs in the executors with `exporter.eventlog.parse_line`, the same
-reader the exporter's tests use, so the pipeline and the writer cannot disagree on the format.
-Imports pyspark, `exporter.eventlog` and the generated API table; nothing imports `pipeline`.
-The fields `pipeline.identity` names unannounced clients from (issue 15) are read here too:
-ConnectionOpened's mid_stream, a ConnectionRollup's first_requests, an ApiVersionsAnswer's
-maxima (`broker_max`).
+Owns `read` (NDJSON lines -> one row per event of a used type (EVENT_SCHEMA) or per quarantined
+line, through Spark's JSON reader with an explicit schema: no Python per line), `in_window`
+(which files `--since/--until` read, by their names), `facts` (the rows grouped once by every
+value a job reads: a small table the CLI caches), and over the facts `connections` (one row per
+connection: who, where, identity, first/last seen), `requests` (per connection, api and
+version, a count), `connection_facts` (what `pipeline.identity` reads: mid_stream, the first
+ApiVersions version, a rollup's first_requests, the broker's maxima), `counts` and
+`quarantine`. Imports pyspark, `exporter.eventlog` (the schema versions) and the generated API
+table; nothing imports `pipeline`.
+
+The checks are those of `exporter.eventlog.parse_line` (a JSON object, a known schema version,
+type, ts and conn_id), as Spark expressions, plus the shapes of the request arrays; a line that
+fails them is quarantined with its file, reason and text. Spark's reader is more lenient than
+Python's json in two ways (a number or object where text belongs reads as its JSON text; text
+after the closing brace is ignored), and names no field when a value has the wrong type.
 
 Both schema versions are read, and give the same tables for the same traffic (tests/
 test_eventlog_versions.py): requests are counted from a schema 1 log's RequestSeen lines (one
 per request) or RequestTally runs (what the serving commands wrote in tally mode), and from a
-schema 2 log's ConnectionRollup deltas; each becomes one row whose `requests` array holds
-(api_key, api_name, api_version, n). A connection's last_seen is its latest record of a used
+schema 2 log's ConnectionRollup deltas. A connection's last_seen is its latest record of a used
 type, traffic included (a ResponseSeen, a tally's or rollup's `ts`: the latest request or
 response it counted). `--since/--until` cut a rollup at its `ts`, so at the rollup interval.
 
@@ -24,7 +30,6 @@ A connection is keyed by (source, conn_id): `source` is the event log file's hos
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from datetime import datetime, timezone
@@ -310,16 +315,6 @@ def schema_mismatch(quarantine: DataFrame) -> str | None:
             f"{' and '.join(map(str, READABLE_SCHEMAS))} (upgrade kafka-census to read newer logs)")
 
 
-def within(events: DataFrame, since: float | None, until: float | None) -> DataFrame:
-    if since is not None:
-        events = events.filter(F.col("ts") >= since)
-    if until is not None:
-        events = events.filter(F.col("ts") < until)
-    return events
-
-
-_ENTRY = T.StructType([T.StructField("api_key", _INT), T.StructField("api_name", _STR),
-                       T.StructField("api_version", _INT), T.StructField("n", _LONG)])
 # What tells a connection's records apart for the jobs: `facts` groups by these. Every value a
 # job reads is here, so the aggregation's buffers hold numbers only and Spark hashes instead of
 # sorting (a string or struct buffer makes it sort every row).
@@ -428,7 +423,3 @@ def requests(facts: DataFrame, first: bool = False) -> DataFrame:
             .withColumn("api", F.coalesce("api", F.element_at(_api_names(), F.col("api_key")),
                                           F.concat(F.lit("api_"), F.col("api_key").cast("string"))))
             .drop(*(() if first else ("first_request",))))
-
-
-def summary_line(name: str, df_count: int, quarantined: int) -> str:
-    return json.dumps({"job": name, "rows": df_count, "quarantined_lines": quarantined})
