@@ -221,7 +221,7 @@ def main(argv=None) -> int:
     out = args.out or RESULTS / f"core_decode-{hot_path}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
-        "bench": "core_decode", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "bench": "core_decode", "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine, "hot_path": hot_path, "native_modules": capture.native_modules(),
         "passes": args.repeat, "requests": args.requests, "handshakes": args.handshakes,
         "loadavg_at_start": os.getloadavg()[0], "unit": "per second, best pass", "rows": rows,

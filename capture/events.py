@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capture.kafka.events import (  # re-exported: this module is the contract
+    LATENCY_BUCKETS,
     NEED_DATA,
     ApiVersionsAnswer,
     ClientSoftware,
@@ -25,11 +26,10 @@ from capture.kafka.events import (  # re-exported: this module is the contract
     Event,
     GroupSeen,
     ProduceAcks,
-    LATENCY_BUCKETS,
     RequestSeen,
     RequestTally,
-    Resynced,
     ResponseSeen,
+    Resynced,
     SaslHandshake,
     SaslIdentity,
     TlsDetected,

@@ -119,7 +119,7 @@ class ListenerMap:
             raise ValueError("no listener given")
 
     @classmethod
-    def parse(cls, specs) -> "ListenerMap":
+    def parse(cls, specs) -> ListenerMap:
         return cls([parse_listener(s) for s in (specs or [DEFAULT_LISTENER])])
 
     def __iter__(self):

@@ -633,7 +633,7 @@ class Proxy:
                 try:
                     await loop.connect_accepted_socket(lambda: client, sock, ssl=server_ctx,
                                                        ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
-                except (OSError, ssl.SSLError, ConnectionError, asyncio.TimeoutError) as exc:
+                except (TimeoutError, OSError, ssl.SSLError, ConnectionError) as exc:
                     # Both loops close the transport, and with it the socket, when the handshake fails.
                     log.debug("TLS handshake from %s failed: %s", conn.id, _reason(exc))
                     conn.fail("tls_handshake_failed")
@@ -652,7 +652,7 @@ class Proxy:
             except ConnectionRefusedError:
                 conn.fail("upstream_refused")
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 conn.fail("upstream_timeout")
                 return
             except ssl.SSLError as exc:

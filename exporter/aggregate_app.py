@@ -28,9 +28,10 @@ import re
 import socket
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Annotated, Callable, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Literal
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -42,10 +43,28 @@ from pydantic import Field
 from starlette.routing import Route
 
 from exporter import aggregate_merge as merge
-from exporter.api import (API_PREFIX, OPEN_PATHS, Broker, BrokerList, Client, ClientList,
-                          ClientUsingRemoved, ConnectionList, ConnectionQuery, ConnectionUsingRemoved, Error,
-                          SoftwareUsingRemoved, Status, UpgradeReadiness, AsgiEndpoint, BrowserSafeHeaders,
-                          client_query, connection_query, document_bearer, upgrade_target)
+from exporter.api import (
+    API_PREFIX,
+    OPEN_PATHS,
+    AsgiEndpoint,
+    Broker,
+    BrokerList,
+    BrowserSafeHeaders,
+    Client,
+    ClientList,
+    ClientUsingRemoved,
+    ConnectionList,
+    ConnectionQuery,
+    ConnectionUsingRemoved,
+    Error,
+    SoftwareUsingRemoved,
+    Status,
+    UpgradeReadiness,
+    client_query,
+    connection_query,
+    document_bearer,
+    upgrade_target,
+)
 from exporter.api import Connection as _Connection
 from exporter.api import Model as _Model
 from exporter.api import encode as _encode
@@ -67,7 +86,7 @@ _PARSE_IN_THREAD = 64 << 10  # bytes: larger answers are parsed off the event lo
 def now_iso(ts: float | None) -> str | None:
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # --- peers ----------------------------------------------------------------------------------
@@ -211,7 +230,7 @@ class Peers:
         try:
             infos = await asyncio.wait_for(loop.getaddrinfo(self.dns[0], self.dns[1], type=socket.SOCK_STREAM,
                                                             proto=socket.IPPROTO_TCP), timeout)
-        except (OSError, UnicodeError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError, UnicodeError) as exc:
             self.dns_lookups["error"] += 1
             reason = "timed out" if isinstance(exc, asyncio.TimeoutError) else (
                 getattr(exc, "strerror", None) or str(exc))
@@ -371,7 +390,7 @@ class Aggregator:
             try:
                 try:
                     data = await asyncio.wait_for(self._read(peer, path, params), self.timeout)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     raise PeerFailure("timeout", f"no whole answer within --peer-timeout ({self.timeout:g} s)") \
                         from None
                 except httpx.ConnectError as exc:

@@ -27,8 +27,9 @@ request without it gets 401 `{"detail": "..."}` before any of this.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Callable, Literal
+from typing import Annotated, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query
 from fastapi.exceptions import RequestValidationError

@@ -133,11 +133,11 @@ import time
 import typing
 from collections.abc import Iterator
 from dataclasses import fields, is_dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import capture.events as _events
 from capture.events import ConnectionClosed, Event, RequestTally
-from exporter.rollup import DEFAULT_INTERVAL, NOTED, ROLLUP_TYPE, TRAFFIC, Accumulator, FingerprintBasis, Rollup, record
+from exporter.rollup import NOTED, ROLLUP_TYPE, TRAFFIC, Accumulator, FingerprintBasis, Rollup, record
 
 SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (1, 2)  # what parse_line and the pipeline read
@@ -547,7 +547,7 @@ class EventLog:
         return not (0 <= now - self._last_flush < self.flush_interval)
 
     def _open(self, now: float) -> bool:
-        stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
         while True:
             base = os.path.join(self.directory, f"events-{stamp}-{self._host}-{self._seq:04d}")
             self._seq += 1

@@ -24,8 +24,8 @@ versions, a current client (kafka-ts) would otherwise look exactly like Java 3.9
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from exporter import fingerprint_table as _table
 

@@ -235,7 +235,7 @@ def fetch(base: str, path: str, params: dict, *, token: str | None, timeout: flo
         else:
             why = str(reason)
         raise Failure(EXIT_UNREACHABLE, f"{shown}: unreachable: {visible(why)}") from None
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         raise Failure(EXIT_UNREACHABLE, f"{shown}: no answer within --timeout {timeout:g} s") from None
     except http.client.HTTPException as exc:  # not HTTP at all (a Kafka port, say), or cut short
         raise Failure(EXIT_SERVER, f"{shown}: not an HTTP answer ({exc.__class__.__name__})") from None

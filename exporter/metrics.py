@@ -22,8 +22,16 @@ import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from exporter.registry import (API_VERSIONS_ERRORS, LATENCY_BUCKETS, AcksSeries, ClosedSeries, ConnectionSeries,
-                               InferredSeries, RequestSeries, SaslSeries)
+from exporter.registry import (
+    API_VERSIONS_ERRORS,
+    LATENCY_BUCKETS,
+    AcksSeries,
+    ClosedSeries,
+    ConnectionSeries,
+    InferredSeries,
+    RequestSeries,
+    SaslSeries,
+)
 
 P = "kafka_census_"
 # --compat-metrics: the broker gauge's name and labels in each project's jmx_exporter config.

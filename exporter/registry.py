@@ -66,14 +66,16 @@ import re
 import threading
 from bisect import bisect_left
 from collections import Counter, OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from itertools import islice
 from operator import attrgetter
 from time import perf_counter, sleep
-from typing import Iterator, NamedTuple
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from typing import NamedTuple
 
 from capture.events import (
+    LATENCY_BUCKETS,
     ApiVersionsAnswer,
     CaptureStats,
     ClientSoftware,
@@ -81,7 +83,6 @@ from capture.events import (
     ConnectionOpened,
     DecodeError,
     Desync,
-    LATENCY_BUCKETS,
     ProduceAcks,
     RequestSeen,
     RequestTally,
@@ -93,14 +94,14 @@ from capture.events import (
     TrafficUpdate,
 )
 from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4, UPGRADE_TARGETS
-
 from exporter.connection_fields import FIELDS, ORDER_BY, STRING_ORDER
-from exporter.rollup import FingerprintBasis
 
 # The fingerprint's own bounds: the first requests it reads, and the confidence below which it
 # names no one (a fingerprinted sibling's identity is taken at that floor).
-from exporter.fingerprint import MAX_FIRST_REQUESTS, THRESHOLD as SIBLING_OF_FINGERPRINT_CONFIDENCE
-from exporter.fingerprint import Observation, infer as _infer
+from exporter.fingerprint import MAX_FIRST_REQUESTS, Observation
+from exporter.fingerprint import THRESHOLD as SIBLING_OF_FINGERPRINT_CONFIDENCE
+from exporter.fingerprint import infer as _infer
+from exporter.rollup import FingerprintBasis
 
 DEFAULT_MAX_OPEN = 100_000
 DEFAULT_MAX_CLOSED = 10_000
@@ -154,7 +155,7 @@ def iso_time(ts: float | None) -> str | None:
     """RFC 3339 UTC with microseconds, the form JSON consumers parse without guessing."""
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # Key of the one bucket for requests whose (api_key, api_version) the generated table does not
@@ -211,7 +212,7 @@ def sasl_mechanism(mechanism: str | None) -> str | None:
     return mechanism if _MECHANISM.fullmatch(mechanism) else OTHER
 
 
-def identity_source(rec: "ConnectionRecord") -> str:
+def identity_source(rec: ConnectionRecord) -> str:
     """How the connection's identity is known: the ApiVersions exchange that gave it (seen by
     the capture or the proxy), the state file of the previous run, or why there is none (TLS
     hides it; the capture joined mid-stream; the client sent none)."""

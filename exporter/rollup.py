@@ -40,9 +40,8 @@ per request.
 from __future__ import annotations
 
 from bisect import bisect_left
-from operator import add as _add
-
 from dataclasses import dataclass
+from operator import add as _add
 
 from capture.events import (
     LATENCY_BUCKETS,
@@ -272,7 +271,7 @@ class Rollup:
 
     def _evict_oldest(self, keep: Accumulator | None = None) -> bool:
         """Hand out the longest-held accumulator (insertion order) but `keep`; False if none."""
-        for conn_id, acc in self.conns.items():
+        for conn_id, acc in self.conns.items():  # noqa: B007 - conn_id is the one found (read after the break)
             if acc is not keep:
                 break
         else:

@@ -23,7 +23,7 @@ import signal
 import socket
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import uvicorn
 from prometheus_client import CollectorRegistry, make_asgi_app

@@ -20,8 +20,9 @@ from (exporter.aggregate, exporter.incident) must not import it at module level.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from capture import flows as _flows
 from capture import proxy as _proxy

@@ -26,8 +26,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from harness.net import free_port
 from harness.process import stop, tail

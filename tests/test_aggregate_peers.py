@@ -30,7 +30,8 @@ import pytest
 import uvicorn
 
 from exporter import aggregate_merge as merge
-from exporter.aggregate_app import Aggregator, Peers, create_app as create_aggregate_app
+from exporter.aggregate_app import Aggregator, Peers
+from exporter.aggregate_app import create_app as create_aggregate_app
 from exporter.api import create_app
 from exporter.auth import ApiToken
 from harness.census import CENSUS, Census, wait_for

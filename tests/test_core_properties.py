@@ -22,8 +22,10 @@ from hypothesis import strategies as st
 from kio.schema.api_versions.v3 import request as av3_req
 from kio.schema.api_versions.v3 import response as av3_resp
 from kio.schema.errors import ErrorCode
-from kio.schema.join_group.v5.request import JoinGroupRequest as JoinGroupV5, JoinGroupRequestProtocol as JoinProtoV5
-from kio.schema.join_group.v6.request import JoinGroupRequest as JoinGroupV6, JoinGroupRequestProtocol as JoinProtoV6
+from kio.schema.join_group.v5.request import JoinGroupRequest as JoinGroupV5
+from kio.schema.join_group.v5.request import JoinGroupRequestProtocol as JoinProtoV5
+from kio.schema.join_group.v6.request import JoinGroupRequest as JoinGroupV6
+from kio.schema.join_group.v6.request import JoinGroupRequestProtocol as JoinProtoV6
 from kio.schema.produce.v3.request import ProduceRequest as ProduceV3
 from kio.schema.produce.v9.request import ProduceRequest as ProduceV9
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
@@ -35,14 +37,12 @@ from kio.static.primitive import i16, i32Timedelta, i64, i64Timedelta
 
 from capture.kafka import (
     API_TABLE,
-    NEED_DATA,
     ApiVersionsAnswer,
     ClientSoftware,
     ConnectionClosed,
     DecodeError,
     Desync,
     Direction,
-    Event,
     GroupSeen,
     KafkaConnection,
     Kind,
@@ -53,8 +53,11 @@ from capture.kafka import (
     Resynced,
     SaslHandshake,
     SaslIdentity,
+    bodies,
+    headers,
+    readers,
+    sasl,
 )
-from capture.kafka import bodies, headers, readers, sasl
 from harness import kafka_frames as kf
 
 C, B = Direction.FROM_CLIENT, Direction.FROM_BROKER

@@ -419,7 +419,7 @@ def analyse(expr: str):
             selectors.append((i, value, matchers))
         i += 1
     added = set()  # label_replace(v, "dst", ...) introduces dst
-    for j, (kind, value) in enumerate(tokens):
+    for j, (_kind, value) in enumerate(tokens):
         if value == "label_replace":
             k, depth = j + 2, 0
             while not (depth == 0 and tokens[k][1] == ","):

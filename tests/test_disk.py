@@ -94,8 +94,8 @@ def test_the_total_cap_deletes_only_this_logs_oldest_finished_files(tmp_path):
     }
     for name, data in others.items():
         (logs / name).write_bytes(data)
-    (logs / f"events-20000101T000000Z-h-0000.ndjson").symlink_to(outside)  # "oldest" of ours by name
-    (logs / f"events-20000101T000000Z-h-0001.ndjson").mkdir()
+    (logs / "events-20000101T000000Z-h-0000.ndjson").symlink_to(outside)  # "oldest" of ours by name
+    (logs / "events-20000101T000000Z-h-0001.ndjson").mkdir()
     before = snapshot(logs)
 
     per_file, cap = 4 * LINE, 10 * 4 * LINE  # room for 9 finished files + the active one
@@ -424,8 +424,8 @@ def test_a_short_write_then_an_error_cuts_the_pcap_back_to_whole_records(tmp_pat
 
 @pytest.mark.e2e  # the real kafka-census command
 def test_cli_write_pcap_over_an_existing_file_is_one_line(tmp_path):
-    from capture.sources import CaptureError, LiveCapture
     from capture.listeners import ListenerMap
+    from capture.sources import CaptureError, LiveCapture
 
     try:
         LiveCapture("lo", ListenerMap.parse(["PLAINTEXT=9092"])).close()

@@ -715,7 +715,7 @@ def test_the_entry_budget_evicts_the_longest_held_connection_and_loses_nothing()
     assert rollup.entries == 0 and not rollup.conns
     totals = Counter()
     for conn, acc in written:
-        for (_, version), (n, _) in acc.requests.items():
+        for (_, _version), (n, _) in acc.requests.items():
             totals[conn] += n
     assert totals == {"a": 100, "b": 80, "c": 60}  # every request in some record
     with pytest.raises(ValueError):

@@ -18,9 +18,9 @@ import yaml
 
 from exporter.eventlog import SCHEMA_VERSION, list_logs, read_events
 from harness import peers
-from tests import prom
 from harness.census import Census, wait_for
 from harness.kafka_frames import produce_v0_2, raw_request
+from tests import prom
 from tests.test_golden import EXPECTED_IDENTITY
 
 pytestmark = pytest.mark.e2e  # Tansu, kafka-census and Prometheus

@@ -16,7 +16,15 @@ import pytest
 
 from exporter import fingerprint_table as table
 from exporter import gen_fingerprints as gen
-from exporter.fingerprint import JAVA, THRESHOLD, Inference, Observation, infer, observations_from_events, range_contains
+from exporter.fingerprint import (
+    JAVA,
+    THRESHOLD,
+    Inference,
+    Observation,
+    infer,
+    observations_from_events,
+    range_contains,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TSV = gen.DEFAULT_FINGERPRINTS_DIR / gen.JAVA_TSV

@@ -266,7 +266,7 @@ def test_render_validates_against_kubernetes_schemas(ci):
         assert meta["namespace"] == NAMESPACE, where
         assert meta["labels"]["app.kubernetes.io/name"] == "kafka-census", where
         assert meta["labels"]["app.kubernetes.io/instance"] == RELEASE, where
-    for workload, pod_meta, spec in pod_specs(docs):
+    for workload, _pod_meta, spec in pod_specs(docs):
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
         for v in volumes.values():
             assert len(v) == 2, f"{workload}: volume {v['name']} must have exactly one source: {v}"
@@ -1278,7 +1278,7 @@ def test_aggregator_renders_in_every_mode(mode):
     text = notes(rendered)
     assert f"port-forward svc/{deployment['metadata']['name']} 9596:9595" in text
     assert "kafka-census connections --server http://localhost:9596" in text
-    assert (f"must carry those labels app.kubernetes.io/component=broker app.kubernetes.io/name=kafka" in text) == \
+    assert ("must carry those labels app.kubernetes.io/component=broker app.kubernetes.io/name=kafka" in text) == \
         (mode == "sidecar")
     for doc in docs:
         if doc["kind"] not in CRD_KINDS:

@@ -37,8 +37,8 @@ from capture.kafka import (
     KafkaConnection,
     Kind,
     RequestSeen,
-    Resynced,
     ResponseSeen,
+    Resynced,
 )
 from capture.kafka.connection import DEFAULT_MAX_DECODED_FRAME, DEFAULT_MAX_IN_FLIGHT
 from capture.listeners import ListenerMap

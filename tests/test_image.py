@@ -112,7 +112,7 @@ def capability_script() -> tuple[str, list[str]]:
 def test_dockerfile_structure():
     by_stage = stages()
     assert list(by_stage) == ["build", "launcher", ""], "build the venv, compile the launcher, then the runtime"
-    for word, args, _ in (i for s in by_stage.values() for i in s if i[0] == "FROM"):
+    for _word, args, _ in (i for s in by_stage.values() for i in s if i[0] == "FROM"):
         image = args.split()[0]
         m = re.fullmatch(r"(?P<name>[a-z0-9./-]+):(?P<tag>[\w.-]+)@sha256:[0-9a-f]{64}", image)
         assert m, f"FROM {image}: pin both a tag and a digest"

@@ -6,6 +6,7 @@ contract whatever the fingerprint table says (tests/test_fingerprint.py tests th
 from __future__ import annotations
 
 from collections import Counter
+
 import pytest
 
 from capture.events import (

@@ -40,8 +40,8 @@ from capture.kafka import (
     KafkaConnection,
     ProduceAcks,
     RequestSeen,
-    Resynced,
     ResponseSeen,
+    Resynced,
     SaslHandshake,
     SaslIdentity,
 )

@@ -21,7 +21,7 @@ TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR.parent) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR.parent))
 
-from harness import peers
+from harness import peers  # noqa: E402
 from tests import prom  # noqa: E402
 
 

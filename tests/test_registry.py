@@ -4,10 +4,10 @@ the census, brokers, upgrade readiness, identity sources, and a concurrent reade
 
 from __future__ import annotations
 
-from collections import Counter
 import sys
 import threading
 import time
+from collections import Counter
 
 import pytest
 

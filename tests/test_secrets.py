@@ -485,7 +485,7 @@ def test_real_clients_sent_every_secret(run, conversations, exchanges, catalog):
     for mechanism in SCRAM:
         assert c.passwords[mechanism].encode() not in wire, "SCRAM sends no password"
     got = Counter((x.broker_port, x.mechanism) for x in exchanges)
-    for listener, client, mechanism, framing in run.reports:
+    for listener, _client, mechanism, _framing in run.reports:
         if mechanism in SCRAM:
             assert got[(run.ports[listener], mechanism)], f"no {mechanism} proof on the wire to {listener}"
     salted = [s for s, _ in catalog.secrets if s.startswith("AlterUserScramCredentials salted")]
@@ -768,7 +768,7 @@ def test_no_secret_in_decoder_events_or_errors_of_damaged_exchanges(run, convers
         "the region fed damaged holds no secret"
     # Keep the conversation up to a little past both regions: the rest (produce...) holds no secret.
     keep, cpos, bpos = 0, 0, 0
-    for keep, (d, data) in enumerate(conv.segments, 1):
+    for keep, (d, data) in enumerate(conv.segments, 1):  # noqa: B007 - keep is read after the break
         if d == Direction.FROM_CLIENT:
             cpos += len(data)
         else:

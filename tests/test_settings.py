@@ -22,8 +22,7 @@ from capture.listeners import (
     parse_listener,
     security_protocol,
 )
-from exporter import aggregate, eventlog, incident, registry, rollup, state
-from exporter import cli, settings
+from exporter import aggregate, cli, eventlog, incident, registry, rollup, settings, state
 from exporter.commands import proxy as proxy_command
 from exporter.settings import CONFIG, DEFAULT, ENVIRONMENT, FLAG, SETTINGS, SettingError, resolve
 

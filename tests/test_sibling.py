@@ -8,7 +8,6 @@ through the capture into a registry, per request event and in tally mode."""
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import pytest

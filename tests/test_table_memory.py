@@ -30,9 +30,9 @@ import pytest
 
 from capture.events import ConnectionClosed, ConnectionOpened
 from capture.flows import MAX_TOMBSTONES, FlowTracker
+from capture.kafka.events import ClientSoftware, RequestSeen
 from capture.listeners import ListenerMap
 from capture.packets import ACK, PSH, RST, SYN
-from capture.kafka.events import ClientSoftware, RequestSeen
 from exporter.metrics import CensusCollector
 from exporter.registry import API_TABLE, ConnectionRegistry
 from harness.kafka_frames import sized

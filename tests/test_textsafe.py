@@ -31,9 +31,9 @@ from exporter.cli import configure_logging, print_connections
 from exporter.registry import ConnectionRegistry
 from exporter.textsafe import visible
 from harness import peers
-from tests import synth
 from harness.census import Census
 from harness.kafka_frames import request_frame, response_frame
+from tests import synth
 
 REPO = Path(__file__).resolve().parent.parent
 

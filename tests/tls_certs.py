@@ -88,7 +88,7 @@ class Authority:
     def __init__(self, directory: Path, name: str) -> None:
         self.dir = Path(directory)
         self.key = _key()
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         subject = _name(((NameOID.ORGANIZATION_NAME, "kafka-census tests"), (NameOID.COMMON_NAME, name)))
         self.cert = (
             x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
@@ -105,7 +105,7 @@ class Authority:
 
     def issue(self, stem: str, subject, *, server: bool, hosts: tuple[str, ...] = ()) -> Issued:
         key = _key()
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         builder = (
             x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(self.cert.subject)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())

@@ -11,6 +11,7 @@ from .api_table import API_TABLE, ApiSpec
 from .connection import KafkaConnection
 from .errors import Kind, ProtocolError
 from .events import (
+    LATENCY_BUCKETS,
     NEED_DATA,
     ApiVersionsAnswer,
     ClientSoftware,
@@ -21,11 +22,10 @@ from .events import (
     Event,
     GroupSeen,
     ProduceAcks,
-    LATENCY_BUCKETS,
     RequestSeen,
     RequestTally,
-    Resynced,
     ResponseSeen,
+    Resynced,
     SaslHandshake,
     SaslIdentity,
     TlsDetected,

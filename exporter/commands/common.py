@@ -13,7 +13,7 @@ import argparse
 import sys
 import time
 
-from capture.listeners import ListenError, ListenerMap, listen_socket, parse_hostport
+from capture.listeners import ListenerMap, ListenError, listen_socket, parse_hostport
 from exporter.registry import ConnectionRegistry
 from exporter.settings import ENV_PREFIX
 
