@@ -108,7 +108,7 @@ bench/data/produce.pcap:
 
 # Regenerate committed generated files from ../shared (tests fail if they drift).
 regen: setup-python
-	$(PY) -m capture.kafka.gen_apis
+	$(PY) -m tools.gen_apis
 	$(PY) -m exporter.gen_fingerprints
 	$(PY) dashboards/generate.py
 

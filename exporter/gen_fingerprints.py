@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import argparse
 import base64
-import difflib
 import json
 import os
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from tools.regen import write_or_check  # the repository's build tools: runs from its root
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OUTPUT_REL = "exporter/fingerprint_table.py"
@@ -487,21 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     except GenError as e:
         print(f"gen_fingerprints: error: {e}", file=sys.stderr)
         return 2
-    if args.check:
-        try:
-            committed = OUTPUT_PATH.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            committed = ""
-        if committed == text:
-            return 0
-        sys.stderr.write(f"gen_fingerprints: {OUTPUT_REL} is out of date; run `make regen`\n")
-        sys.stderr.writelines(difflib.unified_diff(committed.splitlines(keepends=True), text.splitlines(keepends=True),
-                                                   fromfile=f"{OUTPUT_REL} (committed)", tofile=f"{OUTPUT_REL} (regenerated)"))
-        return 1
-    with open(OUTPUT_PATH, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
-    print(f"wrote {OUTPUT_REL}")
-    return 0
+    return write_or_check(text, OUTPUT_PATH, OUTPUT_REL, check=args.check, prog="gen_fingerprints")
 
 
 if __name__ == "__main__":

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tools import gen_apis
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 API_TABLE_PATH = REPO_ROOT / "capture" / "kafka" / "api_table.py"
-GEN_APIS_PATH = REPO_ROOT / "capture" / "kafka" / "gen_apis.py"
 
 
 def _load(name: str, path: Path):
@@ -30,7 +31,6 @@ def _load(name: str, path: Path):
 
 
 api_table = _load("_kafka_census_api_table", API_TABLE_PATH)
-gen_apis = _load("_kafka_census_gen_apis", GEN_APIS_PATH)
 API_TABLE = api_table.API_TABLE
 ApiSpec = api_table.ApiSpec
 
@@ -41,14 +41,14 @@ ApiSpec = api_table.ApiSpec
 def test_generated_file_is_up_to_date():
     """Regenerating from ../shared/kafka-message-schemas and kio gives no diff."""
     proc = subprocess.run(
-        [sys.executable, "-m", "capture.kafka.gen_apis", "--check"],
+        [sys.executable, "-m", "tools.gen_apis", "--check"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert proc.returncode == 0, (
-        f"`python -m capture.kafka.gen_apis --check` exited {proc.returncode}; "
+        f"`python -m tools.gen_apis --check` exited {proc.returncode}; "
         f"run `make regen` if the inputs changed.\n{proc.stderr}"
     )
 

@@ -27,7 +27,7 @@ TESTS = Path(__file__).resolve().parent
     (["node", "tests/clients/node/kafkajs.mjs"], "node"),
     (["taskset", "-c", "1", "java", "-cp", "spark.jar"], "java"),
     (["promtool", "check", "rules", "alerts.yaml"], None),  # an offline parser, allowed
-    ([sys.executable, "-m", "capture.kafka.gen_apis", "--check"], None),
+    ([sys.executable, "-m", "tools.gen_apis", "--check"], None),
     (["cc", "-o", "launcher", "launcher.c"], None),
     (["tansuish-tool"], None),  # a prefix is a peer only as NAME-version
 ])
