@@ -39,7 +39,7 @@ ApiSpec = api_table.ApiSpec
 
 
 def test_generated_file_is_up_to_date():
-    """Regenerating from ../shared/kafka-message-schemas and kio gives no diff."""
+    """Regenerating from Apache Kafka's message schemas (the `make regen` input) and kio gives no diff."""
     proc = subprocess.run(
         [sys.executable, "-m", "tools.gen_apis", "--check"],
         cwd=REPO_ROOT,

@@ -47,10 +47,11 @@ ROOT = CORE.parent.parent
 
 
 def test_exporter_takes_only_event_types_from_capture():
-    """DESIGN.md: exporter imports capture's event types, never its internals (the generated
-    API table is public reference data). The CLI is the composition root that wires packet
-    sources to the registry: exporter/cli.py, the command modules of exporter/commands/ and
-    exporter/settings.py, which takes each default from the module that owns it.
+    """The layering rule (docs/architecture.md): exporter imports capture's event types, never
+    its internals (the generated API table is public reference data). The CLI is the
+    composition root that wires packet sources to the registry: exporter/cli.py, the command
+    modules of exporter/commands/ and exporter/settings.py, which takes each default from the
+    module that owns it.
     gen_fingerprints.py is a development tool (`make regen`) that decodes the recordings with
     the capture, and no serving module imports it."""
     exporter = ROOT / "exporter"
@@ -87,7 +88,8 @@ def test_the_runtime_packages_never_import_the_build_tools():
 
 
 def test_nothing_imports_the_pipeline():
-    """DESIGN.md: nothing imports `pipeline` (the CLI starts it as `python -m pipeline`)."""
+    """The layering rule (docs/architecture.md): nothing imports `pipeline` (the CLI starts it as
+    `python -m pipeline`)."""
     for package in ("capture", "exporter"):
         for path in (ROOT / package).rglob("*.py"):
             mods = {m.split(".")[0] for m in _project_imports(path)}

@@ -1,6 +1,6 @@
 """The Grafana dashboards and Prometheus alert rules of dashboards/ (dashboards/generate.py).
 
-No Grafana server can run here (DESIGN.md: none on these machines), so the dashboards are
+No Grafana server can run on the test machines, so the dashboards are
 checked as JSON: the keys Grafana needs, unique uids and panel ids, panels that fit the
 24-column grid without overlapping, the `${datasource}` reference and a non-empty expression
 on every panel, variables that exist and are used. The expressions themselves are checked

@@ -1,6 +1,7 @@
 """Tests of exporter/fingerprint.py (infer) and its generated table (exporter/gen_fingerprints.py).
 
-Java facts are checked against rows of ../shared/kafka-client-fingerprints read here directly,
+Java facts are checked against rows of the generator's input (java-client-max-versions.tsv, see
+exporter/gen_fingerprints.py and docs/dependencies.md) read here directly,
 not through the generator. Real recordings (tests/fixtures/golden, tests/fixtures/fingerprints)
 are decoded by the capture core; their KIP-511 names never reach infer() (Observation has no
 field for them). A wrong library name fails every test here; None is allowed where evidence is thin.

@@ -4,7 +4,8 @@ kio (PyPI, generated from the upstream message schemas) encodes a message of eve
 has; the bytes go through `KafkaConnection` exactly as a capture would feed them (requests
 FROM_CLIENT, the response afterwards FROM_BROKER with the same correlation id) and the events
 must carry the values kio was given. kio and the core share no code, so a disagreement is a
-bug in one of them: check it against ../shared/kafka-message-schemas/3.9-trunk/*.json.
+bug in one of them: check it against Apache Kafka's message schemas (the `make regen` input,
+docs/dependencies.md).
 
 Versions are discovered from kio's own package (`kio.schema.<api>.v<N>`), so a newer kio
 widens the coverage by itself. kio has no Produce v0-2: those are packed by hand in

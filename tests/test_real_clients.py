@@ -36,7 +36,8 @@ def _load_recorder():
 
 record_golden = _load_recorder()
 
-#: The ApiVersions request version each client sends first (see shared/DESIGN.md).
+#: The ApiVersions request version each client sends first (docs/fingerprints.md, "What the six
+#: real clients announce").
 FIRST_API_VERSIONS = {
     "confluent-kafka": 3,
     "kafka-python": 4,

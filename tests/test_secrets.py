@@ -1,4 +1,5 @@
-"""Secrets seen on the wire never reach an output (DESIGN.md "SASL"; STYLE.md house rule 5).
+"""Secrets seen on the wire never reach an output: SASL passwords and tokens never leave the parse
+(no log, no metric, no REST answer, no file; docs/hardening.md, "Secrets").
 
 Traffic, all from real clients, with credentials drawn at random for each run (kept in
 memory and in the tmp directory only; the pcap that holds them never enters the repo):

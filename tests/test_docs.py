@@ -1,0 +1,232 @@
+"""The documentation matches the code: README.md and docs/ (fast tier, no peer started).
+
+This module owns the checks that keep the prose honest where a machine can check it:
+- the settings reference in docs/settings.md is exactly `exporter.settings.reference()`;
+- the REST reference in docs/rest-api.md (endpoints, query parameters, the connection object's
+  fields) is what the app's OpenAPI document and exporter/connection_fields.py declare;
+- the metrics reference in docs/metrics.md is exactly what the collectors expose
+  (`metrics_reference()` below: the sidecar's `CensusCollector` with every compat mode and the
+  real event-log and state-file health counters, and the aggregator's own families);
+- docs/dependencies.md lists exactly the versions pyproject.toml pins;
+- README.md stays a first page (under 200 lines, opening with `make demo` and `make test`);
+- every relative link in README.md and docs/*.md points at a file that exists;
+- nothing in the repository refers to files outside it (the development machines' reference
+  directory, its design and style notes).
+
+Regenerate the reference blocks after changing a setting or a metric:
+`.venv/bin/python tests/test_docs.py --write`. It imports pytest only under test.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: `python tests/test_docs.py --write`
+    sys.path.insert(0, str(ROOT))
+
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+SETTINGS_DOC = DOCS / "settings.md"
+METRICS_DOC = DOCS / "metrics.md"
+REST_DOC = DOCS / "rest-api.md"
+BEGIN = "<!-- BEGIN GENERATED: {} -->"
+END = "<!-- END GENERATED: {} -->"
+
+# Spelled in pieces so that this file does not match its own check.
+OUTSIDE = ("DESIGN" + ".md", "STYLE" + ".md", ".." + "/shared")
+SKIP_DIRS = {".git", ".venv", "node_modules", "build", ".mypy_cache", ".pytest_cache", ".hypothesis",
+             "__pycache__", "kafka_census.egg-info", ".ruff_cache"}
+
+
+# --- the generated blocks ---------------------------------------------------------------------
+
+def settings_reference() -> str:
+    from exporter.settings import reference
+    return reference()
+
+
+def metrics_reference() -> str:
+    """Every metric family the sidecar and the aggregator serve, as a Markdown table (name, type,
+    labels, help), from the collectors themselves on empty state."""
+    from exporter.eventlog import EventLog, QueuedEventLog
+    from exporter.metrics import COMPAT_MODES, CensusCollector
+    from exporter.registry import ConnectionRegistry
+    from exporter.state import StateKeeper
+
+    registry = ConnectionRegistry()
+    with tempfile.TemporaryDirectory() as tmp:
+        queued = QueuedEventLog(EventLog(Path(tmp) / "events"), rollup_seconds=60)
+        state = StateKeeper(str(Path(tmp) / "state.json"), registry, idle_timeout=60, max_entries=10)
+        try:
+            health = {**queued.health(), **state.health()}
+        finally:
+            queued.close()
+            state.close()
+    collector = CensusCollector(registry, compat=COMPAT_MODES, health=lambda: health)
+    families = [(f, "sidecar") for f in collector.collect()]
+    families += [(f, "aggregator") for f in _aggregator_families()]
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    rows = ["| metric | type | labels | served by | help |", "|---|---|---|---|---|"]
+    for fam, where in sorted(families, key=lambda fw: fw[0].name):
+        name = fam.name + ("_total" if fam.type == "counter" else "")
+        labels = ", ".join(getattr(fam, "_labelnames", ())) or "-"
+        rows.append(f"| `{name}` | {fam.type} | {labels} | {where} | {cell(fam.documentation)} |")
+    return "\n".join(rows) + "\n"
+
+
+def rest_reference() -> str:
+    """The sidecar's REST endpoints (from its OpenAPI document) and the connection object's
+    fields (from exporter/connection_fields.py), as Markdown tables."""
+    from exporter.api import create_app
+    from exporter.connection_fields import CONNECTION_FIELDS, ORDER_BY
+    from exporter.registry import ConnectionRegistry
+
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    rows = ["| endpoint | what | parameters |", "|---|---|---|"]
+    for path, ops in create_app(ConnectionRegistry()).openapi()["paths"].items():
+        for method, op in ops.items():
+            params = []
+            for p in op.get("parameters", []):
+                default = p.get("schema", {}).get("default")
+                params.append(f"`{p['name']}`" + ("" if default is None else f" (default {default})"))
+            rows.append(f"| `{method.upper()} {path}` | {cell(op.get('summary', ''))} | {', '.join(params) or '-'} |")
+    rows += ["", "| field | kind | null | order_by | meaning |", "|---|---|---|---|---|"]
+    for f in CONNECTION_FIELDS:
+        rows.append(f"| `{f.name}` | {f.kind} | {'yes' if f.nullable else '-'} | "
+                    f"{'yes' if f.name in ORDER_BY else '-'} | {cell(f.description or '')} |")
+    return "\n".join(rows) + "\n"
+
+
+def _aggregator_families():
+    """The aggregator's families, from its own collector (its fan-out histogram included)."""
+    from exporter.aggregate_app import AggregateCollector, Aggregator, Peers
+    agg = Aggregator(Peers([], dns=None, max_peers=1))
+    families = list(AggregateCollector(agg).collect())
+    # A prometheus_client Histogram with no child yet yields a family without its label names.
+    for fam in families:
+        if fam.name == agg.fanout_seconds._name:
+            fam._labelnames = agg.fanout_seconds._labelnames
+    return families
+
+
+def block(path: Path, name: str) -> str:
+    text = path.read_text()
+    begin, end = BEGIN.format(name), END.format(name)
+    assert text.count(begin) == 1 and text.count(end) == 1, f"{path.name}: markers for {name} missing"
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n") + "\n"
+
+
+def write_block(path: Path, name: str, content: str) -> None:
+    text = path.read_text()
+    begin, end = BEGIN.format(name), END.format(name)
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    path.write_text(f"{head}{begin}\n{content}{end}{tail}")
+
+
+# --- the tests --------------------------------------------------------------------------------
+
+def test_settings_reference_is_generated():
+    assert block(SETTINGS_DOC, "settings") == settings_reference(), (
+        "docs/settings.md is stale: run .venv/bin/python tests/test_docs.py --write")
+
+
+def test_settings_module_prints_the_same_table():
+    out = subprocess.run([sys.executable, "-m", "exporter.settings"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    assert out == settings_reference()
+
+
+def test_metrics_reference_is_generated():
+    assert block(METRICS_DOC, "metrics") == metrics_reference(), (
+        "docs/metrics.md is stale: run .venv/bin/python tests/test_docs.py --write")
+
+
+def test_rest_reference_is_generated():
+    assert block(REST_DOC, "rest") == rest_reference(), (
+        "docs/rest-api.md is stale: run .venv/bin/python tests/test_docs.py --write")
+
+
+def test_every_metric_named_in_the_docs_exists():
+    """Prose anywhere in docs/ may name a metric only if the reference table lists it."""
+    known = set(re.findall(r"`(kafka_census_[a-z_]+)`", block(METRICS_DOC, "metrics")))
+    assert len(known) > 40
+    for path in [README, *sorted(DOCS.glob("*.md"))]:
+        for name in re.findall(r"\bkafka_census_[a-z_]+[a-z]", path.read_text()):
+            base = re.sub(r"_(bucket|sum|count)$", "", name)
+            assert name in known or base in known or name + "_total" in known, (path.name, name)
+
+
+def test_dependency_table_matches_the_pins():
+    """docs/dependencies.md lists every pin of pyproject.toml (build, runtime, extras), at its
+    version, and no other."""
+    import tomllib
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    specs = [*project["build-system"]["requires"], *project["project"]["dependencies"]]
+    for extra in project["project"]["optional-dependencies"].values():
+        specs += extra
+    pins = {}
+    for spec in specs:
+        name, version = re.match(r"([A-Za-z0-9_.-]+)==([^;\s]+)", spec).groups()
+        pins[name.lower()] = version
+    text = (DOCS / "dependencies.md").read_text().split("## Python packages", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| ([A-Za-z0-9_.-]+) \| ([^ |]+) \|", text, re.M))
+    documented = {name.lower(): version for name, version in rows.items() if name != "package"}
+    assert documented == pins
+
+
+def test_readme_is_a_first_page():
+    lines = README.read_text().splitlines()
+    assert len(lines) < 200, len(lines)
+    head = "\n".join(lines[:8])
+    assert "make demo" in head and "make test" in head
+
+
+def test_relative_links_point_at_files():
+    for path in [README, *sorted(DOCS.glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            file = (path.parent / target.split("#", 1)[0]).resolve()
+            assert file.exists(), (path.name, target)
+            assert ROOT in file.parents or file == ROOT, (path.name, target)
+
+
+def test_docs_are_listed_in_the_readme():
+    readme = README.read_text()
+    for path in sorted(DOCS.glob("*.md")):
+        assert f"(docs/{path.name})" in readme, path.name
+
+
+def test_nothing_refers_to_files_outside_the_repository():
+    found = []
+    for path in sorted(ROOT.rglob("*")):
+        rel = path.relative_to(ROOT)
+        if any(part in SKIP_DIRS for part in rel.parts) or not path.is_file():
+            continue
+        if path.suffix in {".pcap", ".pcapng", ".so", ".png", ".gz", ".parquet", ".pyc"}:
+            continue
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        found += [f"{rel}: {word}" for word in OUTSIDE if word in text]
+    assert not found, found
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python tests/test_docs.py --write   (rewrites the generated blocks of docs/)")
+    write_block(SETTINGS_DOC, "settings", settings_reference())
+    write_block(METRICS_DOC, "metrics", metrics_reference())
+    write_block(REST_DOC, "rest", rest_reference())
