@@ -35,7 +35,7 @@ class PcapWriter:
         self.path = str(path)
         self.max_bytes = max_bytes
         try:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                                0o600)
         except FileExistsError:
             what = "is a symlink" if os.path.islink(self.path) else "already exists"
@@ -69,16 +69,19 @@ class PcapWriter:
         self._write(b"".join(parts), count)
 
     def _write(self, data: bytes, packets: int) -> None:
+        fd = self._fd
+        if fd is None:  # closed: nothing more is written (os.write would raise TypeError)
+            return
         view = memoryview(data)
         try:
             while view:
-                view = view[os.write(self._fd, view):]
+                view = view[os.write(fd, view):]
         except OSError as exc:
             self.write_errors += 1
             self.failed = True
             self.error = exc.strerror or str(exc)
             try:  # a short write leaves half a record: cut back so the file stays readable
-                os.ftruncate(self._fd, self.written)
+                os.ftruncate(fd, self.written)
             except OSError:
                 pass
             log.warning("cannot write --write-pcap %s: %s; no more packets are written to it (the capture "

@@ -46,6 +46,7 @@ the `emit` callable.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import ssl
@@ -202,10 +203,14 @@ class _Side(asyncio.Protocol):
     __slots__ = ("conn", "name", "direction", "transport", "tls", "eof", "closing", "lost", "write_paused")
 
     def __init__(self, conn: _Conn | None, name: str, direction: Direction) -> None:
-        self.conn = conn
+        # Both None only until asyncio's connection_made(), which comes before any other callback
+        # (a client side gets its conn there, from _accept, or from _open under TLS); the checks
+        # for None are for a side whose connection was never made. Typed as set, the callbacks
+        # need no check on the forwarding path.
+        self.conn: _Conn = conn  # type: ignore[assignment]
         self.name = name
         self.direction = direction
-        self.transport: asyncio.Transport | None = None
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.tls = False
         self.eof = False  # this side sent FIN (or TLS close_notify)
         self.closing = False  # we closed it because its peer had finished: its loss is part of that
@@ -437,7 +442,7 @@ class Proxy:
         self._undecoded: set[_Conn] = set()  # connections with bytes queued for their decoder
         self._undecoded_bytes = 0
         self._drain_handle: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # run() sets it before any callback
         self._socks: list[socket.socket] = []
         self._seq = 0
         self.reads = 0
@@ -490,7 +495,7 @@ class Proxy:
                     accepting.append(loop.create_task(self._accept_tls(route, sock)))
                 else:
                     servers.append(await loop.create_server(
-                        lambda route=route: _ClientSide(self, route), sock=sock, backlog=1024))
+                        functools.partial(_ClientSide, self, route), sock=sock, backlog=1024))
             next_tick = loop.time() + self.update_interval
             while not stop.is_set():
                 await asyncio.sleep(min(0.1, max(0.0, next_tick - loop.time())))

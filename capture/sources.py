@@ -138,6 +138,7 @@ class PcapFile:
     def _own_batches(self):
         """The compiled reader's batches; returns True at the end of the file, False where libpcap
         must go on (a record it would cut or refuse, or a partial record at the end)."""
+        assert self._own is not None  # batches() calls it for a file the own reader walks
         little, snapshot = self._own
         fd = os.open(self.path, os.O_RDONLY)
         pos = 24

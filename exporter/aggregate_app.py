@@ -31,7 +31,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -77,7 +77,8 @@ HEADER_PARTIAL = "X-Kafka-Census-Partial"
 HEADER_PEERS = "X-Kafka-Census-Peers"
 HEADER_MISSING = "X-Kafka-Census-Missing-Peers"
 HEADER_CACHE = "X-Kafka-Census-Cache"
-ERROR_KINDS = ("timeout", "connect", "unauthorized", "http_status", "too_large", "invalid", "over_max_peers")
+ErrorKind = Literal["timeout", "connect", "unauthorized", "http_status", "too_large", "invalid", "over_max_peers"]
+ERROR_KINDS: tuple[str, ...] = get_args(ErrorKind)
 ENDPOINTS = ("connections", "connection", "clients", "brokers", "upgrade_readiness", "peers", "probe")
 _DETAIL_CHARS = 200  # of a peer's error detail quoted in ours, escaped
 _PARSE_IN_THREAD = 64 << 10  # bytes: larger answers are parsed off the event loop
@@ -152,7 +153,7 @@ def parse_dns(value: str) -> tuple[str, int]:
 def resolve(name: str, port: int) -> list[str]:
     """The A/AAAA addresses of `name`, sorted, deduplicated. Raises OSError."""
     infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-    return sorted({info[4][0] for info in infos})
+    return sorted({str(info[4][0]) for info in infos})
 
 
 @dataclass
@@ -195,6 +196,7 @@ class Peers:
         self.changed = False  # the peers asked changed: cached answers are of other peers
 
     def set_addresses(self, addresses: list[str]) -> None:
+        assert self.dns is not None  # the addresses the DNS name resolved to
         port = self.dns[1]
         old = {p.name: p for p in self.dns_peers + self.over_limit}
         static = {p.name for p in self.static}
@@ -239,7 +241,7 @@ class Peers:
                         self.dns_error, len(self.dns_peers))
             return
         self.dns_lookups["ok"] += 1
-        self.set_addresses(sorted({info[4][0] for info in infos}))
+        self.set_addresses(sorted({str(info[4][0]) for info in infos}))
 
     def dns_state(self) -> dict | None:
         if self.dns is None:
@@ -340,7 +342,8 @@ class Aggregator:
         return headers
 
     async def _read(self, peer: Peer, path: str, params: list[tuple[str, str]]) -> bytes:
-        async with self.client.stream("GET", peer.url + path, params=params, headers=self._headers()) as resp:
+        assert self.client is not None, "Aggregator.start() first"
+        async with self.client.stream("GET", peer.url + path, params=tuple(params), headers=self._headers()) as resp:
             if resp.status_code != 200:
                 detail = await self._detail(resp)
                 if resp.status_code in (401, 403):
@@ -384,6 +387,7 @@ class Aggregator:
 
     async def ask(self, peer: Peer, path: str, params: list[tuple[str, str]], check: Callable) -> dict:
         """One peer's checked answer; its state updated either way. Raises PeerFailure."""
+        assert self._sem is not None, "Aggregator.start() first"
         async with self._sem:
             started = self.clock()
             peer.last_attempt = time.time()
@@ -519,7 +523,7 @@ def _reason(exc: Exception) -> str:
 class MissingPeer(_Model):
     peer: str = Field(description="host:port of the peer's URL", examples=["10.0.0.7:9595"])
     url: str
-    kind: Literal[ERROR_KINDS] = Field(description="Why it is missing")
+    kind: ErrorKind = Field(description="Why it is missing")
     error: str = Field(description="One line")
 
 
@@ -534,12 +538,13 @@ _PEER = Field(description="The peer (host:port) that reported it")
 _PEERS = Field(description="The peers (host:port) whose rows were merged into this one")
 
 
-class AggConnection(_Connection):  # type: ignore[misc,valid-type]  # a model built by create_model (exporter.api)
+class AggConnection(_Connection):  # a model built by create_model (exporter.api)
     peer: str = Field(description="The peer (host:port) that reported the connection; `id` is prefixed with it")
 
 
 class AggConnectionList(ConnectionList, _Fanout):
-    connections: list[AggConnection]
+    # (the ignores: a pydantic subclass narrows its parent's list to its own rows)
+    connections: list[AggConnection]  # type: ignore[assignment]
 
 
 class AggClient(Client):
@@ -547,7 +552,7 @@ class AggClient(Client):
 
 
 class AggClientList(ClientList, _Fanout):
-    clients: list[AggClient]
+    clients: list[AggClient]  # type: ignore[assignment]
 
 
 class AggBroker(Broker):
@@ -555,7 +560,7 @@ class AggBroker(Broker):
 
 
 class AggBrokerList(BrokerList, _Fanout):
-    brokers: list[AggBroker]
+    brokers: list[AggBroker]  # type: ignore[assignment]
 
 
 class AggConnectionUsingRemoved(ConnectionUsingRemoved):
@@ -572,11 +577,11 @@ class AggSoftwareUsingRemoved(SoftwareUsingRemoved):
 
 class AggUpgradeReadiness(UpgradeReadiness, _Fanout):
     ready: bool = Field(description="Every peer answered and none saw a version the target removes")
-    connections: list[AggConnectionUsingRemoved]
+    connections: list[AggConnectionUsingRemoved]  # type: ignore[assignment]
     connections_omitted: int = Field(ge=0, description="Connections past the first 10000 (by first_seen) of all "
                                      "peers, not listed; their census rows are in clients")
-    clients: list[AggClientUsingRemoved]
-    clients_by_software: list[AggSoftwareUsingRemoved]
+    clients: list[AggClientUsingRemoved]  # type: ignore[assignment]
+    clients_by_software: list[AggSoftwareUsingRemoved]  # type: ignore[assignment]
 
 
 class NoPeerAnswered(_Fanout):
@@ -610,7 +615,7 @@ class PeerList(_Model):
     peers_over_limit: int
 
 
-_FANOUT_ERRORS = {502: {"model": NoPeerAnswered, "description": "No peer answered"},
+_FANOUT_ERRORS: dict[int | str, dict[str, Any]] = {502: {"model": NoPeerAnswered, "description": "No peer answered"},
                   503: {"model": Error, "description": "No peers are known"}}
 
 
@@ -817,7 +822,7 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
              summary="Every peer, asked now: up, last answer, last error")
     async def list_peers() -> Response:
         await agg.fan_out("peers", API_PREFIX + "/brokers", [], merge.check_brokers, merge.BrokersMerger())
-        body = {"peers": [p.state() for p in agg.peers.current() + agg.peers.over_limit],
+        body: dict[str, Any] = {"peers": [p.state() for p in agg.peers.current() + agg.peers.over_limit],
                 "dns": agg.peers.dns_state(), "max_peers": agg.peers.max_peers,
                 "peers_over_limit": len(agg.peers.over_limit)}
         for p in body["peers"][len(agg.peers.current()):]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query
 from fastapi.exceptions import RequestValidationError
@@ -279,10 +279,10 @@ _KIND_BOUNDS = {"seconds": {"ge": 0}}  # on the field, so that null stays allowe
 
 def _connection_field(f: ConnectionField) -> tuple:
     """(annotation, FieldInfo) of one field of CONNECTION_FIELDS for `create_model`."""
-    annotation = _KIND_TYPES[f.kind]
+    annotation: Any = _KIND_TYPES[f.kind]
     if f.nullable:
         annotation = annotation | None
-    options = dict(_KIND_BOUNDS.get(f.kind, {}))
+    options: dict[str, Any] = dict(_KIND_BOUNDS.get(f.kind, {}))
     if f.description is not None:
         options["description"] = f.description
     if f.examples:
@@ -292,9 +292,14 @@ def _connection_field(f: ConnectionField) -> tuple:
 
 # The connection object's fields are declared once, in exporter/connection_fields.py: the
 # registry writes them, this model documents them, the aggregator's merge checks them.
-Connection = create_model("Connection", __base__=Model, __module__=__name__,
-                          __doc__="One TCP connection to a listener, open or recently closed.",
-                          **{f.name: _connection_field(f) for f in CONNECTION_FIELDS})
+# A type checker sees a Model: its fields exist only once create_model has run.
+if TYPE_CHECKING:
+    class Connection(Model):
+        """One TCP connection to a listener, open or recently closed."""
+else:
+    Connection = create_model("Connection", __base__=Model, __module__=__name__,
+                              __doc__="One TCP connection to a listener, open or recently closed.",
+                              **{f.name: _connection_field(f) for f in CONNECTION_FIELDS})
 
 
 class ConnectionList(Model):
@@ -364,7 +369,7 @@ class BrokerList(Model):
     brokers: list[Broker]
 
 
-class ConnectionUsingRemoved(Connection):  # type: ignore[misc,valid-type]  # Connection is built by create_model
+class ConnectionUsingRemoved(Connection):
     removed_requests: list[RemovedRequest]
 
 
@@ -446,7 +451,7 @@ class AsgiEndpoint:
 
 # --- the application ------------------------------------------------------------------------
 
-_ERRORS_400 = {400: {"model": Error, "description": "A value outside the allowed ones (listed in detail)"}}
+_ERRORS_400: dict[int | str, dict[str, Any]] = {400: {"model": Error, "description": "A value outside the allowed ones (listed in detail)"}}
 
 
 #: Open with --api-token-file too: the kubelet's probes carry no token.
@@ -459,22 +464,23 @@ def document_bearer(app: FastAPI, open_paths: frozenset[str]) -> None:
     generate = app.openapi
 
     def openapi() -> dict:
-        if app.openapi_schema is None:
-            doc = generate()  # caches itself in app.openapi_schema
-            doc.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
-                "type": "http", "scheme": "bearer", "description": "The token of --api-token-file"}
-            for path, operations in doc["paths"].items():
-                if path in open_paths:
-                    continue
-                for operation in operations.values():
-                    operation["security"] = [{"bearer": []}]
-                    operation["responses"]["401"] = {
-                        "description": "No bearer token, or not the token of --api-token-file",
-                        "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
-                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
-        return app.openapi_schema
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        doc = generate()  # caches itself in app.openapi_schema: completed in place below
+        doc.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
+            "type": "http", "scheme": "bearer", "description": "The token of --api-token-file"}
+        for path, operations in doc["paths"].items():
+            if path in open_paths:
+                continue
+            for operation in operations.values():
+                operation["security"] = [{"bearer": []}]
+                operation["responses"]["401"] = {
+                    "description": "No bearer token, or not the token of --api-token-file",
+                    "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+        return doc
 
-    app.openapi = openapi
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend the document
 
 
 def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callable[[], bool] = lambda: True,

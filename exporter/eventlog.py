@@ -273,7 +273,7 @@ def list_logs(directory: str | os.PathLike) -> list[str]:
 
 _EVENT_TYPES = {cls.__name__: cls for cls in vars(_events).values()
                 if isinstance(cls, type) and issubclass(cls, Event) and cls is not Event}
-_ENUM_FIELDS: dict[type, dict[str, type]] = {}
+_ENUM_FIELDS: dict[type, dict[str, type[enum.Enum]]] = {}
 
 
 def _tuples(value):
@@ -286,7 +286,7 @@ def to_event(rec: dict) -> Event:
     type and the fields must be exactly this version's (ValueError)."""
     if rec.get("type") == ROLLUP_TYPE:
         return _rollup_event(rec)
-    cls = _EVENT_TYPES.get(rec.get("type"))
+    cls = _EVENT_TYPES.get(rec.get("type", ""))
     if cls is None:
         raise ValueError(f"unknown event type {rec.get('type')!r}")
     enums = _ENUM_FIELDS.get(cls)
@@ -574,6 +574,7 @@ class EventLog:
         self._last_flush = self._clock()
         if not self._buf:
             return
+        assert self._fd is not None  # the callers flush an open file
         data = b"".join(self._buf)
         count = len(self._buf)
         self._buf.clear()
@@ -599,6 +600,7 @@ class EventLog:
         started."""
         self._flush()
         fd, path = self._fd, self._path
+        assert fd is not None and path is not None  # the callers finish an open file
         self._fd = self._path = None
         try:
             os.fsync(fd)
@@ -888,6 +890,7 @@ class QueuedEventLog:
                 closing = self._closing
                 rolled = None
                 if rollup is not None:
+                    assert self.rollup_seconds is not None  # given with the rollup
                     now = self.log.clock()
                     # A clock that stepped backwards rolls up too, rather than waiting for it to catch up.
                     if closing or self._rollup_asked or not 0 <= now - self._last_rollup < self.rollup_seconds:

@@ -194,7 +194,7 @@ class Fingerprints:
             if cid_lib is None or cid_lib == JAVA or cid_lib not in self.releases or not pairs:
                 return None
             return Inference(name=cid_lib, version_range="*", confidence=round(1.0 - 0.5 ** _CLIENT_ID, 3),
-                             evidence=(f"default client_id {obs.client_id[:40]!r}",
+                             evidence=(f"default client_id {(obs.client_id or '')[:40]!r}",
                                        "no recorded release sends these versions"),
                              min_compatible=self.min_compatible.get(cid_lib))
         if len(by_lib) > 1 and max(e for _, e in reach.values()) >= _DOMINANT_EXACT:
@@ -213,7 +213,7 @@ class Fingerprints:
         evidence = list(best[2])
         if cid_lib == library:
             points += _CLIENT_ID
-            evidence.append(f"default client_id {obs.client_id[:40]!r}")
+            evidence.append(f"default client_id {(obs.client_id or '')[:40]!r}")
         elif library == JAVA:
             points -= _JAVA_DISCOUNT
         matched = [v for i, _, _ in fits for v in self.rows[i].versions]

@@ -215,7 +215,7 @@ def fetch(base: str, path: str, params: dict, *, token: str | None, timeout: flo
         if status in (502, 503) and raw:
             body = _json_object(raw)
             missing = missing_peers(body, {k.lower(): v for k, v in exc.headers.items()}) if body else None
-            if missing is not None:  # the aggregator: no peer answered
+            if body and missing is not None:  # the aggregator: no peer answered
                 raise Failure(EXIT_SERVER, f"{shown}: {status} no peer answered: {_peers_line(body, missing)}") \
                     from None
         if status == 404:

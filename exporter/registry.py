@@ -66,13 +66,13 @@ import re
 import threading
 from bisect import bisect_left
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import islice
 from operator import attrgetter
 from time import perf_counter, sleep
-from typing import NamedTuple
+from typing import Any, Literal, NamedTuple, overload
 
 from capture.events import (
     LATENCY_BUCKETS,
@@ -178,7 +178,7 @@ BROKER_DROPS = ("broker", "api", "feature")
 # Every (api_key, api_version) of the generated table -> its (api, api_version) label values.
 _PAIR_LABELS = {(s.key, v): (s.name, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1)}
 _UNKNOWN_LABELS = (UNKNOWN, UNKNOWN)
-_CANONICAL_KEY = {key: key for key in _PAIR_LABELS}  # one tuple per pair, shared by every first_requests
+_CANONICAL_KEY: dict[tuple[int, ...], tuple[int, int]] = {key: key for key in _PAIR_LABELS}  # one tuple per pair, shared by every first_requests
 
 
 def request_key(api_key: int, api_version: int) -> tuple[int, int]:
@@ -269,7 +269,8 @@ class ConnectionRecord:
         self.closed_at: float | None = None
         self.bytes_from_client = 0
         self.bytes_from_broker = 0
-        self.requests: Counter[tuple[int, int]] = Counter()  # request_key() -> count: bounded by the table
+        # request_key() -> count: bounded by the table. A Counter; a detached copy's (`_detached`) a dict.
+        self.requests: dict[tuple[int, int], int] = Counter()
         self.decode_errors = 0
         self.desyncs = 0
         # Identity taken from the state file (--state-file) for a connection joined mid-stream;
@@ -340,6 +341,10 @@ class ConnectionRecord:
         }
 
 
+@overload
+def inferred_software(inferred: dict) -> dict: ...
+@overload
+def inferred_software(inferred: None) -> None: ...
 def inferred_software(inferred: dict | None) -> dict | None:
     """The REST form of a record's `inferred` (a copy: the record's is shared by readers)."""
     if inferred is None:
@@ -404,7 +409,7 @@ class LatencySeries(NamedTuple):
 class Histogram(NamedTuple):
     buckets: list[int]  # per bucket of LATENCY_BUCKETS, then +Inf; not cumulative
     sum: float  # seconds
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count: the Prometheus name
 
 
 class ApiVersionsSeries(NamedTuple):
@@ -784,7 +789,7 @@ class ConnectionRegistry:
         self.max_brokers = max_brokers
         self.broker_drops: Counter[str] = Counter(dict.fromkeys(BROKER_DROPS, 0))
         self._brokers: dict[str, dict] = {}
-        self._broker_keys: dict[str, tuple] = {}  # broker -> the answer its entry was built from
+        self._broker_keys: dict[str, tuple | None] = {}  # broker -> the answer its entry was built from
         self._broker_seen: dict[str, float] = {}
         self._capture: dict[str, CaptureStats] = {}
         # Identities from the state file, by 4-tuple, oldest last_seen first: each waits for
@@ -814,7 +819,7 @@ class ConnectionRegistry:
         # kafka_census_connections_inferred, under the series budget like the main gauge.
         self._inferred_gauge: Counter = Counter()
         self._broker_max: dict[str, dict[int, int]] = {}  # "LISTENER:PORT" -> api_key -> max version (fingerprint)
-        self._handlers = {
+        self._handlers: dict[type, Callable[[Any], None]] = {
             ConnectionOpened: self._opened_ev, RequestSeen: self._request, ResponseSeen: self._response,
             RequestTally: self._tally,
             ClientSoftware: self._software, ApiVersionsAnswer: self._answer, SaslHandshake: self._sasl_handshake,
@@ -859,6 +864,7 @@ class ConnectionRegistry:
             closed = self.closed
             while closed:
                 rec = next(iter(closed.values()))
+                assert rec.closed_at is not None  # set at close
                 if rec.closed_at > cutoff:
                     break
                 closed.popitem(last=False)
@@ -910,7 +916,7 @@ class ConnectionRegistry:
             rec = self.open.get(conn_id) or self.closed.get(conn_id)
             return rec.to_dict(self.now()) if rec is not None else None
 
-    def _copied(self, items: list, copy, per_hold: int, whole: bool = False) -> list:
+    def _copied(self, items: Sequence, copy, per_hold: int, whole: bool = False) -> list:
         """`[copy(item) for item in items]` (`whole`: `[copy(chunk) for chunk in chunks]`),
         taking the lock for `per_hold` items at a time: the capture waits for one chunk at most,
         never for a whole listing. Between chunks an apply() that found the lock held goes first
@@ -990,9 +996,9 @@ class ConnectionRegistry:
         refs, now = self._snapshot_refs(state)
         if not refs:
             return iter(()), 0
-        columns = dict(zip(_COLUMNS, zip(*self._copied(refs, _column_chunk, _ROWS_PER_HOLD, whole=True))))
-        columns = {name: [v for chunk in chunks for v in chunk] for name, chunks in columns.items()}
-        index = range(len(refs))
+        chunked = dict(zip(_COLUMNS, zip(*self._copied(refs, _column_chunk, _ROWS_PER_HOLD, whole=True))))
+        columns = {name: [v for chunk in chunks for v in chunk] for name, chunks in chunked.items()}
+        index: Sequence[int] = range(len(refs))
         if state != "all":  # closed since the references were taken
             column = columns["state"]
             index = [i for i in index if column[i] == state]
@@ -1004,7 +1010,9 @@ class ConnectionRegistry:
                 inferred = columns["inferred"]
                 index = [i for i in index if inferred[i] is not None and inferred[i]["name"] == value]
             else:
-                column = columns[QUERY_FILTERS[name]]
+                slot = QUERY_FILTERS[name]
+                assert slot is not None  # the filters without a column of their own are above
+                column = columns[slot]
                 index = [i for i in index if column[i] == value]
         total = len(index)
         page = [refs[i] for i in _first_in_order(columns, index, order_by, now, total if limit is None else limit)]
@@ -1112,7 +1120,7 @@ class ConnectionRegistry:
                       dict(self._deprecated), dict(self._api_versions), dict(self._produce_acks), dict(self._sasl))
             latency = [(k, list(v[0]), v[1], v[2]) for k, v in self._latency.items()]
             brokers = list(self._brokers.items())  # each entry is replaced whole, never mutated
-            totals = dict(
+            totals: dict[str, Any] = dict(  # MetricsSnapshot's fields of mixed types
                 opened=dict(self._opened), decode_errors=dict(self._decode_errors), desyncs=dict(self._desyncs),
                 capture=dict(self._capture), software_overflow=self.software_overflow,
                 untracked_connections=self.untracked, forgotten_connections=self.forgotten,
@@ -1200,7 +1208,7 @@ class ConnectionRegistry:
         """A saved sibling or fingerprint identity, as "restored_sibling" / "restored_fingerprint":
         in `inferred` and the inferred gauge, never in the software fields; it names no sibling
         (only a live fingerprint does). A shape the state file checks (exporter/state.py)."""
-        source = RESTORED_INFERRED.get(saved.get("source"))
+        source = RESTORED_INFERRED.get(saved.get("source", ""))
         if source is None:
             return
         name, version_range = self._cut(saved["name"]), self._cut(saved["version_range"])
@@ -1214,6 +1222,10 @@ class ConnectionRegistry:
         }, (name if len(name) <= MAX_SOFTWARE_LABEL_LEN else OTHER,
             version_range if len(version_range) <= MAX_SOFTWARE_LABEL_LEN else OTHER))
 
+    @overload
+    def _cut(self, value: str) -> str: ...
+    @overload
+    def _cut(self, value: str | None) -> str | None: ...
     def _cut(self, value: str | None) -> str | None:
         """A wire string as kept: at most MAX_WIRE_STRING characters, a cut one ending in "…" and
         counted (truncated_strings)."""
@@ -1276,13 +1288,13 @@ class ConnectionRegistry:
 
     def _histogram(self, rec: ConnectionRecord, key: tuple[int, int]) -> list:
         """The latency histogram of a `request_key` on the connection's listener."""
-        key = (rec.listener, request_labels(key)[0])
-        hist = self._latency.get(key)
+        series = (rec.listener, request_labels(key)[0])
+        hist = self._latency.get(series)
         if hist is None:
-            key = self._slot("request_duration_seconds", self._latency, key, HISTOGRAM_SERIES)
-            hist = self._latency.get(key)
+            series = self._slot("request_duration_seconds", self._latency, series, HISTOGRAM_SERIES)
+            hist = self._latency.get(series)
             if hist is None:
-                hist = self._latency[key] = [[0] * (len(LATENCY_BUCKETS) + 1), 0.0, 0]
+                hist = self._latency[series] = [[0] * (len(LATENCY_BUCKETS) + 1), 0.0, 0]
         return hist
 
     def _tally(self, ev: RequestTally) -> None:
@@ -1295,7 +1307,8 @@ class ConnectionRegistry:
         if ev.ts > rec.last_seen:  # a rollup read back from a v2 log may follow later records
             rec.last_seen = ev.ts
         requests = rec.requests
-        pending = rec.pending_requests if len(rec.first_requests) < MAX_FIRST_REQUESTS else False
+        pending: set | Literal[False] | None = \
+            rec.pending_requests if len(rec.first_requests) < MAX_FIRST_REQUESTS else False
         for api_key, api_version, n, _ in ev.requests:
             key = request_key(api_key, api_version)
             requests[key] += n
@@ -1317,8 +1330,8 @@ class ConnectionRegistry:
             hist[1] += total
             hist[2] += n
         for acks, _, n in ev.acks:
-            key = (rec.listener, acks if acks in ACKS else OTHER, *rec.labels)
-            self._produce_acks[self._slot("produce_requests", self._produce_acks, key)] += n
+            series = (rec.listener, acks if acks in ACKS else OTHER, *rec.labels)
+            self._produce_acks[self._slot("produce_requests", self._produce_acks, series)] += n
 
     def _software(self, ev: ClientSoftware) -> None:
         rec = self.open.get(ev.conn_id)
@@ -1611,8 +1624,8 @@ class ConnectionRegistry:
             key = (rec.client_address, rec.client_id)
         window = self.sibling_window
         if not fingerprinted:
-            sib = self._announced.get(key)
-            sib = None if sib is None else self._record(sib)
+            sib_id = self._announced.get(key)
+            sib = None if sib_id is None else self._record(sib_id)
             if sib is None or sib is rec or sib.software_name is None:
                 return False
             if sib.closed_at is not None and rec.first_seen - sib.last_seen > window:
@@ -1624,12 +1637,13 @@ class ConnectionRegistry:
                           and (s.closed_at is None or rec.first_seen - s.last_seen <= window)]
             if not candidates:
                 return False
-            sib = min(candidates, key=lambda s: (-s.inferred["confidence"], s.first_seen, s.id))
+            # (the ignore: every candidate's `inferred` is a dict, checked above)
+            sib = min(candidates, key=lambda s: (-s.inferred["confidence"], s.first_seen, s.id))  # type: ignore[index]
         announced = sib.software_name is not None
-        theirs = sib.inferred
+        theirs = sib.inferred  # None only for an announced sibling
         inferred = rec.inferred
-        if inferred is not None and inferred["sibling_connection_id"] == sib.id and (
-                announced or inferred["of"] == (theirs["name"], theirs["version_range"])):
+        if inferred is not None and inferred["sibling_connection_id"] == sib.id and (announced or (
+                theirs is not None and inferred["of"] == (theirs["name"], theirs["version_range"]))):
             return True
         if announced:
             name, version = sib.software_name, sib.software_version or UNKNOWN
@@ -1638,6 +1652,7 @@ class ConnectionRegistry:
             evidence = (f"connection {sib.id} from the same client address and client_id announced "
                         f"{name} {version} (ApiVersions v{sib.identity_version})",)
         else:
+            assert theirs is not None and sib.inferred_labels is not None  # set together, at inference
             # Only the name and range are taken: an open sibling's confidence and evidence still
             # change with each sweep (its own row has them); the fingerprint's threshold is the floor.
             name, version = theirs["name"], theirs["version_range"]

@@ -42,6 +42,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 from operator import add as _add
+from typing import cast, overload
 
 from capture.events import (
     LATENCY_BUCKETS,
@@ -188,7 +189,7 @@ class Rollup:
             acc = conns[event.conn_id] = Accumulator()
         cls = type(event)
         if cls is TrafficUpdate:
-            acc.traffic = event
+            acc.traffic = cast(TrafficUpdate, event)
         else:
             self._count(acc, cls, event)
             basis = self.bases.get(event.conn_id)
@@ -203,6 +204,7 @@ class Rollup:
     def _seen(basis: _Basis, cls, event) -> None:
         """Pairs of a request or a tally, pending until the next sync point (as the registry's
         `_request` and `_tally`)."""
+        keys: tuple[tuple[int, int], ...] | list[tuple[int, int]]
         if cls is RequestSeen:
             keys = ((event.api_key, event.api_version),)
         elif cls is RequestTally:
@@ -210,12 +212,12 @@ class Rollup:
         else:
             return
         for key in keys:
-            key = _TABLE_PAIRS.get(key)
-            if key is not None:
+            pair = _TABLE_PAIRS.get(key)
+            if pair is not None:
                 if basis.pending is None:
-                    basis.pending = {key}
+                    basis.pending = {pair}
                 else:
-                    basis.pending.add(key)
+                    basis.pending.add(pair)
 
     def note(self, event: Event) -> None:
         """A connection event other than traffic (every one the log is given, in order): keeps
@@ -239,7 +241,7 @@ class Rollup:
             return
         changed = False
         if cls is ClientSoftware and basis.avv is None:
-            basis.avv = event.request_version
+            basis.avv = cast(ClientSoftware, event).request_version
             changed = True
         pending = basis.pending
         if pending:
@@ -254,6 +256,10 @@ class Rollup:
             if (basis.first, basis.avv) != basis.written:
                 self._changed[event.conn_id] = None
 
+    @overload
+    def _with_basis(self, conn_id: str, acc: Accumulator) -> Accumulator: ...
+    @overload
+    def _with_basis(self, conn_id: str, acc: None) -> Accumulator | None: ...
     def _with_basis(self, conn_id: str, acc: Accumulator | None) -> Accumulator | None:
         """`acc` (or a new, basis-only accumulator) carrying the connection's basis if it changed
         since its last record; `acc` itself otherwise."""
@@ -427,7 +433,7 @@ class Roller:
         self._last: float | None = None
 
     def feed(self, event: Event) -> list:
-        out = []
+        out: list = []  # evicted (conn_id, Accumulator) pairs, then events
         if self._last is None:
             self._last = event.ts
         elif not -self.interval < event.ts - self._last < self.interval:

@@ -67,6 +67,7 @@ import tempfile
 import threading
 import time
 from dataclasses import fields
+from typing import Any
 
 from exporter.eventlog import fsync_dir
 from exporter.registry import MAX_EVIDENCE, SavedIdentity  # MAX_EVIDENCE: evidence strings of an inferred identity
@@ -179,7 +180,8 @@ def decode_state(data: bytes, *, max_entries: int) -> list[SavedIdentity]:
                 raise StateError(f"connection {i} has no {name}")
             if not check(entry[name]):
                 raise StateError(f"connection {i} has a bad {name}")
-        out.append(SavedIdentity(**{name: entry.get(name, _ADDED.get(name)) for name in _FIELD_CHECKS}))
+        fields: dict[str, Any] = {name: entry.get(name, _ADDED.get(name)) for name in _FIELD_CHECKS}  # checked above
+        out.append(SavedIdentity(**fields))
     return out
 
 

@@ -257,10 +257,12 @@ def load_kio(exclude: set[int]) -> dict[int, Facts]:
             req = load_entity_schema(snake, v, EntityType.request)
             resp = load_entity_schema(snake, v, EntityType.response)
             for cls in (req, resp):
-                if int(cls.__api_key__) != key or int(cls.__version__) != v:
+                # kio's Entity protocol does not declare __api_key__; its request and response classes have it
+                api_key = int(cls.__api_key__)  # type: ignore[attr-defined]
+                if api_key != key or int(cls.__version__) != v:
                     raise GenError(
                         f"{where}: {cls.__module__}.{cls.__name__} says apiKey "
-                        f"{int(cls.__api_key__)} version {int(cls.__version__)}, expected {key} v{v}"
+                        f"{api_key} version {int(cls.__version__)}, expected {key} v{v}"
                     )
             if bool(req.__flexible__) != bool(resp.__flexible__):
                 raise GenError(

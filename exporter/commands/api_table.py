@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from capture.kafka.api_table import API_TABLE, removed_in_kafka4
 
@@ -21,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Every Kafka API key with its versions, and what Kafka 4.0 removed (KIP-896)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for spec in API_TABLE.values():
         removed = removed_in_kafka4(spec)
         if args.removed_only and not removed:
@@ -31,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
             "api": spec.name,
             "versions": [spec.min_version, spec.max_version],
             "flexible_from": spec.flexible_from,
-            "kafka4_versions": None if spec.kafka4_min_version is None else [spec.kafka4_min_version, spec.kafka4_max_version],
+            "kafka4_versions": None if spec.kafka4_min_version is None
+            else [spec.kafka4_min_version, spec.kafka4_max_version],
             "removed_in_kafka4": list(removed),
         })
     if args.format == "json":
@@ -42,6 +44,6 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         k4 = "removed" if r["kafka4_versions"] is None else "{}-{}".format(*r["kafka4_versions"])
         flex = "-" if r["flexible_from"] is None else f"{r['flexible_from']}+"
-        removed = ",".join(map(str, r["removed_in_kafka4"])) or "-"
-        print(f"{r['api_key']:>4}  {r['api']:<34} {'{}-{}'.format(*r['versions']):<9} {flex:<9} {k4:<10} {removed}")
+        gone = ",".join(map(str, r["removed_in_kafka4"])) or "-"
+        print(f"{r['api_key']:>4}  {r['api']:<34} {'{}-{}'.format(*r['versions']):<9} {flex:<9} {k4:<10} {gone}")
     return 0

@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
                     writer.close()
 
         announce(args.http, f"live capture on {args.interface} (filter: {source.bpf})")
+        assert sock is not None  # bound above, as --http is given
         return service.run(sock, capture_loop)
 
     tracker = FlowTracker(listener_map, registry.apply, name=args.interface, **tracking)

@@ -157,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
     if service is not None:
         service.add_reloader("tls", proxy.reload_tls)
         announce(args.http, f"proxy {pairs}")
+        assert sock is not None  # bound above, as --http is given
         return service.run(sock, lambda stop: proxy.run(stop, tick=lambda p: service.publish_stats(p.stats())))
 
     stop = threading.Event()

@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
         service = Service(registry, version=package_version(), compat=tuple(args.compat_metrics), **access)
         announce(args.http, f"what {args.file} contained")
+        assert sock is not None  # bound above: --serve needs --http
         return service.run(sock)
     print_connections(registry.connections(), args.format)
     print_summary("replay", result.stats, result.seconds, registry)
