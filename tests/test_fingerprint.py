@@ -95,7 +95,8 @@ def test_java_rows_cover_every_release_once_and_group_identical_vectors():
         assert len(vectors) == 1, r.versions
     for a, b in zip(rows, rows[1:]):  # neighbours differ, else they would be one group
         assert (a.apiversions, a.constraints) != (b.apiversions, b.constraints)
-    # README: 2.0.x ApiVersions 2, Produce 6, Fetch 8, Metadata 6; 0.10.1.x sends no ApiVersions.
+    # The input's derivation notes: 2.0.x ApiVersions 2, Produce 6, Fetch 8, Metadata 6; 0.10.1.x
+    # sends no ApiVersions.
     row20 = next(r for r in rows if "2.0.0" in r.versions)
     cons = {k: (lo, hi) for k, lo, hi in row20.constraints}
     assert row20.apiversions == (2,) and (cons[0], cons[1], cons[3]) == ((6, 6), (8, 8), (6, 6))
