@@ -7,6 +7,7 @@ This module owns the checks that keep the prose honest where a machine can check
 - the metrics reference in docs/metrics.md is exactly what the collectors expose
   (`metrics_reference()` below: the sidecar's `CensusCollector` with every compat mode and the
   real event-log and state-file health counters, and the aggregator's own families);
+- every `--flag` they name is one of kafka-census's (or of a program they quote);
 - docs/dependencies.md lists exactly the versions pyproject.toml pins;
 - README.md stays a first page (under 200 lines, opening with `make demo` and `make test`);
 - every relative link in README.md and docs/*.md points at a file that exists, and so does
@@ -216,6 +217,40 @@ def test_paths_the_docs_name_exist():
             checked += 1
             assert (ROOT / name).exists(), (path.name, name)
     assert checked > 50
+
+
+# Flags the docs quote of other programs: helm, the benchmarks, the demo, the fixture recorder,
+# pytest/hypothesis and Tansu. Anything else spelled --like-this must be a kafka-census flag.
+OTHER_PROGRAMS_FLAGS = {"--set", "--show-only", "--cycles", "--in-sample", "--load", "--nice", "--pingpong-only",
+                        "--clients", "--rounds", "--list", "--only", "--hypothesis-seed", "--authentication"}
+
+
+def _kafka_census_flags() -> set[str]:
+    import argparse
+
+    from exporter.cli import build_parser
+    from pipeline.cli import build_parser as pipeline_parser
+
+    flags: set[str] = set()
+
+    def walk(parser: argparse.ArgumentParser) -> None:
+        for action in parser._actions:
+            flags.update(action.option_strings)
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    walk(sub)
+
+    walk(build_parser())
+    walk(pipeline_parser())
+    return flags
+
+
+def test_every_flag_the_docs_name_exists():
+    known = _kafka_census_flags()
+    assert {"--max-connections", "--peers-dns", "--since", "--watch"} <= known
+    for path in [README, *sorted(DOCS.glob("*.md"))]:
+        for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", path.read_text()):
+            assert flag in known or flag in OTHER_PROGRAMS_FLAGS, (path.name, flag)
 
 
 def test_docs_are_listed_in_the_readme():
