@@ -122,7 +122,8 @@ def handshake_frames() -> tuple[bytes, bytes]:
     req = request_frame(ApiVersionsRequest(client_software_name="librdkafka", client_software_version="2.16.1"), 1)
     resp = response_frame(av_resp.ApiVersionsResponse(
         error_code=ErrorCode.none, throttle_time=datetime.timedelta(0),
-        api_keys=tuple(av_resp.ApiVersion(api_key=i16(k), min_version=i16(0), max_version=i16(9)) for k in range(75))), 1)
+        api_keys=tuple(av_resp.ApiVersion(api_key=i16(k), min_version=i16(0), max_version=i16(9))
+                       for k in range(75))), 1)
     return req, resp
 
 
@@ -189,7 +190,8 @@ def main(argv=None) -> int:
         return results[0][0], min(t for _, t in results)
 
     rows = []
-    for name, data in (("produce v9, 1 KiB", produce_stream(args.requests)), ("fetch v11", fetch_stream(args.requests))):
+    streams = (("produce v9, 1 KiB", produce_stream(args.requests)), ("fetch v11", fetch_stream(args.requests)))
+    for name, data in streams:
         parts = chunks(data)
         n0, t0 = best(census_tally, parts)
         n1, t1 = best(census_requests, parts)

@@ -39,9 +39,9 @@ and as plain text 0.0.4 without compression. Every GET opens a new connection (w
 does when its scrape interval exceeds uvicorn's 5 s keep-alive timeout; prometheus_client's
 server closes after each response anyway); a separate table times keep-alive GETs on the
 socket `exporter.commands.common.bind_http` makes and on one made with proto=IPPROTO_TCP: asyncio sets
-TCP_NODELAY only on sockets made so (bind_http's is, since issue 18), and without it a response under one segment waits for the
-client's delayed ACK (about 40 ms on Linux). Both expositions are parsed and compared: the
-peer must expose the same series with the same values (histogram sums excepted: the peer's
+TCP_NODELAY only on sockets made so (bind_http's is, since issue 18), and without it a response
+under one segment waits for the client's delayed ACK (about 40 ms on Linux). Both expositions
+are parsed and compared: the peer must expose the same series with the same values (histogram sums excepted: the peer's
 come from re-observing bucket bounds). Targets (from the issue): /metrics under 100 ms at 10k
 connections; under 2 KiB per tracked connection.
 

@@ -87,11 +87,13 @@ def markdown(title: str, s: dict) -> str:
     out += ["| recording | library | true version | verdict | connections right / wrong / unknown | ranges named |",
             "|---|---|---|---|---|---|"]
     for rec, verdict, v, ranges in s["recordings"]:
-        out.append(f"| {rec.name} | {rec.library} | {rec.version} | {verdict} | {v['right']} / {v['wrong']} / {v['unknown']} "
+        out.append(f"| {rec.name} | {rec.library} | {rec.version} | {verdict} "
+                   f"| {v['right']} / {v['wrong']} / {v['unknown']} "
                    f"| {', '.join(f'`{r}`' for r in ranges) or '-'} |")
     tally = Counter(verdict for _, verdict, _, _ in s["recordings"])
     n = len(s["recordings"]) - tally["no vector"]
-    out += ["", f"Recordings with a vector: {tally['right']}/{n} right, {tally['wrong']} wrong, {tally['unknown']} unknown"
+    out += ["", f"Recordings with a vector: {tally['right']}/{n} right, {tally['wrong']} wrong, "
+                f"{tally['unknown']} unknown"
             f" ({tally['no vector']} more sent nothing but ApiVersions: no vector to judge).", ""]
     libs = sorted(s["confusion"])
     cols = sorted({c for row in s["confusion"].values() for c in row} - {"unknown"}) + ["unknown"]

@@ -1,14 +1,15 @@
 """Live capture throughput: the highest packet rate on loopback that kafka-census captures and
 decodes with zero kernel drops, on one core.
 
-The capture is the CLI's live path in one process pinned to one core: `LiveCapture` on `lo`
-(the CLI's default 64 MiB kernel ring) + `FlowTracker` in tally mode + `ConnectionRegistry`,
-driven by `run_live`, on the hot path this install runs (the report says which). A bounded load generator, pinned to the other core, plays both ends of Kafka
-connections on a loopback listener port: clients send pre-built requests (ApiVersions v3 first,
-then Produce v9 with acks=1 and a 100-byte opaque record set and Metadata v12, 3:1), a tiny
-server answers each request frame with a response frame of the same correlation id, both with
-TCP_NODELAY so that each request and each response is about one packet. The clients are paced
-to the target packet rate (requests + responses); the generator counts what it really sent.
+The capture is the CLI's live path in one process pinned to one core: `LiveCapture` on `lo` (the
+CLI's default 64 MiB kernel ring) + `FlowTracker` in tally mode + `ConnectionRegistry`, driven
+by `run_live`, on the hot path this install runs (the report says which). A bounded load
+generator, pinned to the other core, plays both ends of Kafka connections on a loopback listener
+port: clients send pre-built requests (ApiVersions v3 first, then Produce v9 with acks=1 and a
+100-byte opaque record set and Metadata v12, 3:1), a tiny server answers each request frame with
+a response frame of the same correlation id, both with TCP_NODELAY so that each request and each
+response is about one packet. The clients are paced to the target packet rate (requests +
+responses); the generator counts what it really sent.
 
 For each rate: offered packets/s (the generator's sends, and the kernel's count of packets that
 passed the capture filter, ACKs and handshakes included), packets captured, kernel drops,
@@ -663,7 +664,8 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0, help="seconds of traffic per rate (default 5)")
-    ap.add_argument("--rates", default=DEFAULT_RATES, help=f"target packets/s, comma-separated (default {DEFAULT_RATES})")
+    ap.add_argument("--rates", default=DEFAULT_RATES,
+                    help=f"target packets/s, comma-separated (default {DEFAULT_RATES})")
     ap.add_argument("--connections", type=int, default=8, help="Kafka connections of the generator (default 8)")
     ap.add_argument("--depth", type=int, default=32, help="requests in flight per connection at most (default 32)")
     ap.add_argument("--buffer-mb", type=int, default=64, help="kernel capture ring, MiB (default 64, the CLI's)")
@@ -706,7 +708,8 @@ def main(argv=None) -> int:
         rows.append({"target_pps": rate, "kafka_census": census, "tcpdump": dump})
 
     print(f"\nmachine: {machine}; kafka-census capture pinned to CPU {args.capture_core}, generator to CPU "
-          f"{args.gen_core}; load {args.load}; nice {args.nice}; {args.seconds:g} s per rate, {args.connections} connections, "
+          f"{args.gen_core}; load {args.load}; nice {args.nice}; {args.seconds:g} s per rate, "
+          f"{args.connections} connections, "
           f"{args.buffer_mb} MiB ring\n")
     print("| target pkt/s | sent pkt/s (generator) | wire pkt/s (kernel) | captured | kernel drops "
           "| requests decoded / sent | capture CPU | decoded pkt/s while sending | backlog at stop: pkts / drain s "
@@ -729,7 +732,8 @@ def main(argv=None) -> int:
                   file=sys.stderr)
         dump = row["tcpdump"]
         dump_cell = "-" if dump is None else f"{dump['kernel_dropped']:,}"
-        print(f"| {row['target_pps']:,} | {g['sent_pps']:,.0f}{' (generator-limited)' if row['generator_limited'] else ''} "
+        limited = " (generator-limited)" if row["generator_limited"] else ""
+        print(f"| {row['target_pps']:,} | {g['sent_pps']:,.0f}{limited} "
               f"| {row['wire_pps']:,.0f} | {c['packets']:,} | {c['kernel_dropped']:,} | {c['requests_decoded']:,} / "
               f"{g['requests_sent']:,}{'' if c['requests_decoded'] == g['requests_sent'] else ' (short)'} | {cpu:.0%} "
               f"| {decode_pps:,.0f} | {c['packets_behind_at_finish']:,} / {c['drain_seconds']:.2f} "
@@ -756,7 +760,8 @@ def main(argv=None) -> int:
               f"packets/s")
     result = {"benchmark": "live", "machine": machine, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "capture_core": args.capture_core, "generator_core": args.gen_core, "seconds": args.seconds,
-              "load": args.load, "nice": args.nice, "connections": args.connections, "depth": args.depth, "buffer_mb": args.buffer_mb,
+              "load": args.load, "nice": args.nice, "connections": args.connections, "depth": args.depth,
+              "buffer_mb": args.buffer_mb,
               "rows": rows, "highest_zero_drop_pps": reached, "highest_real_time_pps": realtime,
               "target_pps": TARGET_PPS, "target_met_zero_drop": reached >= TARGET_PPS,
               "target_met_real_time": realtime >= TARGET_PPS}

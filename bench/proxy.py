@@ -270,7 +270,8 @@ def start_proxy(upstream: str, listen_port: int, core: int | None, tmp: Path, tl
 class ForwarderProcess:
     """The peer in the same run: `forwarder_main` (asyncio, bytes only, no decoding) as a child."""
 
-    def __init__(self, upstream: str, listen_port: int, core: int | None, log_path: Path, loop: str = "asyncio") -> None:
+    def __init__(self, upstream: str, listen_port: int, core: int | None, log_path: Path,
+                 loop: str = "asyncio") -> None:
         self.cmd = [*taskset(core), sys.executable, "-m", "bench.proxy", "--forwarder", str(listen_port), upstream,
                     loop]
         self.log_path = log_path

@@ -186,7 +186,8 @@ def main(argv=None) -> int:
 
     cols = ["pcap", "broker port", "packets", "MB", "seconds (produce / total)", "messages delivered", "msg/s",
             "tcpdump dropped"]
-    row = [str(args.out), str(broker.port), f"{packets:,}", f"{size / 1e6:,.1f}", f"{produce_seconds:.1f} / {elapsed:.1f}",
+    row = [str(args.out), str(broker.port), f"{packets:,}", f"{size / 1e6:,.1f}",
+           f"{produce_seconds:.1f} / {elapsed:.1f}",
            f"{delivered:,} of {args.producers * args.messages:,}", f"{delivered / produce_seconds:,.0f}",
            str(cap.dropped_by_kernel)]
     if args.tshark:
@@ -200,7 +201,8 @@ def main(argv=None) -> int:
     print("| " + " | ".join(row) + " |")
     meta = {"pcap": args.out.name, "broker_port": broker.port, "topic": topic, "packets": packets,
             "bytes": size, "producers": args.producers, "messages_per_producer": args.messages,
-            "message_bytes": args.message_bytes, "linger_ms": args.linger_ms, "batch_bytes": args.batch_bytes, "acks": 1,
+            "message_bytes": args.message_bytes, "linger_ms": args.linger_ms, "batch_bytes": args.batch_bytes,
+            "acks": 1,
             "delivered": delivered, "produce_seconds": round(produce_seconds, 3),
             "tcpdump": {"captured": cap.captured, "dropped_by_kernel": cap.dropped_by_kernel},
             "client": f"confluent-kafka {peers.client_package_version('confluent-kafka')}",

@@ -37,7 +37,8 @@ from capture.kafka.events import (  # re-exported: this module is the contract
 
 __all__ = [
     "NEED_DATA", "ApiVersionsAnswer", "CaptureStats", "ClientSoftware", "ConnectionClosed", "ConnectionOpened",
-    "DecodeError", "Desync", "Direction", "Event", "GroupSeen", "LATENCY_BUCKETS", "ProduceAcks", "RequestSeen", "RequestTally", "Resynced",
+    "DecodeError", "Desync", "Direction", "Event", "GroupSeen", "LATENCY_BUCKETS", "ProduceAcks", "RequestSeen",
+    "RequestTally", "Resynced",
     "ResponseSeen", "SaslHandshake", "SaslIdentity", "TlsDetected", "TlsSession", "TrafficUpdate",
 ]
 

@@ -35,8 +35,8 @@ class PcapWriter:
         self.path = str(path)
         self.max_bytes = max_bytes
         try:
-            self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                               0o600)
+            self._fd: int | None = os.open(
+                self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except FileExistsError:
             what = "is a symlink" if os.path.islink(self.path) else "already exists"
             raise PcapWriterError(f"--write-pcap {self.path} {what}: refusing to overwrite it "

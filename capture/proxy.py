@@ -39,8 +39,8 @@ themselves and hand it to the loop's TLS from the first byte (`_accept_tls`). Th
 run on both loops.
 
 Imports `capture.kafka`, `capture.events`, the buffer budget's constants of `capture.flows`,
-`capture.listeners` (listening sockets), the standard library (asyncio, ssl) and, optionally, uvloop; never `exporter`: events leave through
-the `emit` callable.
+`capture.listeners` (listening sockets), the standard library (asyncio, ssl) and, optionally,
+uvloop; never `exporter`: events leave through the `emit` callable.
 """
 
 from __future__ import annotations

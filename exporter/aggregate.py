@@ -1,12 +1,14 @@
 """`kafka-census aggregate`: one REST API over many kafka-census peers (issue 16).
 
 Owns the command: its flags, the defaults of its settings (exporter.settings declares them,
-with their help), their checks (one clear line, exit 2; a DNS name that does not resolve, a token file that cannot be read or a busy port: one line, exit 1),
-and the wiring of exporter.aggregate_app (peers, fan-out, cache, metrics, the app) to uvicorn,
-with SIGHUP re-reading both tokens. The merge is exporter.aggregate_merge.
+with their help), their checks (one clear line, exit 2; a DNS name that does not resolve, a
+token file that cannot be read or a busy port: one line, exit 1), and the wiring of
+exporter.aggregate_app (peers, fan-out, cache, metrics, the app) to uvicorn, with SIGHUP
+re-reading both tokens. The merge is exporter.aggregate_merge.
 The module imports neither capture (it never sees packets) nor the registry (it keeps no store);
 the parser and the command take the CLI's helpers (exporter.settings, exporter.commands.common)
-when they are built and run, inside the CLI that has loaded them anyway. Heavy imports (FastAPI, httpx) happen inside the command, so `kafka-census --help` stays fast.
+when they are built and run, inside the CLI that has loaded them anyway. Heavy imports (FastAPI,
+httpx) happen inside the command, so `kafka-census --help` stays fast.
 """
 
 from __future__ import annotations

@@ -766,7 +766,8 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
 
     @app.get(API_PREFIX + "/connections/{conn_id:path}", response_model=AggConnection, tags=["connections"],
              summary="One connection, from the peer its id names",
-             responses={404: {"model": Error}, 502: {"model": NoPeerAnswered, "description": "The peer did not answer"}})
+             responses={404: {"model": Error},
+                        502: {"model": NoPeerAnswered, "description": "The peer did not answer"}})
     async def get_connection(conn_id: Annotated[str, Path(description="PEER/ID, as listed")]) -> Response:
         split = merge.split_id(conn_id)
         if split is None:

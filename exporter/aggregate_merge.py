@@ -342,7 +342,8 @@ def _software_order(row: dict) -> tuple:
 
 class UpgradeMerger:
     """Who uses what the target removes, over peers: connections as the listing (in
-    (first_seen, id) order, the first `max_connections`, the rest counted in connections_omitted), census rows as /clients, `clients_by_software` merged by
+    (first_seen, id) order, the first `max_connections`, the rest counted in connections_omitted),
+    census rows as /clients, `clients_by_software` merged by
     (software, version, identity source, client_id, principal) with listeners unioned and
     counts summed. `ready` only if every peer said so (the caller also requires a whole answer)."""
 

@@ -20,8 +20,8 @@ Errors: a request that violates the schema's types or ranges (a bad `state`, `li
 1..10000, more `order_by` terms than fields) gets FastAPI's 422 with the offending parameter and
 the allowed values; a request the schema describes but the server cannot honour in meaning (an
 unknown `order_by` field, an unknown upgrade target) gets 400 `{"detail": "..."}` naming the
-allowed values; an unknown connection id gets 404 `{"detail": "no connection ..."}`. With an API token (exporter.auth), a
-request without it gets 401 `{"detail": "..."}` before any of this.
+allowed values; an unknown connection id gets 404 `{"detail": "no connection ..."}`. With an API
+token (exporter.auth), a request without it gets 401 `{"detail": "..."}` before any of this.
 """
 
 from __future__ import annotations
@@ -451,7 +451,8 @@ class AsgiEndpoint:
 
 # --- the application ------------------------------------------------------------------------
 
-_ERRORS_400: dict[int | str, dict[str, Any]] = {400: {"model": Error, "description": "A value outside the allowed ones (listed in detail)"}}
+_ERRORS_400: dict[int | str, dict[str, Any]] = {
+    400: {"model": Error, "description": "A value outside the allowed ones (listed in detail)"}}
 
 
 #: Open with --api-token-file too: the kubelet's probes carry no token.

@@ -246,7 +246,8 @@ def range_contains(version_range: str, version: str) -> bool:
         clause = clause.strip()
         if clause == "*":
             continue
-        for op, test in ((">=", lambda a: v >= a), ("<=", lambda a: v <= a), (">", lambda a: v > a), ("<", lambda a: v < a)):
+        for op, test in ((">=", lambda a: v >= a), ("<=", lambda a: v <= a),
+                         (">", lambda a: v > a), ("<", lambda a: v < a)):
             if clause.startswith(op):
                 if not test(_vkey(clause[len(op):])):
                     return False
@@ -291,4 +292,5 @@ def observations_from_events(events: Iterable, broker_max: Mapping[int, int] | N
         elif kind == "ApiVersionsAnswer" and e.error_code == 0:
             answers[e.conn_id] = last_answer = {k: hi for k, _lo, hi in e.api_ranges}
     fallback = broker_max if broker_max is not None else last_answer
-    return {cid: Observation(c[0], dict(c[1]), tuple(c[2]), c[3], answers.get(cid, fallback)) for cid, c in conns.items()}
+    return {cid: Observation(c[0], dict(c[1]), tuple(c[2]), c[3], answers.get(cid, fallback))
+            for cid, c in conns.items()}

@@ -182,8 +182,10 @@ def load_java(directory: Path) -> list[Row]:
         no_av = rel in JAVA_NO_APIVERSIONS
         row = Row(JAVA, (rel,), (None,) if no_av else (vec[18],), tuple(cons), True, not no_av, JAVA_TSV)
         prev = rows[-1] if rows else None
-        if prev and (prev.apiversions, prev.constraints, prev.negotiates) == (row.apiversions, row.constraints, row.negotiates):
-            rows[-1] = Row(JAVA, prev.versions + (rel,), row.apiversions, row.constraints, True, row.negotiates, JAVA_TSV)
+        if prev and (prev.apiversions, prev.constraints, prev.negotiates) == \
+                (row.apiversions, row.constraints, row.negotiates):
+            rows[-1] = Row(JAVA, prev.versions + (rel,), row.apiversions, row.constraints, True, row.negotiates,
+                           JAVA_TSV)
         else:
             rows.append(row)
     return rows
@@ -465,7 +467,8 @@ def render(rows: list[Row], provenance: list[str]) -> str:
 
 def generate(fingerprints_dir: Path, exclude: tuple[str, ...] = ()) -> str:
     if not fingerprints_dir.is_dir():
-        raise GenError(f"fingerprints directory not found: {fingerprints_dir} (set {FINGERPRINTS_ENV} or pass --fingerprints DIR)")
+        raise GenError(f"fingerprints directory not found: {fingerprints_dir} "
+                       f"(set {FINGERPRINTS_ENV} or pass --fingerprints DIR)")
     recordings = [r for r in load_recordings() if r.name not in exclude]
     rows = build_rows(fingerprints_dir, recordings)
     provenance = [f"{JAVA_TSV} (every release 0.10.0.0-3.9.0)"] + [
@@ -479,7 +482,8 @@ def main(argv: list[str] | None = None) -> int:
                                      description=f"Generate {OUTPUT_REL} from the Java table and the recordings.")
     parser.add_argument("--fingerprints", type=Path, default=None,
                         help=f"reference directory (default: ${FINGERPRINTS_ENV}, else {DEFAULT_FINGERPRINTS_DIR})")
-    parser.add_argument("--check", action="store_true", help="do not write; exit 1 with a diff if the committed file differs")
+    parser.add_argument("--check", action="store_true",
+                        help="do not write; exit 1 with a diff if the committed file differs")
     parser.add_argument("--exclude", action="append", default=[], help="leave a recording out (e.g. golden/aiokafka)")
     args = parser.parse_args(argv)
     directory = args.fingerprints

@@ -170,15 +170,16 @@ API_VERSIONS_ERRORS = {0: "NONE", 35: "UNSUPPORTED_VERSION", 42: "INVALID_REQUES
 _MECHANISM = re.compile(r"[A-Z0-9_-]{1,20}")
 _FEATURE = re.compile(r"[A-Za-z0-9._-]{1,64}")  # KIP-584 names, e.g. "metadata.version"
 # What series_folded counts, by family: every name is exported, 0 until something folds.
-BUDGETED = ("connections", "connections_inferred", "requests", "deprecated_requests", "request_duration_seconds", "api_versions_responses",
-            "produce_requests", "sasl_authentications")
+BUDGETED = ("connections", "connections_inferred", "requests", "deprecated_requests", "request_duration_seconds",
+            "api_versions_responses", "produce_requests", "sasl_authentications")
 BROKER_DROPS = ("broker", "api", "feature")
 
 
 # Every (api_key, api_version) of the generated table -> its (api, api_version) label values.
 _PAIR_LABELS = {(s.key, v): (s.name, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1)}
 _UNKNOWN_LABELS = (UNKNOWN, UNKNOWN)
-_CANONICAL_KEY: dict[tuple[int, ...], tuple[int, int]] = {key: key for key in _PAIR_LABELS}  # one tuple per pair, shared by every first_requests
+# One tuple per pair, shared by every first_requests.
+_CANONICAL_KEY: dict[tuple[int, ...], tuple[int, int]] = {key: key for key in _PAIR_LABELS}
 
 
 def request_key(api_key: int, api_version: int) -> tuple[int, int]:
@@ -901,8 +902,8 @@ class ConnectionRegistry:
             client_software_name=name, client_software_version=version,
             identity_version=iv if iv is not None else restored_iv, principal=principal, sasl_mechanism=mechanism,
             first_seen=first, last_seen=last, inferred=saved_inferred(inferred) if name is None else None)
-            for a, cp, b, bp, listener, cid, name, version, iv, restored_iv, principal, mechanism, first, last, restored,
-            inferred in rows if iv is not None or restored or principal or inferred is not None]
+            for a, cp, b, bp, listener, cid, name, version, iv, restored_iv, principal, mechanism, first, last,
+            restored, inferred in rows if iv is not None or restored or principal or inferred is not None]
         room = self.max_open - len(out)
         if room > 0 and restorable:
             out.extend(restorable[-room:])

@@ -218,7 +218,8 @@ def main() -> int:
                 print("  " + "\n  ".join(gauge_lines(aggregator, ("kafka_census_aggregate_peer_up",))), flush=True)
         except KeyboardInterrupt:
             print("\nstopping", file=sys.stderr)
-        except (OSError, AssertionError, peers.PeerError) as exc:  # a process of the demo died or never started: say which
+        # a process of the demo died or never started: say which
+        except (OSError, AssertionError, peers.PeerError) as exc:
             dead = [what for what, census in procs if census.proc.poll() is not None]
             errors.append(f"stopped: {exc}" + (f" ({', '.join(dead)} exited)" if dead else ""))
         finally:

@@ -521,7 +521,8 @@ def main(argv: list[str]) -> int:
     watchdog.daemon = True
     watchdog.start()
     try:
-        {"kafka-python": _kafka_python, "confluent-kafka": _confluent}[client](mechanism, framing, bootstrap, user, secret)
+        run = {"kafka-python": _kafka_python, "confluent-kafka": _confluent}[client]
+        run(mechanism, framing, bootstrap, user, secret)
         report = {"ok": True, "error": None}
     except Exception as exc:  # the outcome is the report: a refused authentication is expected
         report = {"ok": False, "error": type(exc).__name__}

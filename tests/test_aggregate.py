@@ -2,11 +2,12 @@
 `kafka-census capture -i lo` (the real command; its --listener names only its broker's port, so
 the BPF filter keeps the other brokers' traffic out), real clients spread over them, and the
 real `kafka-census aggregate` in front, tokens as deployed (each sidecar needs its API token,
-which the aggregator holds as --peer-token-file; callers need the aggregator's own). Its answers must equal the union of the three sidecars'
-(connections with filters, order_by and limit; census rows merged with counts summed; brokers;
-upgrade readiness). Then one sidecar is stopped: answers are marked partial naming it (body and
-header) and /api/v1/peers shows it down; it is restarted on the same port and the answers are
-whole again. Every wait is a poll (harness.census.wait_for).
+which the aggregator holds as --peer-token-file; callers need the aggregator's own). Its answers
+must equal the union of the three sidecars' (connections with filters, order_by and limit;
+census rows merged with counts summed; brokers; upgrade readiness). Then one sidecar is stopped:
+answers are marked partial naming it (body and header) and /api/v1/peers shows it down; it is
+restarted on the same port and the answers are whole again. Every wait is a poll
+(harness.census.wait_for).
 
 Needs root (live capture), as `make test` has on CI.
 """
@@ -29,7 +30,8 @@ pytestmark = pytest.mark.e2e  # kafka-census sidecars/aggregator (and Tansu)
 
 # The aggregator's OpenAPI models: every answer below is held to them (extra fields forbidden).
 MODELS = {"/api/v1/connections?": aggregate_app.AggConnectionList, "/api/v1/clients": aggregate_app.AggClientList,
-          "/api/v1/brokers": aggregate_app.AggBrokerList, "/api/v1/upgrade-readiness": aggregate_app.AggUpgradeReadiness,
+          "/api/v1/brokers": aggregate_app.AggBrokerList,
+          "/api/v1/upgrade-readiness": aggregate_app.AggUpgradeReadiness,
           "/api/v1/peers": aggregate_app.PeerList, "/api/v1/connections/": aggregate_app.AggConnection}
 
 

@@ -605,6 +605,7 @@ def test_a_page_longer_than_the_limit_asked_is_invalid():
 
 
 def test_split_id():
-    assert merge.split_id("127.0.0.1:9101/10.0.0.5:9092-10.0.0.7:1-2") == ("127.0.0.1:9101", "10.0.0.5:9092-10.0.0.7:1-2")
+    assert merge.split_id("127.0.0.1:9101/10.0.0.5:9092-10.0.0.7:1-2") == \
+        ("127.0.0.1:9101", "10.0.0.5:9092-10.0.0.7:1-2")
     assert merge.split_id("[::1]:9101/::1:9092-::1:5-7") == ("[::1]:9101", "::1:9092-::1:5-7")
     assert merge.split_id("nopeer") is None and merge.split_id("/x") is None and merge.split_id("p/") is None

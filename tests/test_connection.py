@@ -247,7 +247,8 @@ def test_unknown_api_key_and_version_are_counted_not_fatal():
               (C, metadata(3))]
     _, events = run(frames)
     assert [e.kind for e in of(events, DecodeError)] == [Kind.UNKNOWN_API_KEY, Kind.UNKNOWN_API_VERSION]
-    assert [(r.api_key, r.api_name) for r in of(events, RequestSeen)] == [(4242, None), (3, "Metadata"), (3, "Metadata")]
+    assert [(r.api_key, r.api_name) for r in of(events, RequestSeen)] == \
+        [(4242, None), (3, "Metadata"), (3, "Metadata")]
 
 
 def test_large_bodies_are_skipped_without_being_buffered():
@@ -305,7 +306,8 @@ def test_answers_of_two_brokers_in_turn_each_reach_their_connection():
     def answer(top: int) -> bytes:
         return response_frame(av3.ApiVersionsResponse(
             error_code=ErrorCode.none, throttle_time=datetime.timedelta(0),
-            api_keys=tuple(av3.ApiVersion(api_key=i16(k), min_version=i16(0), max_version=i16(top)) for k in range(3))), 1)
+            api_keys=tuple(av3.ApiVersion(api_key=i16(k), min_version=i16(0), max_version=i16(top))
+                           for k in range(3))), 1)
 
     request = request_frame(AvReq3(client_software_name="librdkafka", client_software_version="2.16.1"), 1)
     for i in range(6):
@@ -379,7 +381,8 @@ def test_sasl_authenticate_success_and_failure():
     ok = _handshake_v1() + [(C, _authenticate(2, b"\x00carol\x00" + PASSWORD)), (B, _auth_response(2, ErrorCode.none)),
                             (C, metadata(3))]
     _, events = run(ok)
-    assert [(i.principal, i.outcome, i.framing) for i in of(events, SaslIdentity)] == [("carol", "success", "SaslAuthenticate")]
+    assert [(i.principal, i.outcome, i.framing) for i in of(events, SaslIdentity)] == \
+        [("carol", "success", "SaslAuthenticate")]
     bad = _handshake_v1() + [(C, _authenticate(2, b"\x00carol\x00wrong")),
                              (B, _auth_response(2, ErrorCode.sasl_authentication_failed))]
     _, events = run(bad)

@@ -104,7 +104,8 @@ def transcript() -> list[tuple[Direction, bytes]]:
         ), 0)),
         # SASL/PLAIN in SaslAuthenticate framing (KIP-152).
         (C, kf.request_frame(SaslHandshakeRequest(mechanism="PLAIN"), 1)),
-        (B, kf.response_frame(SaslHandshakeResponse(error_code=ErrorCode.none, mechanisms=("PLAIN", "SCRAM-SHA-256")), 1)),
+        (B, kf.response_frame(SaslHandshakeResponse(error_code=ErrorCode.none,
+                                                    mechanisms=("PLAIN", "SCRAM-SHA-256")), 1)),
         (C, kf.request_frame(SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00" + PASSWORD), 2)),
         (B, kf.response_frame(SaslAuthenticateResponse(error_code=ErrorCode.none, error_message=None, auth_bytes=b"",
                                                        session_lifetime=i64Timedelta.parse(datetime.timedelta(0))), 2)),
@@ -226,7 +227,8 @@ def test_the_transcript_decodes_cleanly():
     assert handshake.mechanism == "PLAIN" and handshake.enabled_mechanisms == ("PLAIN", "SCRAM-SHA-256")
     (identity,) = [e for e in events if isinstance(e, SaslIdentity)]
     assert (identity.principal, identity.outcome, identity.framing) == ("alice", "success", "SaslAuthenticate")
-    assert [(e.acks, e.transactional) for e in events if isinstance(e, ProduceAcks)] == [(1, False), (0, False), (-1, True)]
+    assert [(e.acks, e.transactional) for e in events if isinstance(e, ProduceAcks)] == \
+        [(1, False), (0, False), (-1, True)]
     assert [(e.group_id, e.api_version) for e in events if isinstance(e, GroupSeen)] == [("orders", 6), ("billing", 5)]
     assert [e.client_id for e in events if isinstance(e, RequestSeen)][3:5] == ["census-test", None]
     assert events[-1] == ConnectionClosed(conn_id="c1", ts=TS, reason="fin", pending_requests=0)
@@ -324,7 +326,8 @@ def test_a_long_client_id_is_not_buffered_past_the_bound():
 def test_a_long_transactional_id_is_not_buffered_past_the_bound(limits, txn_len, chunk):
     # Produce v9+ carries TransactionalId as a compact string: its length is limited only by
     # the frame size, and the core waits for the whole prefix before deciding anything.
-    frame = kf.request_frame(ProduceV9(transactional_id="t" * txn_len, acks=i16(1), timeout=_ms(1000), topic_data=()), 1)
+    frame = kf.request_frame(ProduceV9(transactional_id="t" * txn_len, acks=i16(1), timeout=_ms(1000),
+                                       topic_data=()), 1)
     conn_limits = limits or dict(max_decoded_frame=1024 * 1024, max_frame_size=100 * 1024 * 1024)
     worst = _worst_buffered(frame, chunk, **conn_limits)
     bound = memory_bound(chunk, conn_limits["max_decoded_frame"])

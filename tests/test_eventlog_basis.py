@@ -164,7 +164,8 @@ def test_a_basis_only_record_carries_the_fold_at_close():
     assert last["requests"] == [] and last["first_requests"] == [[18, 0], [0, 2], [3, 1]]
     assert last["api_versions_request_version"] == 0 and last["ts"] == 200.0
     bases = [e for r in records for e in to_events(r) if type(e) is FingerprintBasis]
-    assert [b.first_requests for b in bases] == [((18, 0),), ((18, 0), (0, 2), (3, 1))]  # the ClientSoftware's fold, then the close's
+    # the ClientSoftware's fold, then the close's
+    assert [b.first_requests for b in bases] == [((18, 0),), ((18, 0), (0, 2), (3, 1))]
 
 
 def test_a_record_without_a_basis_reads_as_before():

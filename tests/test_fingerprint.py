@@ -144,7 +144,8 @@ def other_libraries_fitting(obs: Observation) -> set[str]:
 
     pairs = sorted(p for p in obs.requests if p[0] != 18)
     rows = fp.TABLE.rows
-    return {rows[i].library for i in range(len(rows)) if rows[i].library != JAVA and fp.TABLE.fit(i, obs, pairs) is not None}
+    return {rows[i].library for i in range(len(rows))
+            if rows[i].library != JAVA and fp.TABLE.fit(i, obs, pairs) is not None}
 
 
 def test_java_without_client_id_is_named_unless_another_library_sends_the_same():
@@ -209,7 +210,8 @@ def test_a_client_id_of_another_library_vetoes_the_name():
 
 
 def test_a_version_no_release_sends_gives_none():
-    obs = Observation(1, {(0, 9): 1, (3, 5): 1}, ((3, 5), (0, 9)), "producer-1", UNCAPPED)  # Produce 9 with ApiVersions v1
+    # Produce 9 with ApiVersions v1
+    obs = Observation(1, {(0, 9): 1, (3, 5): 1}, ((3, 5), (0, 9)), "producer-1", UNCAPPED)
     assert infer(obs) is None
 
 

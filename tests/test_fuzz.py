@@ -18,9 +18,10 @@ documented `CaptureError` of an unreadable file (the core's `ProtocolError` neve
 exactly once, last; every table and buffer stays within its bound; the tracemalloc peak of each
 example stays within a bound stated next to each test.
 
-Seed corpus: the frames real clients exchanged with Tansu (tests/fixtures/golden/*.json), a
-few SASL exchanges built with kio, tests/test_core_properties.py's kio transcript, and synthetic pcaps of the golden conversations written by
-tests/synth.py in several link types, pcap and pcapng.
+Seed corpus: the frames real clients exchanged with Tansu (tests/fixtures/golden/*.json), a few
+SASL exchanges built with kio, tests/test_core_properties.py's kio transcript, and synthetic
+pcaps of the golden conversations written by tests/synth.py in several link types, pcap and
+pcapng.
 
 Runs: `make test` runs each test with the example count given here, derandomized and without
 the example database (`kafka-census-fuzz` profile), ~60-90 s in all: the same inputs every

@@ -111,7 +111,8 @@ def test_identity_matches_what_the_client_announces(fixture):
             continue  # kafkajs and platformatic open a fetch connection without ApiVersions
         identified += 1
         last = offers[-1]
-        assert (last.request_version, last.name, last.version, last.accepted) == (want_version, want_name, want_sw, True)
+        assert (last.request_version, last.name, last.version, last.accepted) == \
+            (want_version, want_name, want_sw, True)
         assert last.valid is (None if want_name is None else True)
     assert identified >= len(fixture["connections"]) - 1
 

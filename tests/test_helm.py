@@ -326,7 +326,8 @@ def test_daemonset_captures_on_the_host_network():
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "census-http"}
     args = parse_cli(c["args"])
     assert (args.buffer_mb, args.idle_timeout, args.compat_metrics) == (128, 660.0, ["strimzi"])
-    assert (args.event_log, args.event_log_max_mb, args.event_log_max_age) == ("/var/lib/kafka-census/events", 64, 900.0)
+    assert (args.event_log, args.event_log_max_mb, args.event_log_max_age) == \
+        ("/var/lib/kafka-census/events", 64, 900.0)
     # the bounds follow the 768Mi memory limit (a quarter) and the 4Gi emptyDir (three quarters)
     assert flag_value(c["args"], "--max-buffer-mb") == 192
     assert flag_value(c["args"], "--event-log-max-total-mb") == 3072
@@ -460,7 +461,8 @@ def test_sidecar_include_in_a_broker_statefulset(tmp_path):
     # the subchart renders no workload of its own, and its Service selects the broker pods'
     # census-http port: Prometheus scrapes the sidecar through it
     assert not of_kind(docs, "DaemonSet") and not of_kind(docs, "Deployment")
-    svc = next(s for s in of_kind(docs, "Service") if s["metadata"]["labels"].get("app.kubernetes.io/component") == "metrics")
+    svc = next(s for s in of_kind(docs, "Service")
+               if s["metadata"]["labels"].get("app.kubernetes.io/component") == "metrics")
     assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     assert svc["spec"]["ports"][0]["targetPort"] in port_names(spec)
 
@@ -928,7 +930,8 @@ def test_event_log_total_explicit_value_and_its_bound():
     with pytest.raises(helm_python.HelmRenderError, match="the event log's volume is too small"):
         render({"eventLog": {"enabled": True, "maxMB": 300, "volume": {"emptyDir": {"sizeLimit": "384Mi"}}}})
     # the CLI refuses a cap below the rotation size: so does the chart, before anything starts
-    with pytest.raises(helm_python.HelmRenderError, match=re.escape("eventLog.maxTotalMB 32 is below eventLog.maxMB 64")):
+    with pytest.raises(helm_python.HelmRenderError,
+                       match=re.escape("eventLog.maxTotalMB 32 is below eventLog.maxMB 64")):
         render({"eventLog": {"enabled": True, "maxTotalMB": 32, "volume": {"hostPath": {"path": "/x"}}}})
     # a volume of unknown size: the CLI's default, or the value as given
     for volume in ({"persistentVolumeClaim": {"claimName": "ev"}}, {"emptyDir": {}},
@@ -1026,7 +1029,8 @@ def test_minimum_version_overrides_reach_prometheus(tmp_path):
     checked = promtool("check", "rules", "rules.yaml", cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     runbook = rules[0]["annotations"]["runbook"]
-    series = 'kafka_census_connections{{listener="PLAINTEXT",client_software_name="librdkafka",client_software_version="{}"}}'
+    series = ('kafka_census_connections{{listener="PLAINTEXT",client_software_name="librdkafka",'
+              'client_software_version="{}"}}')
     test = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
         "interval": "1m",
         # 1.9.0 passes the file's minimum (1.8.2) but not the override (2.0.0); 2.3.0 passes both
@@ -1403,7 +1407,8 @@ def test_aggregator_network_policies(mode):
         assert own["spec"]["ingress"] == ([{"ports": [{"port": "census-http", "protocol": "TCP"}], "from": http_from}]
                                           if http_from else [])
         if m == "proxy":  # the proxies' policy (on in proxy mode) admits the aggregator
-            peers_policy = next(p for p in of_kind(docs, "NetworkPolicy") if p["metadata"]["name"] == f"{RELEASE}-kafka-census")
+            peers_policy = next(p for p in of_kind(docs, "NetworkPolicy")
+                                if p["metadata"]["name"] == f"{RELEASE}-kafka-census")
             assert policy_admits(peers_policy, agg_labels, "census-http")
     # networkPolicy.enabled: false turns both off
     docs = manifests(render(mode_values(mode, aggregator={"enabled": True}, networkPolicy={"enabled": False})))
@@ -1419,15 +1424,17 @@ def test_aggregator_servicemonitor_scrapes_it_with_its_own_token():
     capture_sm = monitors[f"{RELEASE}-kafka-census"]
     check_servicemonitor(sm)
     services = of_kind(docs, "Service")
-    assert [s["metadata"]["name"] for s in services if labels_match(sm["spec"]["selector"]["matchLabels"],
-                                                                     s["metadata"]["labels"])] == [service["metadata"]["name"]]
+    assert [s["metadata"]["name"] for s in services
+            if labels_match(sm["spec"]["selector"]["matchLabels"], s["metadata"]["labels"])] == \
+        [service["metadata"]["name"]]
     assert not labels_match(capture_sm["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
     assert service["metadata"]["labels"][sm["spec"]["jobLabel"]] == "kafka-census-aggregator"
     # job=~".*kafka-census.*" (the chart's up/absent alerts) covers it too
     assert "kafka-census" in service["metadata"]["labels"][sm["spec"]["jobLabel"]]
     [endpoint] = sm["spec"]["endpoints"]
     assert endpoint["port"] == service["spec"]["ports"][0]["name"] and endpoint["path"] == "/metrics"
-    assert endpoint["authorization"]["credentials"] == {"name": f"{RELEASE}-kafka-census-aggregator-token", "key": "token"}
+    assert endpoint["authorization"]["credentials"] == \
+        {"name": f"{RELEASE}-kafka-census-aggregator-token", "key": "token"}
     # the aggregator's policy (on while networkPolicy.enabled is not false) admits Prometheus:
     # httpFrom is required with a ServiceMonitor
     values["networkPolicy"] = {"enabled": None, "httpFrom": []}
@@ -1484,7 +1491,8 @@ def test_aggregator_flags_and_the_answers_it_holds_fit_its_memory():
 @pytest.mark.parametrize("values, message", [
     (mode_values("daemonset", aggregator={"enabled": True}, http={"address": "127.0.0.1"}),
      "aggregator.enabled with http.address 127.0.0.1"),
-    ({"mode": "sidecar", "aggregator": {"enabled": True}}, "aggregator.enabled in sidecar mode needs sidecar.brokerPodSelector"),
+    ({"mode": "sidecar", "aggregator": {"enabled": True}},
+     "aggregator.enabled in sidecar mode needs sidecar.brokerPodSelector"),
     (mode_values("daemonset", aggregator={"enabled": True, "auth": {"existingSecret": "a", "token": "b"}}),
      "aggregator.auth: set existingSecret or token, not both"),
 ], ids=["loopback", "sidecar-selector", "secret-and-token"])

@@ -204,7 +204,8 @@ def fake_interpreter(directory: Path) -> tuple[Path, Path]:
     record = directory / "record.json"
     fake = directory / "fake-python"
     fake.write_text(f"#!{sys.executable} -I\nimport json, os, sys\n"
-                    f"open({str(record)!r}, 'w').write(json.dumps({{'argv': sys.argv[1:], 'env': dict(os.environ)}}))\n")
+                    f"open({str(record)!r}, 'w')"
+                    ".write(json.dumps({'argv': sys.argv[1:], 'env': dict(os.environ)}))\n")
     fake.chmod(0o755)
     return fake, record
 

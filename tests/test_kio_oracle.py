@@ -585,9 +585,11 @@ def _feed_chunked(streams, cuts) -> list:
 
 
 @FEW
-@given(av_version=st.sampled_from(kio_versions("api_versions")), produce_version=st.sampled_from(kio_versions("produce")),
+@given(av_version=st.sampled_from(kio_versions("api_versions")),
+       produce_version=st.sampled_from(kio_versions("produce")),
        join_version=st.sampled_from(kio_versions("join_group")),
-       client_cuts=st.lists(st.integers(0, 10_000), max_size=30), broker_cuts=st.lists(st.integers(0, 10_000), max_size=30))
+       client_cuts=st.lists(st.integers(0, 10_000), max_size=30),
+       broker_cuts=st.lists(st.integers(0, 10_000), max_size=30))
 def test_chunk_boundaries_do_not_change_events(av_version, produce_version, join_version, client_cuts, broker_cuts):
     client, broker = _conversation(av_version, produce_version, join_version, "kio-oracle")
     streams = (b"".join(client), b"".join(broker))

@@ -47,7 +47,8 @@ def test_this_run_uses_the_implementation_it_reports():
 
 
 def test_the_pure_switch_in_a_fresh_process():
-    code = "import capture, capture.kafka.connection as c, capture.flows as f; print(capture.hot_path(), c.__file__, f.__file__)"
+    code = ("import capture, capture.kafka.connection as c, capture.flows as f; "
+            "print(capture.hot_path(), c.__file__, f.__file__)")
     env = {**os.environ, _native.PURE_ENV: "1"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     word, *files = out.stdout.split()
@@ -118,7 +119,8 @@ def test_editing_the_core_leaves_the_capture_importable(tmp_path):
     shutil.copytree(ROOT / "capture", tmp_path / "capture", ignore=shutil.ignore_patterns("__pycache__", "*.c"))
     with open(tmp_path / "capture" / "kafka" / "connection.py", "a") as f:
         f.write("\n# edited after the build\n")
-    code = "import capture, capture.flows as f; s = capture.native_modules(); print(capture.hot_path(), s['capture.flows'])"
+    code = ("import capture, capture.flows as f; s = capture.native_modules(); "
+            "print(capture.hot_path(), s['capture.flows'])")
     env = {k: v for k, v in os.environ.items() if k != _native.PURE_ENV}
     env["PYTHONPATH"] = str(tmp_path)
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)

@@ -313,7 +313,8 @@ def test_hostile_array_count_costs_one_comparison(compact):
     count = 2**31 - 1
     head = uvarint(count + 1) if compact else struct.pack(">i", count)
     buf = head + b"\x00\x01\x00\x02"  # a tiny buffer: two int16 where 2^31-1 were announced
-    err = expect_error(Kind.BAD_LENGTH, lambda b, o, e: r.read_array_length(b, o, e, compact=compact, min_item_size=2), buf)
+    err = expect_error(Kind.BAD_LENGTH,
+                       lambda b, o, e: r.read_array_length(b, o, e, compact=compact, min_item_size=2), buf)
     assert "cannot fit" in str(err)
 
 

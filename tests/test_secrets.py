@@ -201,15 +201,16 @@ def scram_exchanges(conv: Conversation, creds: Credentials) -> list[ScramExchang
             continue
         nonce = first.group(3)
         server = next((s for s in _SERVER_FIRST.finditer(broker) if s.group(1).startswith(nonce)), None)
-        final = next((f for f in _CLIENT_FINAL.finditer(client, first.end()) if server and f.group(2) == server.group(1)),
-                     None)
+        final = next((f for f in _CLIENT_FINAL.finditer(client, first.end())
+                      if server and f.group(2) == server.group(1)), None)
         if server is None or final is None:
             continue
         auth_message = first.group(1) + b"," + server.group(0) + b"," + final.group(1)
         derived = scram_derived(mechanism, creds.passwords[mechanism], base64.b64decode(server.group(2)),
                                 int(server.group(3)), auth_message)
         assert derived["client_proof"] == base64.b64decode(final.group(3)), \
-            f"the SCRAM proof on the wire is not the one derived from the password ({mechanism}, port {conv.broker_port})"
+            f"the SCRAM proof on the wire is not the one derived from the password " \
+            f"({mechanism}, port {conv.broker_port})"
         del derived["server_signature"]  # sent in the clear by the server (v=...): not a client secret
         out.append(ScramExchange(conv.client_port, conv.broker_port, mechanism, user, final.group(0), final.group(3),
                                  derived))
@@ -418,7 +419,8 @@ def run(tmp_path_factory) -> Run:
                                               {creds.users[m]: creds.passwords[m] for m in creds.users}, {creds.token}))
         capture = Capture(tmp, [f"{RELAY}={relay_port}:SASL_PLAINTEXT", f"{TANSU}={tansu_port}:SASL_PLAINTEXT"])
         try:
-            reports = {(RELAY, *k): v for k, v in _run_clients(RELAY_RUNS, f"127.0.0.1:{relay_port}", creds, 30).items()}
+            relayed = _run_clients(RELAY_RUNS, f"127.0.0.1:{relay_port}", creds, 30)
+            reports = {(RELAY, *k): v for k, v in relayed.items()}
             reports |= {(TANSU, *k): v for k, v in
                         _run_clients(TANSU_RUNS, f"127.0.0.1:{tansu_port}", creds, REFUSED_RUN_DEADLINE).items()}
             tansu_user_create(f"127.0.0.1:{relay_port}", "SCRAM-SHA-512", creds.admin_user, creds.admin_password)
@@ -591,7 +593,8 @@ def test_no_secret_in_replay(run, catalog, fmt):
     assert done.returncode == 0, catalog.mask(done.stderr)
     for user in run.creds.users.values():  # the principals are listed (the table cuts them at 12)
         assert (user if fmt == "json" else user[:12]).encode() in done.stdout, user
-    assert_no_leak(catalog, {f"replay --format {fmt} stdout": done.stdout, f"replay --format {fmt} stderr": done.stderr})
+    assert_no_leak(catalog, {f"replay --format {fmt} stdout": done.stdout,
+                             f"replay --format {fmt} stderr": done.stderr})
 
 
 PIPELINE_DRIVER = r"""
@@ -839,7 +842,8 @@ def test_sasl_readers_never_quote_a_token(run, conversations, catalog):
         for conv, token in found:
             needles = catalog.for_connection(conv)
             for i in range(len(token) + 1):
-                variants = [token[:i]] + ([token[:i] + bytes([token[i] ^ 0xFF]) + token[i + 1:]] if i < len(token) else [])
+                flipped = [token[:i] + bytes([token[i] ^ 0xFF]) + token[i + 1:]] if i < len(token) else []
+                variants = [token[:i]] + flipped
                 for variant in variants:
                     for start in (0, min(i, 40)):  # the span from the buffer start, and from near the token
                         buf = bytearray(variant)

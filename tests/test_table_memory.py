@@ -42,10 +42,13 @@ pytestmark = pytest.mark.slow  # measures memory at full table sizes (minutes on
 
 # The sizing rule (bytes per entry, worst of what these tests measure, with ~30% headroom).
 FLOW_BYTES = 5632  # measured 4,190: one tracked TCP flow (--max-flows)
-RECORD_BYTES = 2176  # measured 1,607 (closed; open ones share strings with their flow): one registry record, open (--max-connections) or closed (--max-closed-connections)
+# measured 1,607 (closed; open ones share strings with their flow): one registry record, open
+# (--max-connections) or closed (--max-closed-connections)
+RECORD_BYTES = 2176
 TOMBSTONE_BYTES = 384  # measured 283: one recently closed 4-tuple in the tracker (at most MAX_TOMBSTONES)
 # Not per connection, but bounded tables the same pod holds (the chart's sizing, README):
-CENSUS_ROW_BYTES = 7_168  # measured 5,306 (15 KB when a row kept 100): a census row listing its 32 client addresses (max_census_rows)
+# measured 5,306 (15 KB when a row kept 100): a census row listing its 32 client addresses (max_census_rows)
+CENSUS_ROW_BYTES = 7_168
 SERIES_BYTES = 384  # measured ~280: one exported label set, retained (--max-series)
 SCRAPE_BYTES = 1024  # measured ~640: what one series adds to a /metrics scrape's peak (transient)
 

@@ -479,7 +479,8 @@ def render(rows: list[Row], commit: str, kafka_python: str, kio: str) -> str:
         '    name: str  # schema name without the "Request" suffix, e.g. "Produce"',
         "    min_version: int  # lowest version any known Kafka accepts (from 3.9-trunk, or 4.x if new)",
         "    max_version: int  # highest version known in any source",
-        "    flexible_from: int | None  # first flexible version (request header v2 / response header v1); None = never",
+        "    flexible_from: int | None  # first flexible version (request header v2 / response header v1);"
+        " None = never",
         "    kafka4_min_version: int | None  # lowest version Kafka 4.x accepts; None = API removed in Kafka 4.0",
         "    kafka4_max_version: int | None",
         '    listeners: tuple[str, ...]  # from the schemas\' "listeners", e.g. ("broker", "controller")',
@@ -513,7 +514,8 @@ def render(rows: list[Row], commit: str, kafka_python: str, kio: str) -> str:
     lines += [
         "class UpgradeTarget(NamedTuple):",
         "    removed: dict[int, tuple[int, ...]]  # api_key -> versions the target broker no longer accepts",
-        "    minimum_version: dict[int, int | None]  # api_key (of `removed`) -> lowest version accepted; None = API removed",
+        "    minimum_version: dict[int, int | None]  # api_key (of `removed`) -> lowest version accepted;"
+        " None = API removed",
         "",
         "",
         "# Broker versions an upgrade can be checked against (REST /upgrade-readiness, the pipeline's report).",

@@ -34,5 +34,6 @@ from .events import (
 __all__ = [
     "API_TABLE", "ApiSpec", "KafkaConnection", "Kind", "ProtocolError", "NEED_DATA", "Direction", "Event",
     "ApiVersionsAnswer", "ClientSoftware", "ConnectionClosed", "DecodeError", "Desync", "GroupSeen",
-    "LATENCY_BUCKETS", "ProduceAcks", "RequestSeen", "RequestTally", "Resynced", "ResponseSeen", "SaslHandshake", "SaslIdentity", "TlsDetected",
+    "LATENCY_BUCKETS", "ProduceAcks", "RequestSeen", "RequestTally", "Resynced", "ResponseSeen", "SaslHandshake",
+    "SaslIdentity", "TlsDetected",
 ]

@@ -80,7 +80,8 @@ class RequestTally(Event):
     # (api_key, api_version, count, bytes, bucket counts (len(LATENCY_BUCKETS) + 1, the last is
     # +Inf), latency sum in seconds), sorted
     responses: tuple[tuple[int, int, int, int, tuple[int, ...], float], ...]
-    acks: tuple[tuple[int, bool, int], ...]  # Produce requests: (acks, transactional, count), sorted; acks outside {-1, 0, 1} counted as 2
+    # Produce requests: (acks, transactional, count), sorted; acks outside {-1, 0, 1} counted as 2
+    acks: tuple[tuple[int, bool, int], ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

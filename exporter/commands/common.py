@@ -116,8 +116,8 @@ def tracker_options(args: argparse.Namespace) -> dict:
     if args.max_buffer_mb < 1:
         raise UsageError("--max-buffer-mb must be at least 1")
     # tally: ordinary requests counted in the core and handed on in runs (capture.events.RequestTally)
-    return {"idle_timeout": args.idle_timeout, "max_flows": args.max_flows, "max_buffer_bytes": args.max_buffer_mb << 20,
-            "tally": True}
+    return {"idle_timeout": args.idle_timeout, "max_flows": args.max_flows,
+            "max_buffer_bytes": args.max_buffer_mb << 20, "tally": True}
 
 
 def open_event_log(args: argparse.Namespace):
@@ -129,7 +129,8 @@ def open_event_log(args: argparse.Namespace):
         raise UsageError("--event-log-max-mb must be at least 1 and --event-log-max-age positive")
     if args.event_log_max_total_mb < args.event_log_max_mb:
         raise UsageError(f"--event-log-max-total-mb ({args.event_log_max_total_mb}) must be at least "
-                         f"--event-log-max-mb ({args.event_log_max_mb}): the total holds at least the file being written")
+                         f"--event-log-max-mb ({args.event_log_max_mb}): the total holds at least the file "
+                         "being written")
     if args.event_log_queue_mb < 1:
         raise UsageError("--event-log-queue-mb must be at least 1")
     if not 1 <= args.event_log_rollup_seconds <= MAX_ROLLUP_SECONDS:
