@@ -156,6 +156,27 @@ def test_metrics_reference_is_generated():
         "docs/metrics.md is stale: run .venv/bin/python tests/test_docs.py --write")
 
 
+def test_the_curated_metrics_table_names_real_series():
+    """docs/metrics.md's first table names series without the prefix (`connections_opened_total`,
+    `capture_drops_total{reason}`): each is a real family, and every sidecar family is in it
+    (`event_log_*_total` stands for the event log's)."""
+    known = set(re.findall(r"`kafka_census_([a-z_]+)`", block(METRICS_DOC, "metrics")))
+    sidecar = {name for name in known if not name.startswith("aggregate_")}
+    text = METRICS_DOC.read_text().split("## The series that answer the questions", 1)[1].split("\n## ", 1)[0]
+    named = set()
+    for row in text.splitlines()[4:]:
+        first = row.split("|")[1] if row.startswith("|") else ""
+        for name in re.findall(r"`([a-z_*]+)(?:\{[^}]*\})?`", first):
+            if "*" in name:
+                matched = {k for k in sidecar if re.fullmatch(name.replace("*", "[a-z_]+"), k)}
+                assert matched, name
+                named |= matched
+            else:
+                assert name in known, name
+                named.add(name)
+    assert not sidecar - named, sorted(sidecar - named)
+
+
 def test_rest_reference_is_generated():
     assert block(REST_DOC, "rest") == rest_reference(), (
         "docs/rest-api.md is stale: run .venv/bin/python tests/test_docs.py --write")
