@@ -274,6 +274,27 @@ def test_every_flag_the_docs_name_exists():
             assert flag in known or flag in OTHER_PROGRAMS_FLAGS, (path.name, flag)
 
 
+def test_the_bounds_table_gives_the_settings_defaults():
+    """docs/hardening.md's "Every bound" table restates defaults (`--max-flows` 100,000): each
+    figure next to a setting's flag is that setting's default."""
+    from exporter.settings import SETTINGS
+    defaults = {s.flag: s.default_text() for s in SETTINGS.values()}
+    text = (DOCS / "hardening.md").read_text().split("## Every bound, its default and its flag", 1)[1]
+    table = [row for row in text.split("\n## ", 1)[0].splitlines() if row.startswith("| ")][1:]
+    compared = 0
+    for row in table:
+        _, default, flag, *_ = [cell.strip() for cell in row.strip("|").split("|")]
+        if "`--" in default:  # a bound stated in terms of another setting
+            continue
+        for flag_part, default_part in zip(flag.split(" / "), default.split(" / "), strict=False):
+            named = re.fullmatch(r"`(--[a-z-]+)`(?: \(.*\))?", flag_part.strip())
+            figure = re.match(r"[\d,]+", default_part.strip())
+            if named and figure and named.group(1) in defaults:
+                assert figure.group(0).replace(",", "") == defaults[named.group(1)], (named.group(1), row)
+                compared += 1
+    assert compared >= 12, compared
+
+
 def test_docs_are_listed_in_the_readme():
     readme = README.read_text()
     for path in sorted(DOCS.glob("*.md")):
