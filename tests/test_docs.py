@@ -241,9 +241,10 @@ def test_paths_the_docs_name_exist():
 
 
 # Flags the docs quote of other programs: helm, the benchmarks, the demo, the fixture recorder,
-# pytest/hypothesis and Tansu. Anything else spelled --like-this must be a kafka-census flag.
+# pytest/hypothesis, Tansu and this file. Anything else spelled --like-this must be kafka-census's.
 OTHER_PROGRAMS_FLAGS = {"--set", "--show-only", "--cycles", "--in-sample", "--load", "--nice", "--pingpong-only",
-                        "--clients", "--rounds", "--list", "--only", "--hypothesis-seed", "--authentication"}
+                        "--clients", "--rounds", "--list", "--only", "--hypothesis-seed", "--authentication",
+                        "--write"}
 
 
 def _kafka_census_flags() -> set[str]:
