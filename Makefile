@@ -8,7 +8,7 @@ PY          := $(VENV)/bin/python
 NODE_DIR    := tests/clients/node
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-system setup-python setup-node native demo test test-fast test-pure test-spark-cluster fuzz bench soak regen clean
+.PHONY: setup setup-system setup-python setup-node native demo lint test test-fast test-pure test-spark-cluster fuzz bench soak regen clean
 
 setup: setup-system setup-python setup-node native
 
@@ -57,6 +57,12 @@ setup-node: $(NODE_DIR)/node_modules/.installed
 # Two Tansu brokers, a capture sidecar each, the aggregator in front, six real clients (tests/demo.py).
 demo: setup
 	$(PY) tests/demo.py
+
+# Lint and types, first in make test and make test-fast (seconds): ruff over the repository and
+# mypy over capture/, exporter/ and tools/, configured in pyproject.toml ([tool.ruff], [tool.mypy]).
+lint: setup-python
+	$(PY) -m ruff check --quiet .
+	$(PY) -m mypy
 
 # The whole suite with the compiled hot path, then the core and capture tests (and the
 # differential ones) once more on the pure-Python reference (KAFKA_CENSUS_PURE_PYTHON=1).
@@ -128,4 +134,4 @@ regen: setup-python
 	$(PY) dashboards/generate.py
 
 clean:
-	rm -rf $(VENV) $(NODE_DIR)/node_modules .pytest_cache .hypothesis
+	rm -rf $(VENV) $(NODE_DIR)/node_modules .pytest_cache .hypothesis .mypy_cache .ruff_cache
