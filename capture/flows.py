@@ -32,6 +32,7 @@ from __future__ import annotations
 import socket
 from collections import Counter, OrderedDict
 
+from capture import packets
 from capture.events import (
     CaptureStats,
     ConnectionClosed,
@@ -41,7 +42,6 @@ from capture.events import (
     TrafficUpdate,
 )
 from capture.kafka import KafkaConnection
-from capture import packets
 from capture.packets import ACK, DROP_REASONS, FIN, RST, SYN, Segment, segment_parser
 
 FROM_CLIENT, FROM_BROKER = Direction.FROM_CLIENT, Direction.FROM_BROKER
@@ -201,7 +201,7 @@ def _feed_batch(tracker: FlowTracker, linktype: int, buf, meta) -> tuple[int, in
         tracker.last_ts = flow.last_seen = ts
         if po == pe:
             continue
-        stream.next = nxt + pe - po
+        stream.next = nxt + pe - po  # type: ignore[operator]  # nxt: checked by the fast path above
         stream.bytes += pe - po
         stream.segments += 1
         conn = flow.conn
@@ -215,6 +215,7 @@ def _drain(tracker: FlowTracker, flow: _Flow) -> None:
     """FlowTracker._drain_events (a function: the batch loop calls it at C level compiled)."""
     emit = tracker.emit
     conn = flow.conn
+    assert conn is not None  # called for a flow with a decoder
     for ev in conn.events():
         if ev.__class__ is TlsDetected:
             flow.tls = True
@@ -386,6 +387,7 @@ class FlowTracker:
         if stream.fin_at is not None and peer.fin_at is not None:
             # Closed once both FINs are in and every byte before them was passed on (a FIN
             # can be captured before the data it follows).
+            assert stream.next is not None and peer.next is not None  # known once a FIN is
             if stream.next >= stream.fin_at and peer.next >= peer.fin_at:
                 self._close(key, flow, "fin", ts)
                 return
@@ -432,6 +434,7 @@ class FlowTracker:
             self._drain(flow, s, ts)
 
     def _deliver(self, flow: _Flow, s: _Stream, data, ts: float) -> None:
+        assert s.next is not None  # bytes are delivered once the stream's start is known
         s.next += len(data)
         s.bytes += len(data)
         s.segments += 1
@@ -442,6 +445,7 @@ class FlowTracker:
 
     def _drain(self, flow: _Flow, s: _Stream, ts: float) -> None:
         """Pass on held segments that now continue the stream."""
+        assert s.next is not None  # segments are held once the stream's start is known
         held = s.held
         while held:
             start = min(held)
@@ -458,6 +462,7 @@ class FlowTracker:
 
     def _gap(self, flow: _Flow, s: _Stream, upto: int, ts: float) -> None:
         """The bytes before `upto` were lost by the capture: the core resyncs after them."""
+        assert s.next is not None  # a gap follows the known start
         lost = upto - s.next
         if lost <= 0:
             return
@@ -486,7 +491,7 @@ class FlowTracker:
                 for s in (flow.client, flow.broker):
                     if s.held_bytes:
                         buffers.append((s.held_bytes, True, flow, s))
-                    if flow.buffered:
+                    if flow.buffered and flow.conn is not None:  # buffered: by the decoder
                         n = flow.conn.direction_buffered(s.direction)
                         if n:
                             buffers.append((n, False, flow, s))
@@ -500,6 +505,7 @@ class FlowTracker:
                     self._drop_held(flow, s, ts)
                 else:
                     self.budget_dropped_bytes += n
+                    assert flow.conn is not None  # n is what its decoder buffered
                     flow.conn.drop_buffered(s.direction, ts)
                     self._drain_events(flow)
         finally:
@@ -523,12 +529,13 @@ class FlowTracker:
         held segment, or before the FIN, is a gap; what follows a hole is still decoded."""
         while s.held:
             self._gap(flow, s, min(s.held), ts)
-        if s.fin_at is not None and 0 < s.fin_at - s.next <= _MAX_AHEAD:
+        if s.fin_at is not None and s.next is not None and 0 < s.fin_at - s.next <= _MAX_AHEAD:  # next: set with fin_at
             self._gap(flow, s, s.fin_at, ts)
 
     def _acked(self, flow: _Flow, s: _Stream, ack: int, ts: float) -> None:
         """The receiver acknowledged bytes of `s` the capture never saw while later ones (or the
         FIN) wait: the hole will not be filled by a retransmission, so it is a gap."""
+        assert s.next is not None  # bytes of it wait: its start is known
         acked = s.next + _signed32(ack - s.next)
         if acked > s.next:
             upto = min(s.held) if s.held else acked

@@ -74,7 +74,8 @@ class Segment:
     def __init__(self) -> None:
         self.v6 = False
         self.src4 = self.dst4 = 0
-        self.src6 = self.dst6 = None
+        self.src6: bytes | None = None
+        self.dst6: bytes | None = None
         self.sport = self.dport = self.seq = self.ack = self.flags = self.po = self.pe = 0
 
     def addresses(self) -> tuple:

@@ -96,7 +96,7 @@ def read_api_versions_request_cached(buf, off: int, end: int, version: int) -> t
     if offer is None:
         offer = read_api_versions_request(buf, off, end, version)
         if len(offers) >= API_VERSIONS_REQUEST_CACHE:
-            offers.pop(next(iter(offers), None), None)
+            offers.pop(next(iter(offers)))  # the oldest (the cache is full, so not empty)
         offers[key] = offer
     return offer
 
@@ -184,7 +184,7 @@ def read_api_versions_response_cached(buf, off: int, end: int, request_version: 
     if answer is None:
         answer = read_api_versions_response(buf, off, end, request_version)
         if len(answers) >= API_VERSIONS_ANSWER_CACHE:
-            answers.pop(next(iter(answers), None), None)
+            answers.pop(next(iter(answers)))  # the oldest (the cache is full, so not empty)
         answers[key] = answer
     _last_answer = (body, request_version, answer)
     return answer

@@ -46,6 +46,7 @@ import struct
 from bisect import bisect_left
 from collections import deque
 from dataclasses import fields
+from typing import Any
 
 from .api_table import API_TABLE, ApiSpec
 from .bodies import (
@@ -61,6 +62,7 @@ from .bodies import (
 )
 from .errors import Kind, ProtocolError
 from .events import (
+    LATENCY_BUCKETS,
     NEED_DATA,
     ApiVersionsAnswer,
     ClientSoftware,
@@ -68,13 +70,12 @@ from .events import (
     DecodeError,
     Desync,
     Direction,
-    LATENCY_BUCKETS,
     GroupSeen,
     ProduceAcks,
     RequestSeen,
     RequestTally,
-    Resynced,
     ResponseSeen,
+    Resynced,
     SaslHandshake,
     SaslIdentity,
     TlsDetected,
@@ -479,7 +480,7 @@ class KafkaConnection:
 
     def events(self) -> list:
         """Drain: every event the queued bytes hold."""
-        out = []
+        out: list = []
         events, pump = self._events, self._pump
         while True:
             if events:
@@ -670,8 +671,7 @@ class KafkaConnection:
                     size, api_key, api_version, corr, cid_len = _read_request_header(buf, pos)
             elif avail >= 4:
                 size = _SIZE.unpack_from(buf, pos)[0]
-                api_key = api_version = cid_len = 0  # read below once the frame is known complete
-                corr = None
+                api_key = api_version = cid_len = corr = 0  # read below once the frame is known complete
             else:
                 return done > 0
             if size < 8 or size > max_frame_size:
@@ -730,7 +730,8 @@ class KafkaConnection:
                     half.cid_raw = raw = bytes(buf[pos + 14 : body])
                     half.cid_str = client_id = raw.decode("utf-8", "replace")
 
-            detail = None
+            # By api_key: (acks, transactional) of a Produce, else what _request_body returns.
+            detail: Any = None
             if body < 0:
                 pass  # the header was not readable (unknown, or past the limit): the body is skipped
             elif api_key == PRODUCE:
@@ -930,7 +931,8 @@ class KafkaConnection:
         frame_end = pos + 4 + size
         entry = self._in_flight.get(corr)
         if entry is None:
-            self._decode_error(half, Kind.UNMATCHED_RESPONSE, None, None, "no request in flight with this correlation id")
+            self._decode_error(half, Kind.UNMATCHED_RESPONSE, None, None,
+                               "no request in flight with this correlation id")
             half.consume_frame(frame_end)
             return True
         if entry.unconfirmed:  # answers a frame dropped unread: Kafka frames resumed
@@ -1083,6 +1085,7 @@ class KafkaConnection:
 
     def _sasl_done(self, outcome: str, error_code: int | None) -> None:
         sasl = self._sasl
+        assert sasl is not None  # called while an exchange is under way
         self._sasl = None
         self._emit(SaslIdentity(conn_id=self.conn_id, ts=self._ts, mechanism=sasl.mechanism, principal=sasl.principal,
                                 outcome=outcome, error_code=error_code, framing=sasl.framing))
