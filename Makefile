@@ -68,7 +68,7 @@ lint: setup-python
 # differential ones) once more on the pure-Python reference (KAFKA_CENSUS_PURE_PYTHON=1).
 PURE_TESTS := tests/test_connection.py tests/test_readers.py tests/test_golden.py tests/test_core_properties.py \
 	tests/test_capture_synthetic.py tests/test_hostile.py tests/test_sasl_lost_answer.py tests/test_fuzz.py tests/test_native.py
-test: setup
+test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 	KAFKA_CENSUS_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_TESTS) $(PYTEST_ARGS)
 
@@ -76,7 +76,7 @@ test: setup
 # tests/conftest.py). Starts no peer (tests/conftest.py fails a test outside the e2e and spark
 # tiers that starts one), so it needs neither root, tshark, Node nor Spark. make test runs it too.
 FAST := not e2e and not spark and not slow
-test-fast: native
+test-fast: native lint
 	$(PY) -m pytest -q -m "$(FAST)" $(PYTEST_ARGS)
 
 test-pure: setup
