@@ -183,14 +183,15 @@ def _pairs(c, pick: tuple[int, int], names: tuple[str, str]):
                                              e[pick[1]].cast("int").alias(names[1])))
 
 
-def _event_columns(j, source):
-    """The EVENT_SCHEMA columns of a good line of a used type."""
+def _event_columns(j):
+    """(column, name) of EVENT_SCHEMA but `source` (the path's, named after the aggregation), for
+    a good line of a used type."""
     t = j["type"]
     tallied = F.transform(j["requests"], lambda e: F.struct(
         e[0].cast("int").alias("api_key"), F.lit(None).cast("string").alias("api_name"),
         e[1].cast("int").alias("api_version"), e[2].alias("n")))
     cols = {
-        "source": source, "conn_id": j["conn_id"], "type": t, "ts": j["ts"],
+        "conn_id": j["conn_id"], "type": t, "ts": j["ts"],
         "client_address": j["client_address"],
         "broker": F.when(t == "ConnectionOpened", F.concat(j["broker_address"], F.lit(":"),
                                                             j["broker_port"].cast("string"))),
@@ -211,7 +212,7 @@ def _event_columns(j, source):
         "broker_max": F.when((t == "ApiVersionsAnswer") & (j["error_code"] == 0),
                              _pairs(j["api_ranges"], (0, 2), ("api_key", "max_version"))),
     }
-    return [cols[f.name].cast(f.dataType).alias(f.name) for f in EVENT_SCHEMA.fields]
+    return [(cols[f.name].cast(f.dataType), f.name) for f in EVENT_SCHEMA.fields[1:]]
 
 
 def _files(spark: SparkSession, paths: list[str]) -> list[str]:
@@ -261,9 +262,9 @@ def in_window(files: list[str], since: float | None, until: float | None) -> lis
 def read(spark: SparkSession, paths: list[str], since: float | None = None, until: float | None = None,
          progress=None) -> DataFrame:
     """Every line of the event logs under `paths` (files or directories; any Hadoop URI), parsed
-    by Spark's JSON reader in the JVM: one row per event of a used type within [since, until)
-    (EVENT_SCHEMA's columns, `why` null) or per quarantined line (`why` the reason, `file` and
-    `line` its first MAX_QUARANTINED_LINE characters). With `since`/`until`, only the files whose
+    by Spark's JSON reader in the JVM: one row per line with its `path`, its text (`value`), the
+    EVENT_SCHEMA columns but `source`, `why` it is quarantined (null: it is not) and whether it
+    is `wanted` (a used type within [since, until)). With `since`/`until`, only the files whose
     names can hold events of the window are read (`in_window`). Lazy: `facts` reads it once.
 
     Lines of other types are skipped after the parse (a malformed one is quarantined whatever
@@ -274,36 +275,42 @@ def read(spark: SparkSession, paths: list[str], since: float | None = None, unti
     files = in_window(listed, since, until)
     if progress is not None and (since is not None or until is not None):
         progress(f"reading {len(files)} of {len(listed)} files (the others' names are outside --since/--until)")
-    columns = [*EVENT_SCHEMA.fields, T.StructField("why", _STR), T.StructField("file", _STR),
-               T.StructField("line", _STR)]
+    columns = [T.StructField("path", _STR), T.StructField("value", _STR), *EVENT_SCHEMA.fields[1:],
+               T.StructField("why", _STR), T.StructField("wanted", _BOOL)]
     if not files:
         return spark.createDataFrame([], T.StructType(columns))
-    sources = F.broadcast(spark.createDataFrame([(f, source_of(f)) for f in files], "path string, source string"))
-    j, why = F.col("j"), F.col("why")
-    good = why.isNull() & j["type"].isin(*USED_TYPES)
+    j = F.col("j")
+    wanted = j["type"].isin(*USED_TYPES)
     if since is not None:
-        good = good & (j["ts"] >= since)
+        wanted = wanted & (j["ts"] >= since)
     if until is not None:
-        good = good & (j["ts"] < until)
-    parsed = (spark.read.text(files)
-              .select(F.input_file_name().alias("path"), "value",
-                      F.from_json("value", READ_SCHEMA, JSON_OPTIONS).alias("j"))
-              .where(j.isNotNull())  # a blank line
-              .withColumn("why", _reason(j))
-              .where(good | why.isNotNull())
-              .join(sources, "path", "left"))
-    source = F.coalesce("source", F.regexp_extract("path", r"events-[0-9TZ]+-(.+)-[0-9]+\.ndjson$", 1))
-    return parsed.select(*_event_columns(j, source), why, F.when(why.isNotNull(), F.col("path")).alias("file"),
-                         F.when(why.isNotNull(), F.substring("value", 1, MAX_QUARANTINED_LINE)).alias("line"))
+        wanted = wanted & (j["ts"] < until)
+    parsed = spark.read.text(files).select(F.input_file_name().alias("path"), "value",
+                                           F.from_json("value", READ_SCHEMA, JSON_OPTIONS).alias("j"))
+    return parsed.select("path", "value", *[c.alias(name) for c, name in _event_columns(j)],
+                         F.when(j.isNotNull(), _reason(j)).alias("why"),  # a null j: a blank line
+                         F.coalesce(wanted, F.lit(False)).alias("wanted"))
 
 
 def load_events(spark: SparkSession, paths: list[str], since: float | None = None,
                 until: float | None = None) -> tuple[DataFrame, DataFrame]:
     """`read` as (events, quarantine): the events (EVENT_SCHEMA) and the quarantined lines
     (QUARANTINE_SCHEMA). Each reads the input again: the jobs use `facts` instead."""
-    rows = read(spark, paths, since, until)
-    return (rows.where(F.col("why").isNull()).select(*EVENT_SCHEMA.names),
-            rows.where(F.col("why").isNotNull()).select("file", F.col("why").alias("reason"), "line"))
+    rows = _with_source(read(spark, paths, since, until))
+    return (rows.where(F.col("why").isNull() & F.col("wanted")).select(*EVENT_SCHEMA.names),
+            rows.where(F.col("why").isNotNull()).select(F.col("path").alias("file"), F.col("why").alias("reason"),
+                                                        F.substring("value", 1, MAX_QUARANTINED_LINE).alias("line")))
+
+
+def _with_source(df: DataFrame) -> DataFrame:
+    """`df` with `source` for its `path` (source_of, computed on the driver for each input file)
+    instead of the path."""
+    spark = df.sparkSession
+    sources = F.broadcast(spark.createDataFrame([(f, source_of(f)) for f in df.inputFiles()],
+                                                "path string, source string"))
+    fallback = F.regexp_extract("path", r"events-[0-9TZ]+-(.+)-[0-9]+\.ndjson$", 1)
+    return (df.join(sources, "path", "left")
+            .withColumn("source", F.when(F.col("path").isNotNull(), F.coalesce("source", fallback))))
 
 
 def schema_mismatch(quarantine: DataFrame) -> str | None:
@@ -318,7 +325,7 @@ def schema_mismatch(quarantine: DataFrame) -> str | None:
 # What tells a connection's records apart for the jobs: `facts` groups by these. Every value a
 # job reads is here, so the aggregation's buffers hold numbers only and Spark hashes instead of
 # sorting (a string or struct buffer makes it sort every row).
-_FACT_KEY = ["source", "conn_id", "type", "api_key", "api_name", "api_version", "client_id", "client_address", "broker",
+_FACT_KEY = ["path", "conn_id", "type", "api_key", "api_name", "api_version", "client_id", "client_address", "broker",
              "listener", "mid_stream", "software_name", "software_version", "request_version", "accepted", "principal",
              "outcome", "first_requests", "broker_max", "why", "file", "line", "bad_id"]
 
@@ -338,22 +345,27 @@ def facts(rows: DataFrame) -> DataFrame:
     with `events` (how many), `n` (requests counted), `first_ts` and `last_ts`; a quarantined
     line is a group of its own (`why`, `file`, `line`). Small (a connection's rows are a few per
     api version it used): cache it, every table reads it."""
-    t = F.col("type")
     bad = F.col("why").isNotNull()
+    tallied = F.col("type").isin("RequestTally", "ConnectionRollup")
+    # The explode is also a barrier: Spark would otherwise push the `why IS NULL` tests below
+    # into the reason's CASE, once per test, and evaluate the checks several times (measured).
     exploded = rows.select(
         *[c for c in rows.columns if c not in ("api_key", "api_name", "api_version", "requests")],
-        F.when(bad, F.monotonically_increasing_id()).alias("bad_id"),
-        F.posexplode_outer(F.when(~bad & t.isin("RequestTally", "ConnectionRollup"), F.col("requests")))
-        .alias("pos", "r"), "api_key", "api_name", "api_version")
-    keyed = exploded.select(
-        *[F.coalesce("r.api_key", "api_key").alias("api_key") if c == "api_key"
-          else F.coalesce("r.api_name", "api_name").alias("api_name") if c == "api_name"
-          else F.coalesce("r.api_version", "api_version").alias("api_version") if c == "api_version"
-          else F.col(c) for c in _FACT_KEY],
-        "ts", "pos", F.coalesce("r.n", F.lit(1)).alias("n"))
-    return (keyed.groupBy(*_FACT_KEY)
-            .agg(F.count(F.when(F.col("pos").isNull() | (F.col("pos") == 0), 1)).alias("events"),
-                 F.sum("n").alias("n"), F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts")))
+        F.posexplode_outer(F.when(~bad & tallied, F.col("requests"))).alias("pos", "r"),
+        "api_key", "api_name", "api_version")
+    # A line neither wanted nor quarantined: every key null, one group that counts nothing.
+    live = bad | F.col("wanted")
+    entry = {"api_key": F.coalesce("r.api_key", "api_key"), "api_name": F.coalesce("r.api_name", "api_name"),
+             "api_version": F.coalesce("r.api_version", "api_version"),
+             "file": F.when(bad, F.col("path")), "line": F.when(bad, F.substring("value", 1, MAX_QUARANTINED_LINE)),
+             "bad_id": F.when(bad, F.monotonically_increasing_id())}
+    keyed = exploded.select(*[F.when(live, entry.get(c, F.col(c))).alias(c) for c in _FACT_KEY],
+                            F.when(live, F.col("ts")).alias("ts"), "pos",
+                            F.when(live, F.coalesce("r.n", F.lit(1))).alias("n"))
+    first_entry = F.col("why").isNull() & F.col("type").isNotNull() & (F.col("pos").isNull() | (F.col("pos") == 0))
+    return _with_source(keyed.groupBy(*_FACT_KEY)
+                        .agg(F.count(F.when(first_entry, 1)).alias("events"), F.sum("n").alias("n"),
+                             F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts")))
 
 
 def quarantine(facts: DataFrame) -> DataFrame:
