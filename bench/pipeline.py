@@ -49,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.machine import describe
@@ -62,7 +62,7 @@ JOBS = ("inventory", "upgrade-readiness")
 MASTERS = ("local[1]", "local[2]")
 HOSTS = tuple(f"broker-{i}" for i in range(1, 7))
 DAYS = 7
-START = datetime(2026, 11, 16, tzinfo=timezone.utc).timestamp()
+START = datetime(2026, 11, 16, tzinfo=UTC).timestamp()
 FILE_BYTES = 64 << 20
 OPEN_PER_HOST = 64  # connections open at a time per broker: their events interleave
 CHILD_TIMEOUT = 3600.0
@@ -217,7 +217,7 @@ def _write_host(args: tuple) -> dict:
                 buf.clear()
                 f.close()
             ts = float(line[line.index('"ts":') + 5:line.index(',"conn_id"')])
-            stamp = datetime.fromtimestamp(ts, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+            stamp = datetime.fromtimestamp(ts, UTC).strftime("%Y%m%dT%H%M%SZ")
             path = Path(directory) / f"events-{stamp}-{host}-{seq:04d}.ndjson"
             files.append(path.name)
             f = open(path, "w", encoding="utf-8")
@@ -348,7 +348,7 @@ def _baseline_connections(files: list[Path]):
 
 def _client_key(c: list) -> tuple:
     """The client and the UTC day of the connection's first_seen: the CLI's tables are by day."""
-    day = datetime.fromtimestamp(c[0], timezone.utc).date().isoformat()
+    day = datetime.fromtimestamp(c[0], UTC).date().isoformat()
     return (c[5][1] or "unknown", c[5][2] or "unknown", c[6][1], c[7][1], c[2], c[4], c[3], day)
 
 

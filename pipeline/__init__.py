@@ -1,9 +1,10 @@
 """PySpark jobs over kafka-census event logs and pcap archives: the fleet view.
 
-`events` parses event logs in the executors (quarantining bad lines) and models connections;
-`identity` names the connections that announced no software (sibling or fingerprint, with
-`exporter.fingerprint`, a pure module; never the registry); `jobs` defines the tables; `pcaps`
-turns pcap archives into event logs with `capture`; `report` renders one HTML file; `ship`
-zips the sources that executors on a cluster need; `cli` runs one job. Nothing imports `pipeline`: the `kafka-census pipeline` command starts it as
-`python -m pipeline`.
+`events` parses event logs in the JVM (quarantining bad lines), reduces them once to the facts
+every table reads, and models connections; `identity` names the connections that announced no
+software (sibling or fingerprint, with `exporter.fingerprint`, a pure module; never the
+registry); `jobs` defines the tables; `pcaps` turns pcap archives into event logs with
+`capture`; `report` renders one HTML file; `ship` zips the sources that executors on a cluster
+need; `cli` runs one job. Nothing imports `pipeline`: the `kafka-census pipeline` command starts
+it as `python -m pipeline`.
 """

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 JOBS = ("inventory", "adoption", "api-usage", "upgrade-readiness", "pcap-decode", "report")
 TABLE_JOBS = ("inventory", "adoption", "api-usage", "upgrade-readiness")
@@ -39,7 +39,7 @@ def _when(value: str) -> float:
         raise argparse.ArgumentTypeError(f"{value!r} is not an ISO date or date-time, e.g. 2026-11-01 "
                                          "or 2026-11-01T12:00:00Z") from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()
 
 

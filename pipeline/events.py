@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -232,7 +232,7 @@ def started_at(path: str) -> float | None:
     m = _START.search(path.rsplit("/", 1)[-1])
     if not m:
         return None
-    return datetime.strptime(m["start"], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(m["start"], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
 
 
 def in_window(files: list[str], since: float | None, until: float | None) -> list[str]:
@@ -396,8 +396,10 @@ def connection_facts(facts: DataFrame) -> DataFrame:
         _where(f"max(struct({latest} AS ts, software_name, software_version, request_version))",
                "type = 'ClientSoftware' AND accepted").alias("sw"),
         _where("min(struct(first_ts AS ts, request_version))", "type = 'ClientSoftware'").alias("avv"),
-        _where(f"max(struct({latest} AS ts, principal))", "type = 'SaslIdentity' AND outcome = 'success'").alias("sasl"),
-        _where(f"max(struct({latest} AS ts, principal))", "type = 'TlsSession' AND principal IS NOT NULL").alias("cert"),
+        _where(f"max(struct({latest} AS ts, principal))",
+               "type = 'SaslIdentity' AND outcome = 'success'").alias("sasl"),
+        _where(f"max(struct({latest} AS ts, principal))",
+               "type = 'TlsSession' AND principal IS NOT NULL").alias("cert"),
         _where(f"max(struct({latest} AS ts, first_requests))", "first_requests IS NOT NULL").alias("logged_first"),
         _where(f"max(struct({latest} AS ts, broker_max))", "broker_max IS NOT NULL").alias("answer"))
     return g.where(F.col("opened").isNotNull())

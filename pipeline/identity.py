@@ -87,11 +87,12 @@ def identities(facts: DataFrame, conns: DataFrame, reqs: DataFrame, window: floa
     docstring."""
     key = ["source", "conn_id"]
     per_conn = connection_facts(facts).select(
-        *key, F.col("logged_first.first_requests").alias("logged_first"), F.col("avv.request_version").alias("avv"),
-        F.col("sw.request_version").alias("identity_version"), F.col("opened.mid_stream").cast("int").alias("mid_stream"),
+        *key, F.col("logged_first.first_requests").alias("logged_first"),
+        F.col("avv.request_version").alias("avv"), F.col("sw.request_version").alias("identity_version"),
+        F.col("opened.mid_stream").cast("int").alias("mid_stream"),
         F.col("answer.ts").alias("answer_ts"), F.col("answer.broker_max").alias("broker_max"))
-    seen = (requests(facts, first=True).groupBy(key).agg(F.collect_list(F.struct(F.col("first_request").alias("t"), "api_key",
-                                                           "api_version")).alias("seen")))
+    first = F.struct(F.col("first_request").alias("t"), "api_key", "api_version")
+    seen = requests(facts, first=True).groupBy(key).agg(F.collect_list(first).alias("seen"))
     counts = (reqs.groupBy(key).agg(F.collect_list(F.struct("api_key", "api_version", "requests")).alias("counts")))
     # The broker's maxima: its latest answer, per sidecar, listener and broker.
     answers = (per_conn.where(F.col("broker_max").isNotNull())

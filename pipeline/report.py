@@ -21,7 +21,7 @@ from __future__ import annotations
 import html
 import math
 import time
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -59,7 +59,7 @@ def _fmt(value) -> str:
 def _utc(ts: float | None) -> str:
     if ts is None:
         return NONE_TEXT
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 # ---------------------------------------------------------------------------------------------

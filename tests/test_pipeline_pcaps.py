@@ -30,10 +30,10 @@ from capture.listeners import ListenerMap  # noqa: E402
 from capture.replay import replay  # noqa: E402
 from exporter.eventlog import encode, parse_line, rollup_lines  # noqa: E402
 from exporter.rollup import rolled  # noqa: E402
+from harness import oracles, peers  # noqa: E402
 from pipeline import events as pev  # noqa: E402
 from pipeline import pcaps  # noqa: E402
 from pipeline.cli import InputError, build_parser  # noqa: E402
-from harness import oracles, peers  # noqa: E402
 
 pytestmark = pytest.mark.spark
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import glob
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from html.parser import HTMLParser
 
 import pytest
@@ -26,7 +26,7 @@ from exporter.eventlog import EventLog  # noqa: E402
 from pipeline import report  # noqa: E402
 from pipeline.cli import build_parser  # noqa: E402
 
-DAY0 = datetime(2026, 11, 18, tzinfo=timezone.utc).timestamp()
+DAY0 = datetime(2026, 11, 18, tzinfo=UTC).timestamp()
 DAY = 86400.0
 XSS_ID = "<img src=x onerror=alert(1)>"
 XSS_VERSION = "</title><script>alert(2)</script>"
@@ -252,7 +252,8 @@ def inferred(spark, tmp_path_factory):
                tally=True)
         reg = ConnectionRegistry(clock=lambda: 2e9, closed_ttl=1e12)
         now = [events[0].ts]
-        log = QueuedEventLog(EventLog(logs, host=name, clock=lambda: now[0]), rollup_seconds=60)
+        # the clock is read only within this iteration (closed below)
+        log = QueuedEventLog(EventLog(logs, host=name, clock=lambda: now[0]), rollup_seconds=60)  # noqa: B023
         for event in events:
             now[0] = event.ts
             reg.apply(event)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pipeline.events import WINDOW_SLACK, in_window, started_at
 
@@ -11,7 +11,7 @@ HOUR = 3600.0
 
 
 def at(day: int, hour: int) -> float:
-    return datetime(2026, 11, day, hour, tzinfo=timezone.utc).timestamp()
+    return datetime(2026, 11, day, hour, tzinfo=UTC).timestamp()
 
 
 def name(host: str, day: int, hour: int, seq: int, directory: str = "s3a://logs/events") -> str:
