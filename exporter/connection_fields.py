@@ -52,7 +52,9 @@ CONNECTION_FIELDS: tuple[ConnectionField, ...] = (
     _F("security_protocol", "string", "security_protocol"),
     _F("state", "state", "state"),
     _F("close_reason", "string", "close_reason", nullable=True,
-       description="fin, rst, idle, eof, ...; null while open"),
+       description=("capture: fin, rst, idle, evicted, reused; proxy: client_closed, upstream_closed, "
+                    "client_reset, upstream_reset, upstream_refused, upstream_timeout, upstream_unreachable, "
+                    "upstream_tls_failed, tls_handshake_failed, shutdown; null while open")),
     _F("client_id", "string", "client_id", nullable=True),
     _F("client_software_name", "string", "software_name", nullable=True,
        description="KIP-511 software name from ApiVersions v3+"),

@@ -6,7 +6,7 @@ Owns the definitions of `inventory`, `adoption`, `api_usage`, `upgrade_readiness
 DataFrame code: the same on `local[*]` and on a cluster. Imports pyspark and the generated API
 table (which versions a target broker removes).
 
-Definitions (the README repeats them):
+Definitions (docs/pipeline.md repeats them):
 - a *client* is (client_software_name, client_software_version, client_id, principal,
   client_address, listener, broker): one inventory row;
 - *distinct clients* in `adoption` are distinct (client_id, principal, client_address) per day;
@@ -25,7 +25,7 @@ from pyspark.sql import types as T
 from capture.kafka.api_table import UPGRADE_TARGETS
 
 UNKNOWN = "unknown"
-TARGETS = UPGRADE_TARGETS  # generated from the message schemas (capture/kafka/gen_apis.py)
+TARGETS = UPGRADE_TARGETS  # generated from the message schemas (tools/gen_apis.py)
 CLIENT_KEY = ["client_software_name", "client_software_version", "client_id", "principal", "client_address",
               "listener", "broker"]
 

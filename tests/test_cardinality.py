@@ -4,7 +4,7 @@ Every label dimension the wire reaches is flooded through the real registry and 
 fresh prometheus_client CollectorRegistry: random api keys and versions, acks, ApiVersions
 versions and error codes, 10k software names and versions, 10k spoofed broker addresses with
 forged answers (unknown api keys, bad and too many features), SASL mechanisms, many listeners.
-The exposition must stay under `worst_case_samples` (the README's formula of the caps) and
+The exposition must stay under `worst_case_samples` (docs/hardening.md's formula of the caps) and
 under a size bound; the registry's request maps under the table's pairs plus one.
 
 Also the issue's reproduction: 300 KB of 14-byte request frames with random api_key/api_version,
@@ -79,7 +79,7 @@ def worst_case_samples(*, listeners: int, broker_ports: int, max_series: int = D
                        max_software_labels: int = DEFAULT_MAX_SOFTWARE_LABELS,
                        max_brokers: int = DEFAULT_MAX_BROKERS, compat: int = 0, close_reasons: int = 16,
                        problem_kinds: int = 2 * 17, sources: int = 1, drop_reasons: int = 8, health: int = 0) -> int:
-    """The most samples /metrics can hold (the README's formula):
+    """The most samples /metrics can hold (docs/hardening.md's formula):
 
         max_series                                  label sets charged to the budget (histogram: 18)
       + L x (5 + 1 + 18)                            per listener, the one folded label set of each

@@ -458,7 +458,7 @@ MISSING = [{"peer": "10.0.0.9:9595", "url": "http://10.0.0.9:9595", "kind": "con
 
 
 def test_a_partial_answer_prints_the_table_warns_and_exits_5(sidecar):
-    """Stand-in for the aggregator's partial answer (body fields and headers as the README's
+    """Stand-in for the aggregator's partial answer (body fields and headers as docs/aggregator.md's
     aggregator section gives them): a real sidecar row, with its peer."""
     row = dict(rows(sidecar, state="closed", client_software_name="confluent-kafka-python")[0])
     row["peer"] = "10.0.0.8:9595"

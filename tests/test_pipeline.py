@@ -731,7 +731,7 @@ WRONGLY_TYPED = {  # field -> a record that parses as JSON but holds it with the
 
 def test_wrongly_typed_fields_are_quarantined_not_fatal(spark, tmp, fleet):
     """A line that parses but holds a field of the wrong type is a bad line like any other
-    (README: "wrong field types ... counted and written to OUT/quarantine/ with the reason; a
+    (docs/pipeline.md: "wrong field types ... counted and written to OUT/quarantine/ with the reason; a
     run never dies on one bad line"): the run goes on without it."""
     from pipeline import events as pev
 
@@ -752,7 +752,7 @@ def test_wrongly_typed_fields_are_quarantined_not_fatal(spark, tmp, fleet):
 
 def test_a_number_where_text_belongs_is_read_as_its_text(spark, tmp):
     """Spark's JSON reader reads a number or an object in a string field as its JSON text (the
-    README says so); Python's json would refuse the line. Pinned so a change is noticed."""
+    docs/pipeline.md says so); Python's json would refuse the line. Pinned so a change is noticed."""
     from pipeline import events as pev
 
     directory = tmp / "lenient"

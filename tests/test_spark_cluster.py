@@ -6,7 +6,7 @@ The executors run a Python interpreter with nothing of kafka-census (nor pyspark
 own on their path) installed — this venv's base interpreter — so the jobs pass only because the
 project's code is shipped (pipeline/ship.py). pcap-decode also needs libpcap's binding on the
 executors (pcapy-ng, the one native dependency): its executors run this venv's interpreter, as
-a worker with pcapy-ng installed would (the README says so).
+a worker with pcapy-ng installed would (docs/pipeline.md says so).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ FLOW_BYTES = 5632  # measured 4,190: one tracked TCP flow (--max-flows)
 # (--max-connections) or closed (--max-closed-connections)
 RECORD_BYTES = 2176
 TOMBSTONE_BYTES = 384  # measured 283: one recently closed 4-tuple in the tracker (at most MAX_TOMBSTONES)
-# Not per connection, but bounded tables the same pod holds (the chart's sizing, README):
+# Not per connection, but bounded tables the same pod holds (the chart's sizing, docs/hardening.md):
 # measured 5,306 (15 KB when a row kept 100): a census row listing its 32 client addresses (max_census_rows)
 CENSUS_ROW_BYTES = 7_168
 SERIES_BYTES = 384  # measured ~280: one exported label set, retained (--max-series)

@@ -181,7 +181,7 @@ class Resynced(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectionClosed(Event):
-    reason: str  # as given by the caller: "fin", "rst", "idle", "eof", ...
+    reason: str  # as given by the caller: "fin", "rst", "idle", "evicted", the proxy's "client_closed", ...
     pending_requests: int  # requests still waiting for a response
 
 
