@@ -267,8 +267,8 @@ def read(spark: SparkSession, paths: list[str], since: float | None = None, unti
     is `wanted` (a used type within [since, until)). With `since`/`until`, only the files whose
     names can hold events of the window are read (`in_window`). Lazy: `facts` reads it once.
 
-    Lines of other types are skipped after the parse (a malformed one is quarantined whatever
-    its type). Spark's reader is lenient in two ways Python's json is not: a number or object
+    Lines of other types are not `wanted` (`facts` counts none of them; a malformed one is
+    quarantined whatever its type). Spark's reader is lenient in two ways Python's json is not: a number or object
     where a string belongs is read as its JSON text, and text after a line's closing brace is
     ignored."""
     listed = _files(spark, paths)
@@ -303,8 +303,8 @@ def load_events(spark: SparkSession, paths: list[str], since: float | None = Non
 
 
 def _with_source(df: DataFrame) -> DataFrame:
-    """`df` with `source` for its `path` (source_of, computed on the driver for each input file)
-    instead of the path."""
+    """`df` with `source`, the sidecar its `path` came from (`source_of`, computed on the driver
+    for each input file and joined: a regular expression per row cost as much as the parse)."""
     spark = df.sparkSession
     sources = F.broadcast(spark.createDataFrame([(f, source_of(f)) for f in df.inputFiles()],
                                                 "path string, source string"))
