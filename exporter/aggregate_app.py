@@ -69,6 +69,7 @@ from exporter.api import Connection as _Connection
 from exporter.api import Model as _Model
 from exporter.api import encode as _encode
 from exporter.auth import ApiToken, BearerAuth, TokenError, read_token
+from exporter.docs_ui import install as install_docs
 from exporter.textsafe import visible
 
 log = logging.getLogger("kafka-census")
@@ -698,7 +699,7 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
                metrics_auth: bool = False, lifespan=None) -> FastAPI:
     if metrics_auth and api_token is None:
         raise ValueError("metrics_auth needs api_token")
-    app = FastAPI(title="kafka-census aggregate", version=version, docs_url="/docs", redoc_url=None,
+    app = FastAPI(title="kafka-census aggregate", version=version, docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json", lifespan=lifespan,
                   description="The kafka-census REST API over every peer (sidecar): the union of their answers, "
                               "marked partial when a peer did not answer.")
@@ -707,6 +708,7 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
         app.add_middleware(BearerAuth, token=api_token, open_paths=open_paths)
         document_bearer(app, open_paths)
     app.add_middleware(BrowserSafeHeaders)
+    install_docs(app)  # /docs without a CDN (exporter.docs_ui)
     prom = CollectorRegistry(auto_describe=False)
     prom.register(AggregateCollector(agg))
     app.router.routes.append(Route("/metrics", endpoint=AsgiEndpoint(make_asgi_app(registry=prom)),

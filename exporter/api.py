@@ -40,6 +40,8 @@ from starlette.routing import Route
 
 from exporter.auth import ApiToken, BearerAuth
 from exporter.connection_fields import CONNECTION_FIELDS, ConnectionField
+from exporter.docs_ui import DOCS_PATHS
+from exporter.docs_ui import install as install_docs
 from exporter.registry import ORDER_FIELDS, UPGRADE_TARGETS, ConnectionRegistry
 from exporter.version import package_version
 
@@ -413,7 +415,8 @@ class BrowserSafeHeaders:
     does not carry this host's address). On /api/* and on every 401 also `Cache-Control:
     no-store` (client lists name hosts and principals: no browser or proxy may keep them) and
     `Content-Security-Policy: default-src 'none'; frame-ancestors 'none'` (JSON runs nothing
-    and loads nothing; /docs keeps no CSP: Swagger UI loads its script from a CDN)."""
+    and loads nothing). /docs and its files set their own, as strict as Swagger UI allows
+    (exporter.docs_ui: every file from this origin)."""
 
     def __init__(self, app) -> None:
         self.app = app
@@ -456,7 +459,9 @@ _ERRORS_400: dict[int | str, dict[str, Any]] = {
 
 
 #: Open with --api-token-file too: the kubelet's probes carry no token.
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+#: /docs, its files and /openapi.json too (exporter.docs_ui: a browser sends no header with a
+#: navigation, and Swagger UI's Authorize button needs the document first).
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"}) | DOCS_PATHS
 
 
 def document_bearer(app: FastAPI, open_paths: frozenset[str]) -> None:
@@ -501,7 +506,7 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         version=version or package_version(),
         description="Read-only view of the Kafka connections seen on the wire: open and recently closed "
                     "connections, the client census, brokers' API ranges and upgrade readiness.",
-        docs_url="/docs",
+        docs_url=None,  # exporter.docs_ui's /docs instead, without a CDN (install_docs below)
         redoc_url=None,
         openapi_url="/openapi.json",
     )
@@ -510,6 +515,7 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         app.add_middleware(BearerAuth, token=api_token, open_paths=open_paths)
         document_bearer(app, open_paths)
     app.add_middleware(BrowserSafeHeaders)  # added last, so outermost: 401s get the headers too
+    install_docs(app)
 
     if metrics_app is not None:
         # A Route, not a Mount: a Mount at /metrics answers /metrics with a redirect to /metrics/.

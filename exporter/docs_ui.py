@@ -1,0 +1,137 @@
+"""Swagger UI at /docs without a CDN (issue 19): every file it needs served by the census itself.
+
+Owns `install(app)`, which adds /docs and its files to a FastAPI application (the sidecar's,
+exporter.api, and the aggregator's, exporter.aggregate_app; both pass `docs_url=None` so that
+FastAPI's own /docs, which loads Swagger UI from a public CDN, is not there), `DOCS_PATHS` (the
+paths the bearer token does not guard) and the page's Content-Security-Policy.
+
+Swagger UI's script and stylesheet come from the pinned `swagger-ui-bundle` package (Swagger UI
+4.15.5, read once per process; its source maps are not served), under a path that names the
+version, so a browser may keep them. The initializer is a file of its own (`INIT_JS`), never
+inline, so that the CSP allows no inline script. Every URL on the page is relative (docs/...,
+openapi.json): /docs works behind a proxy that serves the census under a path prefix.
+
+The token: with --api-token-file every operation declares the bearer scheme (exporter.api's
+`document_bearer`), so Swagger UI's Authorize button takes the token and "Try it out" sends it
+as `Authorization: Bearer ...`. It lives in the page's memory only: persistAuthorization stays
+off (it would keep the token in localStorage), no cookie, never in a URL. /docs, its files and
+/openapi.json load without the token (a browser cannot send a header with a navigation, and the
+Authorize button only exists once the document has loaded); they hold no data from the wire,
+and every operation they describe still needs the token.
+
+Imports only the standard library, Starlette and swagger_ui_bundle (its path, no code):
+exporter.api imports it.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from swagger_ui_bundle import swagger_ui_path
+
+DOCS_URL = "/docs"
+#: The version of Swagger UI the package ships (its directory is swagger-ui-VERSION).
+SWAGGER_UI_VERSION = swagger_ui_path.name.removeprefix("swagger-ui-")
+#: Swagger UI's files, by the path they are served at: (file in the package, media type).
+#: Versioned paths: a browser may keep them a year (immutable).
+VENDOR = {
+    f"{DOCS_URL}/assets/{SWAGGER_UI_VERSION}/swagger-ui-bundle.js": ("swagger-ui-bundle.js",
+                                                                     "text/javascript; charset=utf-8"),
+    f"{DOCS_URL}/assets/{SWAGGER_UI_VERSION}/swagger-ui.css": ("swagger-ui.css", "text/css; charset=utf-8"),
+    f"{DOCS_URL}/assets/{SWAGGER_UI_VERSION}/favicon-32x32.png": ("favicon-32x32.png", "image/png"),
+}
+INIT_URL = f"{DOCS_URL}/assets/docs-init.js"
+#: Open with --api-token-file too (see the module docstring). /openapi.json is added by the
+#: apps themselves (exporter.api.OPEN_PATHS): it is theirs, not this module's.
+DOCS_PATHS = frozenset({DOCS_URL, INIT_URL, *VENDOR})
+
+#: Only this origin's script, stylesheet, images and JSON. style-src 'unsafe-inline': Swagger UI
+#: 4.15.5 renders `style` attributes (its syntax highlighter, the models' layout); no inline
+#: script, no eval, no plugin, no form submission, no framing. img-src data: for the icons its
+#: stylesheet embeds as data: URLs.
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+#: The initializer. Swagger UI's options: the document at the page's data-openapi-url; the
+#: token in memory only (persistAuthorization false, no credentials); no validator badge (it
+#: would load an image from the validator's public site).
+INIT_JS = b"""\
+// The initializer of /docs (kafka-census, exporter/docs_ui.py): a file, so the page's
+// Content-Security-Policy allows no inline script.
+"use strict";
+(function () {
+  var root = document.getElementById("swagger-ui");
+  window.ui = SwaggerUIBundle({
+    url: root.getAttribute("data-openapi-url"),
+    dom_id: "#swagger-ui",
+    layout: "BaseLayout",
+    presets: [SwaggerUIBundle.presets.apis],
+    deepLinking: true,
+    showExtensions: true,
+    showCommonExtensions: true,
+    persistAuthorization: false,
+    withCredentials: false,
+    validatorUrl: null
+  });
+})();
+"""
+
+_PAGE = """\
+<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title} - API</title>
+<link rel="icon" type="image/png" href="{favicon}">
+<link rel="stylesheet" href="{css}">
+</head>
+<body>
+<div id="swagger-ui" data-openapi-url="{openapi}"></div>
+<script src="{bundle}"></script>
+<script src="{init}"></script>
+</body>
+</html>
+"""
+
+
+def _relative(path: str) -> str:
+    """`path` as a URL relative to /docs (a sibling of it: the page's directory is /)."""
+    return path.removeprefix("/")
+
+
+def page(title: str, openapi_url: str) -> bytes:
+    """The /docs page of an app titled `title` whose OpenAPI document is at `openapi_url`."""
+    assets = {name: _relative(path) for path, (name, _) in VENDOR.items()}
+    return _PAGE.format(title=html.escape(title), openapi=html.escape(_relative(openapi_url)),
+                        favicon=assets["favicon-32x32.png"], css=assets["swagger-ui.css"],
+                        bundle=assets["swagger-ui-bundle.js"], init=_relative(INIT_URL)).encode()
+
+
+@functools.cache
+def vendor_file(name: str) -> bytes:
+    """A file of the pinned Swagger UI, read once per process (1.2 MB for all three)."""
+    return swagger_ui_path.joinpath(name).read_bytes()
+
+
+def _route(path: str, body: bytes, media_type: str, cache: str) -> Route:
+    headers = {"Content-Security-Policy": CSP, "Cache-Control": cache}
+
+    async def endpoint(request: Request) -> Response:
+        return Response(body, media_type=media_type, headers=headers)
+
+    return Route(path, endpoint=endpoint, methods=["GET", "HEAD"], include_in_schema=False)
+
+
+def install(app, openapi_url: str = "/openapi.json") -> None:
+    """Add /docs and its files to `app` (outside the OpenAPI document). The app must have been
+    made with `docs_url=None`."""
+    routes = [_route(DOCS_URL, page(app.title, openapi_url), "text/html; charset=utf-8", "no-cache"),
+              _route(INIT_URL, INIT_JS, "text/javascript; charset=utf-8", "no-cache")]
+    for path, (name, media_type) in VENDOR.items():
+        routes.append(_route(path, vendor_file(name), media_type, "public, max-age=31536000, immutable"))
+    app.router.routes.extend(routes)
