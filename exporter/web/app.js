@@ -1,0 +1,482 @@
+// The kafka-census incident page: reads /api/v1 on this origin and draws it.
+// Every string from the wire goes into the page as text (textContent, DOM nodes), never as
+// markup. The API token lives in this tab's sessionStorage only and travels as a header.
+'use strict';
+
+const API = '/api/v1';
+const FILTERS = ['listener', 'client_software_name', 'client_software_version', 'client_id', 'principal',
+  'address', 'inferred_software_name', 'identity_source'];
+const CONN_PARAMS = ['state', ...FILTERS, 'order_by', 'limit'];  // the /connections query, passed as is
+const ORDERABLE = new Set(['first_seen', 'last_seen', 'idle_seconds', 'client_address', 'client_port', 'client_id',
+  'client_software_name', 'client_software_version', 'listener', 'bytes_from_client', 'bytes_from_broker', 'state']);
+const TOKEN_KEY = 'kafka-census-token';
+const REFRESH_CHOICES = [0, 2, 5, 10, 30, 60];
+const DEFAULT_REFRESH = 5;
+
+const $ = (id) => document.getElementById(id);
+
+const view = { conn: new URLSearchParams(), target: '', refresh: DEFAULT_REFRESH, detail: null };
+let lastRefresh = DEFAULT_REFRESH;  // what "resume" goes back to
+let aggregator = false;  // the answers carry peers_asked: this is the aggregator
+let targets = [];  // the upgrade targets offered
+let targetsKnown = false;  // read from the API's OpenAPI document (its enum)
+let timer = null;
+let running = false;
+let again = false;
+
+// --- DOM helpers: text only --------------------------------------------------------------------
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === 'class') node.className = value;
+    else if (key === 'text') node.textContent = String(value);
+    else if (key.startsWith('on')) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, String(value));
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const dash = (v) => (v === null || v === undefined || v === '' ? '–' : String(v));
+const when = (ts) => (typeof ts === 'string' ? ts.replace('T', ' ').replace(/\.\d+Z$/, 'Z') : '–');
+const num = (n) => (typeof n === 'number' ? n.toLocaleString('en-US') : '–');
+
+function td(value, cls) { return el('td', { class: cls }, dash(value)); }
+
+function section(id) { return $(id); }
+
+function showError(sectionId, message) {
+  const p = section(sectionId).querySelector('.error');
+  p.textContent = message || '';
+  p.hidden = !message;
+}
+
+// --- the URL holds the view --------------------------------------------------------------------
+
+function readUrl() {
+  const params = new URLSearchParams(location.search);
+  view.conn = new URLSearchParams();
+  for (const [key, value] of params) if (CONN_PARAMS.includes(key) && value !== '') view.conn.append(key, value);
+  view.target = params.get('target') || '';
+  const refresh = Number(params.get('refresh'));
+  view.refresh = params.has('refresh') && REFRESH_CHOICES.includes(refresh) ? refresh : DEFAULT_REFRESH;
+  if (view.refresh > 0) lastRefresh = view.refresh;
+  view.detail = null;
+  if (location.hash.startsWith('#conn=')) {
+    try { view.detail = decodeURIComponent(location.hash.slice(6)); } catch { view.detail = null; }
+  }
+}
+
+function urlOf() {
+  const params = new URLSearchParams(view.conn);
+  if (view.target) params.set('target', view.target);
+  if (view.refresh !== DEFAULT_REFRESH) params.set('refresh', String(view.refresh));
+  const query = params.toString();
+  return location.pathname + (query ? '?' + query : '') + (view.detail ? '#conn=' + encodeURIComponent(view.detail) : '');
+}
+
+function go(push) {
+  const url = urlOf();
+  if (url !== location.pathname + location.search + location.hash) {
+    if (push) history.pushState(null, '', url); else history.replaceState(null, '', url);
+  }
+  showControls();
+  refresh();
+}
+
+function showControls() {
+  const form = $('filters');
+  for (const name of CONN_PARAMS) form.elements[name].value = view.conn.get(name) || '';
+  if (view.conn.get('state') === 'all') form.elements.state.value = '';  // the option "all" sends nothing
+  $('refresh').value = String(view.refresh);
+  $('pause').textContent = view.refresh > 0 ? 'pause' : 'resume';
+  const shown = view.conn.toString();
+  $('query-shown').textContent = 'GET ' + API + '/connections' + (shown ? '?' + shown : '');
+}
+
+// --- the API -----------------------------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+function detailText(body) {
+  if (!body || body.detail === undefined) return '';
+  if (typeof body.detail === 'string') return body.detail;
+  if (Array.isArray(body.detail)) {  // FastAPI's 422: [{loc, msg}, ...]
+    return body.detail.map((d) => `${(d.loc || []).join('.')}: ${d.msg}`).join('; ');
+  }
+  return JSON.stringify(body.detail);
+}
+
+const cycle = { missing: new Map(), statuses: [] };
+
+async function api(path) {
+  const headers = { Accept: 'application/json' };
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = 'Bearer ' + token;
+  let resp;
+  try {
+    resp = await fetch(path, { headers, cache: 'no-store', credentials: 'omit', redirect: 'error' });
+  } catch (e) {
+    cycle.statuses.push(0);
+    throw new ApiError(0, 'unreachable: no answer from this census (' + e.message + ')');
+  }
+  cycle.statuses.push(resp.status);
+  let body = null;
+  try { body = await resp.json(); } catch { body = null; }
+  if (body && typeof body === 'object' && 'peers_asked' in body) {
+    aggregator = true;
+    for (const m of body.missing_peers || []) cycle.missing.set(m.peer, m);
+  }
+  if (resp.status === 401) throw new ApiError(401, '401 Unauthorized: this census needs its API token');
+  if (!resp.ok) throw new ApiError(resp.status, `HTTP ${resp.status}` + (detailText(body) ? ': ' + detailText(body) : ''));
+  return body;
+}
+
+async function knownTargets() {
+  const doc = await api('/openapi.json');
+  const op = doc.paths[API + '/upgrade-readiness'].get;
+  const param = op.parameters.find((p) => p.name === 'target');
+  return { list: param.schema.enum.map(String), fallback: String(param.schema.default) };
+}
+
+// --- sections ----------------------------------------------------------------------------------
+
+function identityCell(sourceName, inferred) {
+  const cell = el('td', {}, dash(sourceName));
+  if (inferred) {
+    cell.append(el('br'), el('span', { class: 'inferred' },
+      `inferred: ${inferred.name} ${inferred.version_range} (${Math.round(inferred.confidence * 100)}%)`));
+  }
+  return cell;
+}
+
+function renderCensus(body) {
+  const rows = body.clients.map((c) => el('tr', {},
+    td(c.client_software_name), td(c.client_software_version), td(c.client_id, 'wire'), td(c.principal, 'wire'),
+    td(c.listener), td(num(c.open_connections), 'num'), td(num(c.total_connections), 'num'),
+    identityCell(c.identity_source, c.inferred_software), td(when(c.last_seen)),
+    el('td', { class: 'act' }, el('button', { type: 'button', class: 'link', onclick: () => filterBy(c) },
+      'connections'))));
+  $('census-table').tBodies[0].replaceChildren(...rows);
+  let count = `${body.total} rows`;
+  if (body.census_overflow) count += `, ${num(body.census_overflow)} closed connections not folded (census full)`;
+  $('census-count').textContent = '(' + count + ')';
+}
+
+function filterBy(client) {
+  view.conn = new URLSearchParams();
+  for (const key of ['listener', 'client_software_name', 'client_software_version', 'client_id', 'principal']) {
+    if (client[key] !== null && client[key] !== undefined) view.conn.set(key, client[key]);
+  }
+  go(true);
+  $('connections-section').scrollIntoView();
+}
+
+const COLUMNS = [  // [heading, order_by field or null, cell]
+  ['id', null, (c) => el('td', { class: 'id' }, el('a', { href: '#conn=' + encodeURIComponent(c.id), 'data-conn-id': c.id }, c.id))],
+  ['client', 'client_address', (c) => td(`${c.client_address}:${c.client_port}`, 'wire')],
+  ['client_id', 'client_id', (c) => td(c.client_id, 'wire')],
+  ['software', 'client_software_name', (c) => td(c.client_software_name)],
+  ['version', 'client_software_version', (c) => td(c.client_software_version)],
+  ['identity', null, (c) => identityCell(c.identity_source, c.inferred_software)],
+  ['principal', null, (c) => td(c.principal, 'wire')],
+  ['listener', 'listener', (c) => td(c.listener)],
+  ['state', 'state', (c) => td(c.state + (c.close_reason ? ` (${c.close_reason})` : ''))],
+  ['first seen', 'first_seen', (c) => td(when(c.first_seen))],
+  ['last seen', 'last_seen', (c) => td(when(c.last_seen))],
+  ['idle s', 'idle_seconds', (c) => td(c.idle_seconds === null ? null : c.idle_seconds.toFixed(1), 'num')],
+  ['bytes in', 'bytes_from_client', (c) => td(num(c.bytes_from_client), 'num')],
+  ['bytes out', 'bytes_from_broker', (c) => td(num(c.bytes_from_broker), 'num')],
+  ['requests', null, (c) => td(num(c.requests.reduce((n, r) => n + r.count, 0)), 'num')],
+];
+
+function currentOrder() {
+  const first = (view.conn.get('order_by') || '').split(',')[0].trim().split(/ +/);
+  return { field: first[0] || 'first_seen', desc: first[1] === 'desc' };
+}
+
+function sortBy(field) {
+  const now = currentOrder();
+  view.conn.set('order_by', now.field === field && !now.desc ? `${field} desc` : field);
+  go(true);
+}
+
+function renderHead() {
+  const order = currentOrder();
+  const cells = COLUMNS.map(([heading, field]) => {
+    if (!field || !ORDERABLE.has(field)) return el('th', {}, heading);
+    const sorted = order.field === field;
+    return el('th', { 'aria-sort': sorted ? (order.desc ? 'descending' : 'ascending') : null },
+      el('button', { type: 'button', class: 'sort', title: `order_by ${field}`, onclick: () => sortBy(field) },
+        heading + (sorted ? (order.desc ? ' ▼' : ' ▲') : '')));
+  });
+  $('connections-head').replaceChildren(...cells);
+}
+
+function renderConnections(body) {
+  renderHead();
+  const rows = body.connections.map((c) => {
+    const row = el('tr', { 'data-conn-id': c.id, class: c.state }, ...COLUMNS.map(([, , cell]) => cell(c)));
+    if (c.decode_errors || c.desyncs) row.classList.add('trouble');
+    return row;
+  });
+  $('connections-table').tBodies[0].replaceChildren(...rows);
+  $('connections-count').textContent = `(${body.connections.length} shown of ${body.total} matching, limit ${body.limit})`;
+}
+
+function kv(pairs) {
+  return el('table', { class: 'kv' }, el('tbody', {}, ...pairs.map(([k, v]) => el('tr', {}, el('th', {}, k),
+    v instanceof Node ? el('td', {}, v) : td(v)))));
+}
+
+function requestsTable(requests, extra) {
+  return el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'api'), el('th', { class: 'num' }, 'key'),
+    el('th', { class: 'num' }, 'version'), el('th', { class: 'num' }, 'count'), extra ? el('th', {}, extra[0]) : null)),
+  el('tbody', {}, ...requests.map((r) => el('tr', {}, td(r.api), td(r.api_key, 'num'), td(r.api_version, 'num'),
+    td(num(r.count), 'num'), extra ? td(extra[1](r)) : null))));
+}
+
+function renderDetail(c) {
+  $('detail-id').textContent = c.id;
+  const parts = [kv([
+    ['client', `${c.client_address}:${c.client_port}`], ['broker', `${c.broker_address}:${c.broker_port}`],
+    ['peer', c.peer], ['listener', `${c.listener} (${c.security_protocol})`], ['state', c.state],
+    ['close reason', c.close_reason], ['client_id', c.client_id],
+    ['software', [c.client_software_name, c.client_software_version].filter((v) => v !== null).join(' ') || null],
+    ['identity source', c.identity_source], ['principal', c.principal], ['SASL mechanism', c.sasl_mechanism],
+    ['first seen', when(c.first_seen)], ['last seen', when(c.last_seen)],
+    ['idle', c.idle_seconds === null ? null : `${c.idle_seconds.toFixed(3)} s`],
+    ['bytes from client / broker', `${num(c.bytes_from_client)} / ${num(c.bytes_from_broker)}`],
+    ['decode errors / desyncs', `${c.decode_errors} / ${c.desyncs}`],
+    ['ApiVersions request version', c.api_versions_request_version],
+    ['first requests', c.first_requests.map((r) => `${r.api} v${r.api_version}`).join(', ')],
+  ].filter(([k, v]) => k !== 'peer' || v !== undefined))];
+  if (c.inferred_software) {
+    const s = c.inferred_software;
+    parts.push(el('h3', {}, 'Inferred identity'), kv([
+      ['software', `${s.name} ${s.version_range}`], ['confidence', `${Math.round(s.confidence * 100)}%`],
+      ['source', s.source], ['first compatible with 4.0', s.min_compatible],
+      ['sibling connection', s.sibling_connection_id], ['evidence', el('ul', {}, ...s.evidence.map((e) => el('li', {}, e)))]]));
+  }
+  parts.push(el('h3', {}, 'Requests by API and version'), requestsTable(c.requests));
+  $('detail').replaceChildren(...parts);
+}
+
+function renderUpgrade(body) {
+  if (!targets.includes(body.target)) targets.push(body.target);
+  fillTargets(body.target);
+  const verdict = $('verdict');
+  const groups = body.clients_by_software.length;
+  verdict.className = body.ready ? 'ok' : 'bad';
+  if (body.ready) verdict.textContent = `READY for Kafka ${body.target}: no client used an API version it removes.`;
+  else if (body.partial && groups === 0) verdict.textContent = `NO VERDICT for Kafka ${body.target}: some peers did not answer.`;
+  else verdict.textContent = `NOT READY for Kafka ${body.target}: ${groups} client group(s) used API versions it removes.`;
+  if (body.partial) verdict.className = 'bad';
+  const rows = body.clients_by_software.map((g) => el('tr', {},
+    td(g.software_name), td(g.software_version), td(g.identity_source), td(g.client_id, 'wire'), td(g.principal, 'wire'),
+    td(g.listeners.join(', ')), td(num(g.open_connections), 'num'), td(num(g.total_connections), 'num'),
+    td(g.removed_requests.map((r) => `${r.api} v${r.api_version} ×${r.count} (` +
+      (r.minimum_version === null ? 'removed' : `≥ v${r.minimum_version}`) + ')').join(', ')),
+    td(g.min_compatible)));
+  $('upgrade-table').tBodies[0].replaceChildren(...rows);
+}
+
+function fillTargets(selected) {
+  const select = $('target');
+  const list = targets;
+  if (select.options.length !== list.length || [...select.options].some((o, i) => o.value !== list[i])) {
+    select.replaceChildren(...list.map((t) => el('option', { value: t }, t)));
+  }
+  select.value = selected;
+}
+
+function renderBrokers(body) {
+  const blocks = body.brokers.map((b) => el('details', { class: 'broker' },
+    el('summary', {}, `${b.broker}` + (b.peer ? ` on ${b.peer}` : '') +
+      ` — ${b.api_ranges.length} APIs, seen ${when(b.seen_at)}`),
+    el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'api'), el('th', { class: 'num' }, 'key'),
+      el('th', { class: 'num' }, 'min'), el('th', { class: 'num' }, 'max'))),
+    el('tbody', {}, ...b.api_ranges.map((r) => el('tr', {}, td(r.api), td(r.api_key, 'num'), td(r.min_version, 'num'),
+      td(r.max_version, 'num'))))),
+    b.features.length ? el('p', {}, 'features: ' + b.features.map((f) =>
+      `${f.name} ${f.min_version}–${f.max_version}` + (f.finalized_max_level === null ? '' : ` (finalized ${f.finalized_max_level})`)).join(', ')) : null));
+  // Keep open what the reader opened: a refresh must not fold the table being read.
+  const open = new Set([...document.querySelectorAll('#brokers details[open] summary')].map((s) => s.textContent.split(' — ')[0]));
+  for (const d of blocks) if (open.has(d.firstChild.textContent.split(' — ')[0])) d.open = true;
+  $('brokers').replaceChildren(...(blocks.length ? blocks : [el('p', {}, 'No broker answer seen yet (an ApiVersions response).')]));
+}
+
+function counts(title, map) {
+  const entries = Object.entries(map);
+  const total = entries.reduce((n, [, v]) => n + v, 0);
+  return el('div', { class: 'card' + (total ? ' warn' : '') }, el('h3', {}, `${title}: ${num(total)}`),
+    entries.length ? el('ul', {}, ...entries.map(([k, v]) => el('li', { class: v ? 'warn' : null }, `${k}: ${num(v)}`))) : null);
+}
+
+function renderHealth(h) {
+  const bounds = h.dropped_by_bounds;
+  const boundPairs = Object.entries(bounds).flatMap(([k, v]) => (typeof v === 'number' ? [[k, v]] :
+    Object.entries(v).map(([sub, n]) => [`${k} ${sub}`, n])));
+  const cards = [
+    el('div', { class: 'card' }, el('h3', {}, 'read'), `${num(h.packets)} packets, ${num(h.bytes)} bytes`),
+    counts('drops', h.drops), counts('desyncs', h.desyncs), counts('decode errors', h.decode_errors),
+    counts('dropped by bounds', Object.fromEntries(boundPairs)),
+    el('div', { class: 'card' + (h.kernel_dropped ? ' warn' : '') }, el('h3', {}, `kernel drops: ${num(h.kernel_dropped)}`)),
+  ];
+  const sources = el('table', { id: 'sources-table' }, el('thead', {}, el('tr', {}, aggregator ? el('th', {}, 'peer') : null,
+    el('th', {}, 'source'), el('th', { class: 'num' }, 'packets'), el('th', { class: 'num' }, 'bytes'),
+    el('th', { class: 'num' }, 'gaps'), el('th', { class: 'num' }, 'flows open'), el('th', { class: 'num' }, 'flows evicted'),
+    el('th', { class: 'num' }, 'TLS flows'), el('th', { class: 'num' }, 'kernel dropped'))),
+  el('tbody', {}, ...h.capture.map((s) => el('tr', {}, aggregator ? td(s.peer) : null, td(s.source),
+    td(num(s.packets), 'num'), td(num(s.bytes), 'num'), td(num(s.gaps), 'num'), td(num(s.flows_open), 'num'),
+    td(num(s.flows_evicted), 'num'), td(num(s.tls_flows), 'num'), td(s.kernel_dropped === null ? null : num(s.kernel_dropped), 'num')))));
+  $('health').replaceChildren(el('div', { class: 'cards' }, ...cards), sources);
+}
+
+function renderPeers(body) {
+  const rows = body.peers.map((p) => el('tr', { class: p.up ? null : 'trouble' }, td(p.peer), td(p.up ? 'up' : 'DOWN'),
+    td(when(p.last_answer)), td(p.latency_seconds === null ? null : `${(p.latency_seconds * 1000).toFixed(0)} ms`, 'num'),
+    td(p.error ? `${p.kind}: ${p.error}` : null)));
+  $('peers-table').tBodies[0].replaceChildren(...rows);
+}
+
+function renderMissing() {
+  const banner = $('partial');
+  if (!cycle.missing.size) { banner.hidden = true; return; }
+  banner.replaceChildren('Partial answers: these peers did not answer — ',
+    ...[...cycle.missing.values()].flatMap((m, i) => [i ? '; ' : '', el('strong', {}, m.peer), ` (${m.kind}: ${m.error})`]));
+  banner.hidden = false;
+}
+
+function clearData() {
+  // Refused: nothing read with an earlier token stays on the screen.
+  for (const id of ['census-table', 'connections-table', 'upgrade-table', 'peers-table']) $(id).tBodies[0].replaceChildren();
+  for (const id of ['health', 'brokers', 'detail', 'verdict', 'census-count', 'connections-count']) $(id).replaceChildren();
+  $('partial').hidden = true;
+}
+
+// --- the refresh cycle -------------------------------------------------------------------------
+
+async function refresh() {
+  if (running) { again = true; return; }
+  running = true;
+  clearTimeout(timer);
+  cycle.missing = new Map();
+  cycle.statuses = [];
+  const connQuery = view.conn.toString();
+  const target = view.target ? '?target=' + encodeURIComponent(view.target) : '';
+  const jobs = [
+    ['census-section', () => api(API + '/clients').then(renderCensus)],
+    ['connections-section', () => api(API + '/connections' + (connQuery ? '?' + connQuery : '')).then(renderConnections)],
+    ['upgrade-section', () => api(API + '/upgrade-readiness' + target).then(renderUpgrade)],
+    ['brokers-section', () => api(API + '/brokers').then(renderBrokers)],
+    ['health-section', () => api(API + '/health').then(renderHealth)],
+  ];
+  if (!targetsKnown) {
+    jobs.push([null, () => knownTargets().then((t) => {
+      targets = t.list;
+      targetsKnown = true;
+      fillTargets(view.target || t.fallback);
+    })]);
+  }
+  if (view.detail) jobs.push(['detail-section', () => api(API + '/connections/' + encodeURIComponent(view.detail)).then(renderDetail)]);
+  if (aggregator) jobs.push(['peers-section', () => api(API + '/peers').then(renderPeers)]);
+  $('detail-section').hidden = !view.detail;
+  if (!view.detail) $('detail').replaceChildren();
+  const results = await Promise.allSettled(jobs.map(([, job]) => job()));
+  let unauthorized = false;
+  let unreachable = false;
+  results.forEach((r, i) => {
+    const id = jobs[i][0];
+    if (r.status === 'rejected') {
+      const err = r.reason;
+      if (err.status === 401) unauthorized = true;
+      if (err.status === 0) unreachable = true;
+      if (id && !(err instanceof ApiError)) console.error(err);
+      if (id) showError(id, err instanceof ApiError ? err.message : 'could not draw this answer: ' + err);
+    } else if (id) {
+      showError(id, '');
+    }
+  });
+  $('peers-section').hidden = !aggregator;
+  renderMissing();
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  $('token-form').hidden = !unauthorized;
+  if (unauthorized) clearData();
+  $('forget-token').hidden = !token;
+  const status = $('status');
+  const at = new Date().toLocaleTimeString('en-GB');
+  if (unauthorized) {
+    status.textContent = token ? `${at}: 401 Unauthorized — the token was refused; enter the API token again.`
+      : `${at}: 401 Unauthorized — this census needs its API token.`;
+    status.className = 'bad';
+    if (token) $('token-input').focus();
+  } else if (unreachable) {
+    status.textContent = `${at}: the census is unreachable; what is shown is from the last answer.`;
+    status.className = 'bad';
+  } else {
+    const failed = results.some((r) => r.status === 'rejected');
+    status.textContent = `last updated ${at}` + (aggregator ? ' (aggregator)' : '') +
+      (failed ? ' — some sections failed (see below)' : '') +
+      (view.refresh ? `; refreshing every ${view.refresh} s` : '; refresh paused');
+    status.className = failed || cycle.missing.size ? 'bad' : 'ok';
+  }
+  document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);  // tests wait on it
+  running = false;
+  if (again) { again = false; refresh(); return; }
+  if (view.refresh > 0 && !unauthorized) timer = setTimeout(refresh, view.refresh * 1000);
+}
+
+// --- wiring ------------------------------------------------------------------------------------
+
+function init() {
+  $('where').textContent = location.host;
+  readUrl();
+  showControls();
+  $('filters').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const form = e.target;
+    view.conn = new URLSearchParams();
+    for (const name of CONN_PARAMS) {
+      const value = form.elements[name].value.trim();
+      if (value !== '') view.conn.set(name, value);
+    }
+    go(true);
+  });
+  $('clear').addEventListener('click', () => { view.conn = new URLSearchParams(); go(true); });
+  $('refresh').addEventListener('change', (e) => {
+    view.refresh = Number(e.target.value);
+    if (view.refresh > 0) lastRefresh = view.refresh;
+    go(false);
+  });
+  $('pause').addEventListener('click', () => {
+    view.refresh = view.refresh > 0 ? 0 : lastRefresh;
+    go(false);
+  });
+  $('refresh-now').addEventListener('click', () => refresh());
+  $('target').addEventListener('change', (e) => { view.target = e.target.value; go(true); });
+  $('detail-close').addEventListener('click', () => { view.detail = null; go(true); });
+  $('token-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const input = $('token-input');
+    const token = input.value.trim();
+    input.value = '';
+    if (token) sessionStorage.setItem(TOKEN_KEY, token);
+    refresh();
+  });
+  $('forget-token').addEventListener('click', () => { sessionStorage.removeItem(TOKEN_KEY); refresh(); });
+  window.addEventListener('popstate', () => { readUrl(); showControls(); refresh(); });
+  window.addEventListener('hashchange', () => { readUrl(); showControls(); refresh(); });
+  // Printing: every broker's table unfolded.
+  window.addEventListener('beforeprint', () => { for (const d of document.querySelectorAll('details')) d.open = true; });
+  refresh();
+}
+
+document.addEventListener('DOMContentLoaded', init);
