@@ -70,7 +70,9 @@ from exporter.api import Model as _Model
 from exporter.api import encode as _encode
 from exporter.auth import ApiToken, BearerAuth, TokenError, read_token
 from exporter.docs_ui import install as install_docs
+from exporter.health import CaptureSource, Health, HealthMerger, check_health
 from exporter.textsafe import visible
+from exporter.webpage import install as install_page
 
 log = logging.getLogger("kafka-census")
 
@@ -80,7 +82,7 @@ HEADER_MISSING = "X-Kafka-Census-Missing-Peers"
 HEADER_CACHE = "X-Kafka-Census-Cache"
 ErrorKind = Literal["timeout", "connect", "unauthorized", "http_status", "too_large", "invalid", "over_max_peers"]
 ERROR_KINDS: tuple[str, ...] = get_args(ErrorKind)
-ENDPOINTS = ("connections", "connection", "clients", "brokers", "upgrade_readiness", "peers", "probe")
+ENDPOINTS = ("connections", "connection", "clients", "brokers", "upgrade_readiness", "health", "peers", "probe")
 _DETAIL_CHARS = 200  # of a peer's error detail quoted in ours, escaped
 _PARSE_IN_THREAD = 64 << 10  # bytes: larger answers are parsed off the event loop
 
@@ -585,6 +587,14 @@ class AggUpgradeReadiness(UpgradeReadiness, _Fanout):
     clients_by_software: list[AggSoftwareUsingRemoved]  # type: ignore[assignment]
 
 
+class AggCaptureSource(CaptureSource):
+    peer: str = _PEER
+
+
+class AggHealth(Health, _Fanout):
+    capture: list[AggCaptureSource]  # type: ignore[assignment]
+
+
 class NoPeerAnswered(_Fanout):
     detail: str
 
@@ -821,6 +831,12 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
         return await serve(request, "upgrade_readiness", API_PREFIX + "/upgrade-readiness", [("target", target)],
                            merge.check_upgrade, lambda: merge.UpgradeMerger(target), _ready_only_if_whole)
 
+    @app.get(API_PREFIX + "/health", response_model=AggHealth, tags=["health"],
+             summary="Capture health over every peer: counters summed, sources listed per peer",
+             responses=_FANOUT_ERRORS)
+    async def capture_health(request: Request) -> Response:
+        return await serve(request, "health", API_PREFIX + "/health", [], check_health, HealthMerger)
+
     @app.get(API_PREFIX + "/peers", response_model=PeerList, tags=["peers"],
              summary="Every peer, asked now: up, last answer, last error")
     async def list_peers() -> Response:
@@ -832,6 +848,7 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
             p.update(up=False, kind="over_max_peers", error=f"not asked: over --max-peers ({agg.peers.max_peers})")
         return Response(_body_bytes(body), media_type="application/json")
 
+    install_page(app)  # the incident page at / (exporter/web), as on the sidecar
     return app
 
 

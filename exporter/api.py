@@ -42,8 +42,11 @@ from exporter.auth import ApiToken, BearerAuth
 from exporter.connection_fields import CONNECTION_FIELDS, ConnectionField
 from exporter.docs_ui import DOCS_PATHS
 from exporter.docs_ui import install as install_docs
+from exporter.health import Health, health_body
 from exporter.registry import ORDER_FIELDS, UPGRADE_TARGETS, ConnectionRegistry
 from exporter.version import package_version
+from exporter.webpage import PAGE_PATHS
+from exporter.webpage import install as install_page
 
 API_PREFIX = "/api/v1"
 DEFAULT_LIMIT = 1000
@@ -458,10 +461,11 @@ _ERRORS_400: dict[int | str, dict[str, Any]] = {
     400: {"model": Error, "description": "A value outside the allowed ones (listed in detail)"}}
 
 
-#: Open with --api-token-file too: the kubelet's probes carry no token.
+#: Open with --api-token-file too: the kubelet's probes carry no token; the incident page's
+#: files (exporter.webpage) hold no data, and the API they read still asks for the token.
 #: /docs, its files and /openapi.json too (exporter.docs_ui: a browser sends no header with a
 #: navigation, and Swagger UI's Authorize button needs the document first).
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"}) | DOCS_PATHS
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"}) | DOCS_PATHS | PAGE_PATHS
 
 
 def document_bearer(app: FastAPI, open_paths: frozenset[str]) -> None:
@@ -565,6 +569,14 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
              summary="Who uses API versions that the target broker version removes", responses=_ERRORS_400)
     def upgrade_readiness(target: Annotated[str, Depends(upgrade_target)]) -> Response:
         return _json(registry.upgrade_readiness(target))
+
+    @app.get(API_PREFIX + "/health", response_model=Health, tags=["health"],
+             summary="Capture health: packets, drops by reason, decode errors, desyncs, what the bounds dropped")
+    def capture_health() -> Response:
+        # snapshot(): the copy /metrics is built from (the lock held only to copy)
+        return _json(health_body(registry.snapshot()))
+
+    install_page(app)  # the incident page at / (exporter/web)
 
     return app
 
