@@ -13,10 +13,11 @@ PYTEST_ARGS ?=
 setup: setup-system setup-python setup-node native
 
 # Debian tools the tests use (tshark and tcpdump as oracles, ip for network namespaces,
-# prometheus and promtool as the real scraper),
+# prometheus and promtool as the real scraper, chromium and its chromedriver as the browser),
 # as command:package. Installed only when missing, so a machine that has them needs neither
 # root nor the network.
-SYSTEM_TOOLS := tshark:tshark tcpdump:tcpdump ip:iproute2 prometheus:prometheus promtool:prometheus
+SYSTEM_TOOLS := tshark:tshark tcpdump:tcpdump ip:iproute2 prometheus:prometheus promtool:prometheus \
+	chromium:chromium chromedriver:chromium-driver
 # Packages whose Debian service must not keep running: the tests start their own server.
 NO_SERVICE := prometheus
 setup-system:
