@@ -480,7 +480,7 @@ def test_openapi_document(client):
     doc = client.get("/openapi.json").json()
     assert doc["info"]["title"] == "kafka-census"
     assert set(doc["paths"]) == {"/healthz", "/readyz", "/api/v1/connections", "/api/v1/connections/{conn_id}",
-                                 "/api/v1/clients", "/api/v1/brokers", "/api/v1/upgrade-readiness"}
+                                 "/api/v1/clients", "/api/v1/brokers", "/api/v1/upgrade-readiness", "/api/v1/health"}
     assert all(set(ops) == {"get"} for ops in doc["paths"].values())  # read-only
     schemas = doc["components"]["schemas"]
     assert {"Connection", "RequestCount", "Client", "Broker", "UpgradeReadiness", "Error"} <= set(schemas)
