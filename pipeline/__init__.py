@@ -5,6 +5,7 @@ every table reads, and models connections; `identity` names the connections that
 software (sibling or fingerprint, with `exporter.fingerprint`, a pure module; never the
 registry); `jobs` defines the tables; `pcaps` turns pcap archives into event logs with
 `capture`; `report` renders one HTML file; `ship` zips the sources that executors on a cluster
-need; `cli` runs one job. Nothing imports `pipeline`: the `kafka-census pipeline` command starts
-it as `python -m pipeline`.
+need; `errors` (UsageError, InputError) and `files` (load_input, write_file) are what the jobs
+share; `cli` runs one job and is imported by none of them. Nothing imports `pipeline`: the
+`kafka-census pipeline` command starts it as `python -m pipeline`.
 """

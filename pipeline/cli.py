@@ -8,6 +8,11 @@ input is unusable, 2 bad usage). Jobs: inventory, adoption, api-usage, upgrade-r
 (over event logs; upgrade-readiness also writes its table by software, the unannounced clients
 named), pcap-decode (pcaps -> event logs) and report (one HTML file). Progress: a
 line per stage on stderr; Spark's own console progress bar when stderr is a terminal.
+
+The top of `pipeline`: it imports the job modules (events, jobs, identity, pcaps, report,
+ship) and what they share (`pipeline.errors`, `pipeline.files`); none of them imports it
+(tests/test_core_imports.py holds that no import cycle exists in `pipeline/`). Within the
+package only `pipeline.__main__` imports it.
 """
 
 from __future__ import annotations
@@ -19,16 +24,11 @@ import sys
 import time
 from datetime import UTC, datetime
 
+from pipeline.errors import InputError, UsageError
+from pipeline.files import load_input
+
 JOBS = ("inventory", "adoption", "api-usage", "upgrade-readiness", "pcap-decode", "report")
 TABLE_JOBS = ("inventory", "adoption", "api-usage", "upgrade-readiness")
-
-
-class UsageError(Exception):
-    pass
-
-
-class InputError(Exception):
-    """The input cannot give an answer (e.g. every line has another schema version)."""
 
 
 def _when(value: str) -> float:
@@ -105,30 +105,6 @@ def spark_session(master: str, app: str, conf: list[tuple[str, str]] = ()):
 
 def progress(msg: str) -> None:
     print(f"pipeline: {msg}", file=sys.stderr, flush=True)
-
-
-def load_input(spark, args, out: str, progress, when_empty: str):
-    """The event logs of `args.input` within `--since/--until`, read once into their facts
-    (pipeline.events.facts, cached): (facts, events, quarantined lines, first ts, last ts). Bad
-    lines go to `out/quarantine/`; input that is nothing but another schema version is an
-    InputError."""
-    from pipeline import events as ev
-
-    started = time.perf_counter()
-    facts = ev.facts(ev.read(spark, args.input, args.since, args.until, progress)).cache()
-    n_events, n_bad, first, last = ev.counts(facts)
-    progress(f"read {n_events} events, {n_bad} lines quarantined ({time.perf_counter() - started:.1f} s)")
-    if n_bad:
-        quarantine = ev.quarantine(facts)
-        quarantine.coalesce(1).write.mode("overwrite").json(f"{out}/quarantine")
-        progress(f"quarantined lines and their reasons: {out}/quarantine/")
-        if n_events == 0:
-            mismatch = ev.schema_mismatch(quarantine)
-            if mismatch:
-                raise InputError(mismatch)
-    if n_events == 0:
-        progress(f"warning: no events in the input; {when_empty}")
-    return facts, n_events, n_bad, (first, last)
 
 
 def run_tables(spark, args) -> dict:

@@ -4,12 +4,12 @@ events once to the facts every job reads.
 Owns `read` (NDJSON lines -> one row per event of a used type (EVENT_SCHEMA) or per quarantined
 line, through Spark's JSON reader with an explicit schema: no Python per line), `in_window`
 (which files `--since/--until` read, by their names), `facts` (the rows grouped once by every
-value a job reads: a small table the CLI caches), and over the facts `connections` (one row per
-connection: who, where, identity, first/last seen), `requests` (per connection, api and
-version, a count), `connection_facts` (what `pipeline.identity` reads: mid_stream, the first
-ApiVersions version, a rollup's first_requests, the broker's maxima), `counts` and
-`quarantine`. Imports pyspark, `exporter.eventlog` (the schema versions) and the generated API
-table; nothing imports `pipeline`.
+value a job reads: a small table `pipeline.files.load_input` caches), and over the facts
+`connections` (one row per connection: who, where, identity, first/last seen), `requests` (per
+connection, api and version, a count), `connection_facts` (what `pipeline.identity` reads:
+mid_stream, the first ApiVersions version, a rollup's first_requests, the broker's maxima),
+`counts` and `quarantine`. Imports pyspark, `exporter.eventlog` (the schema versions) and the
+generated API table; nothing imports `pipeline`.
 
 The checks are those of `exporter.eventlog.parse_line` (a JSON object, a known schema version,
 type, ts and conn_id), as Spark expressions, plus the shapes of the request arrays; a line that

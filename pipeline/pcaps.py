@@ -5,8 +5,8 @@ Owns listing the inputs (files, directories searched recursively for `*.pcap`, `
 (`capture.replay.replay` into `exporter.eventlog.encode`, the exporter's own record format,
 schema 2: request traffic rolled up per connection by `exporter.rollup.Roller`),
 the quarantine of files that could not be read whole, and the per-file summary. Imports
-pyspark, `capture` (replay, listeners, the CaptureError family) and `exporter.eventlog`;
-nothing imports it but `pipeline.cli`.
+pyspark, `capture` (replay, listeners, the CaptureError family), `exporter.eventlog`,
+`pipeline.errors` and `pipeline.files`; never `pipeline.cli`, which alone imports it.
 
 Output under OUT:
 - `events/source=<name>/part-*.txt`: one NDJSON record per line, what `pipeline.events` reads
@@ -52,6 +52,9 @@ import time
 
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import types as T
+
+from pipeline.errors import InputError, UsageError
+from pipeline.files import write_file
 
 PCAP_SUFFIXES = (".pcap", ".pcapng", ".cap")
 GZ = ".gz"
@@ -375,24 +378,6 @@ def quarantine_rows(summary: dict) -> list[tuple[str, str]]:
     return rows
 
 
-def write_file(spark, uri: str, text: str) -> None:
-    """One small file written by the driver: with Python on the local file system (no Hadoop
-    `.crc` file beside it), else through the Hadoop file system of `uri`."""
-    path = spark._jvm.org.apache.hadoop.fs.Path(uri)
-    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
-    if fs.getUri().getScheme() == "file":
-        local = fs.makeQualified(path).toUri().getPath()
-        os.makedirs(os.path.dirname(local), exist_ok=True)
-        with open(local, "w", encoding="utf-8") as f:
-            f.write(text)
-        return
-    out = fs.create(path, True)
-    try:
-        out.write(bytearray(text.encode("utf-8")))
-    finally:
-        out.close()
-
-
 def decode_pcaps(spark, pcaps: list[PcapInput], events_dir: str, listener_specs, since, until, *,
                  in_place: bool = True, max_bytes: int | None = None) -> list[dict]:
     """Decode `pcaps` into `events_dir` (overwritten); returns one summary per file, in order.
@@ -435,7 +420,6 @@ def decode_pcaps(spark, pcaps: list[PcapInput], events_dir: str, listener_specs,
 
 def run_pcap_decode(spark, args, progress) -> dict:
     from capture.listeners import ListenerMap
-    from pipeline.cli import InputError, UsageError
 
     started = time.perf_counter()
     out = args.output.rstrip("/")

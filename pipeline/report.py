@@ -7,7 +7,8 @@ connections without a client identity, requests with removed API versions by cli
 inventory, adoption and api-usage tables. The tables come from `pipeline.jobs` over
 `pipeline.events`, exactly what the table jobs write, and are also written next to the HTML
 (Parquet and CSV, `pipeline.jobs.write_table`), so a table cut at `MAX_TABLE_ROWS` in the
-page points at its full CSV. Imports pyspark and `pipeline`'s own modules.
+page points at its full CSV. Imports pyspark and `pipeline`'s events, identity, jobs, errors and
+files; never `pipeline.cli`, which alone imports it.
 
 Self-contained and safe to attach to a ticket: no script, no external stylesheet, font,
 image or link (only `#` anchors); charts are SVG drawn here. Every string from the data
@@ -26,6 +27,8 @@ from datetime import UTC, date, datetime, timedelta
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from pipeline.errors import UsageError
+from pipeline.files import load_input, write_file
 from pipeline.jobs import UNKNOWN
 
 REPORT_NAME = "kafka-census-report.html"
@@ -507,9 +510,7 @@ def render(*, generated: float, inputs: list[str], target: str, since: float | N
 def run_report(spark, args, progress) -> dict:
     from pipeline import events as ev
     from pipeline import jobs
-    from pipeline.cli import UsageError, load_input
     from pipeline.identity import identities
-    from pipeline.pcaps import write_file
 
     if args.target not in jobs.TARGETS:
         raise UsageError(f"--target {args.target!r} is not known; known: {', '.join(jobs.TARGETS)}")

@@ -33,7 +33,8 @@ from exporter.rollup import rolled  # noqa: E402
 from harness import oracles, peers  # noqa: E402
 from pipeline import events as pev  # noqa: E402
 from pipeline import pcaps  # noqa: E402
-from pipeline.cli import InputError, build_parser  # noqa: E402
+from pipeline.cli import build_parser  # noqa: E402
+from pipeline.errors import InputError  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
