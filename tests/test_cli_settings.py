@@ -12,20 +12,17 @@ import os
 import signal
 import socket
 import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from harness.census import CENSUS, Census
+from harness.net import free_port
 from tests import synth
 from tests.test_capture_synthetic import full_conversation
 
 pytestmark = pytest.mark.e2e  # runs the kafka-census command
 
-SCRIPT = Path(sys.executable).parent / "kafka-census"
 # broker port -> the listener setting that alone matches it
 PORTS = {"default": 9092, "config": 9201, "env": 9202, "flag": 9203}
 
@@ -38,8 +35,8 @@ def clean_env(**extra) -> dict:
 
 
 def run(*args, env=None):
-    assert SCRIPT.exists(), "console script missing: run `make setup` (pip install -e .)"
-    return subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=60,
+    assert CENSUS.exists(), "console script missing: run `make setup` (pip install -e .)"
+    return subprocess.run([str(CENSUS), *map(str, args)], capture_output=True, text=True, timeout=60,
                           env=env if env is not None else clean_env(), stdin=subprocess.DEVNULL)
 
 
@@ -194,20 +191,6 @@ def test_replay_serve_needs_http(pcap):
 
 # --- replay --serve -------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
 def test_replay_http_without_serve_is_refused_not_ignored(pcap):
     assert_usage_error(run("replay", pcap, "--http", "127.0.0.1:9100"), "--http serves only with --serve")
 
@@ -215,24 +198,12 @@ def test_replay_http_without_serve_is_refused_not_ignored(pcap):
 def test_replay_serve_serves_the_file_and_stops_cleanly_on_sigterm(tmp_path):
     path = tmp_path / "one.pcap"
     synth.write_pcap(path, full_conversation(synth.TcpConversation()))
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([str(SCRIPT), "replay", str(path), "--serve", "--http", f"127.0.0.1:{port}"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=clean_env())
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            assert proc.poll() is None, f"kafka-census exited {proc.returncode}: {proc.communicate()[1]}"
-            try:
-                status, body = _get(base + "/readyz")
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "not serving within 15 s"
-                time.sleep(0.05)
+    port = free_port()
+    with Census(["replay", path, "--serve"], port, env=clean_env()) as census:  # ready: /readyz says ok
+        status, _, body = census.request("/readyz")
         assert (status, json.loads(body)) == (200, {"status": "ok"})
 
-        status, body = _get(base + "/api/v1/connections")
+        status, _, body = census.request("/api/v1/connections")
         assert status == 200
         listing = json.loads(body)
         assert listing["total"] == 1
@@ -241,43 +212,28 @@ def test_replay_serve_serves_the_file_and_stops_cleanly_on_sigterm(tmp_path):
         assert (conn["client_software_name"], conn["client_software_version"]) == ("census-synth", "1.2.3")
         assert conn["state"] == "closed"
 
-        status, body = _get(base + "/metrics")
-        assert status == 200
-        metrics = body.decode().splitlines()
+        metrics = census.metrics_text().splitlines()
         assert 'kafka_census_connections_opened_total{listener="PLAINTEXT"} 1.0' in metrics
         assert ('kafka_census_connections{client_software_name="census-synth",client_software_version="1.2.3",'
                 'listener="PLAINTEXT"} 0.0') in metrics
 
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pytest.fail("kafka-census did not exit within 10 s of SIGTERM")
-        stderr = proc.stderr.read()
-        assert code == 0, stderr
-        assert "Traceback" not in stderr
-        assert f"http://127.0.0.1:{port}/metrics" in stderr  # the announcement
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        code, stderr = census.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    assert "Traceback" not in stderr
+    assert f"http://127.0.0.1:{port}/metrics" in stderr  # the announcement
 
 
 # --- the proxy's open-files bound: explicit is where a value came from, not what it is ---------
 
-def _lowered_nofile():
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))  # room for (1024 - 64) // 2 = 480 connections
+# The open-files limit the proxy sees: room for (1024 - 64) // 2 = 480 connections.
+LOWERED_NOFILE = ("sh", "-c", 'ulimit -n 1024 && exec "$@"', "sh")
 
 
 @pytest.mark.parametrize("how", ["flag", "env", "config", "default"])
 def test_max_connections_over_the_open_files_limit_is_warned_unless_it_is_the_default(config, how):
     """The default (100000) is bounded silently; the same number given by the operator is not
     silently cut to 480 (it was: the bound compared the value with the default)."""
-    args = ["proxy", "--listen", f"127.0.0.1:{_free_port()}", "--upstream", "127.0.0.1:9"]
+    args = ["proxy", "--listen", f"127.0.0.1:{free_port()}", "--upstream", "127.0.0.1:9"]
     env = clean_env()
     if how == "flag":
         args += ["--max-connections", "100000"]
@@ -285,24 +241,10 @@ def test_max_connections_over_the_open_files_limit_is_warned_unless_it_is_the_de
         env["KAFKA_CENSUS_MAX_CONNECTIONS"] = "100000"
     elif how == "config":
         args += ["--config", str(config("max-connections: 100000\n"))]
-    proc = subprocess.Popen([str(SCRIPT), *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_lowered_nofile)
-    try:
-        before = []
-        for line in proc.stderr:  # up to the line that says the proxy runs (or the end: it failed)
-            before.append(line)
-            if "Ctrl-C to stop" in line:
-                break
-        assert proc.poll() is None, "".join(before) + proc.stderr.read()
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        rest = proc.stderr.read()
-        proc.stdout.close()
-        proc.stderr.close()
+    with Census(args, None, ready_log="Ctrl-C to stop", env=env, prefix=LOWERED_NOFILE) as census:
+        code, stderr = census.stop(signal.SIGINT)
+    assert code == 0, stderr
+    started = stderr[:stderr.index("Ctrl-C to stop")].splitlines(keepends=True)  # up to: the proxy runs
     warning = "warning: the open-files limit (1024) allows 480 proxied connections, not --max-connections 100000\n"
-    assert (warning in before) == (how != "default"), before
-    assert "Traceback" not in "".join(before) + rest
+    assert (warning in started) == (how != "default"), started
+    assert "Traceback" not in stderr
