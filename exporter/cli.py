@@ -18,14 +18,11 @@ import sys
 from exporter import aggregate, incident, settings
 from exporter.commands import api_table, capture, proxy, replay
 from exporter.commands.common import StartError, UsageError
-from exporter.commands.common import live_registry as _live_registry  # noqa: F401 (tests take it from here)
-from exporter.commands.common import registry_bounds as _registry_bounds  # noqa: F401 (tests take it from here)
+from exporter.commands.common import registry_bounds as _registry_bounds  # noqa: F401 (a test's, to go)
 from exporter.commands.logs import configure_logging
-from exporter.commands.output import print_connections  # noqa: F401 (tests take it from here)
 from exporter.version import package_version
 
-__all__ = ["StartError", "UsageError", "build_parser", "configure_logging", "main", "print_connections",
-           "resolve_settings"]
+__all__ = ["build_parser", "main", "resolve_settings"]
 
 
 def resolve_settings(args: argparse.Namespace, environ=os.environ) -> None:

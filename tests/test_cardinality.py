@@ -42,7 +42,8 @@ from capture.kafka.errors import Kind
 from capture.listeners import ListenerMap
 from capture.packets import ACK, PSH, SYN
 from exporter.api import create_app
-from exporter.cli import UsageError, _live_registry, _registry_bounds, build_parser, resolve_settings
+from exporter.cli import build_parser, resolve_settings
+from exporter.commands.common import UsageError, live_registry, registry_bounds
 from exporter.metrics import CensusCollector
 from exporter.registry import (
     BROKER_DROPS,
@@ -456,20 +457,20 @@ def test_bounds_are_settings_with_safe_defaults():
     parser = build_parser()
     args = parser.parse_args(["replay", "x.pcap"])
     resolve_settings(args, environ={})
-    assert _registry_bounds(args) == {"max_series": DEFAULT_MAX_SERIES, "max_brokers": DEFAULT_MAX_BROKERS,
+    assert registry_bounds(args) == {"max_series": DEFAULT_MAX_SERIES, "max_brokers": DEFAULT_MAX_BROKERS,
                                       "max_software_labels": DEFAULT_MAX_SOFTWARE_LABELS,
                                       "max_census_rows": DEFAULT_MAX_CENSUS_ROWS,
                                       "max_fingerprints_per_second": DEFAULT_MAX_FINGERPRINTS_PER_SECOND}
     args = parser.parse_args(["replay", "x.pcap", "--max-series", "10"])
     resolve_settings(args, environ={"KAFKA_CENSUS_MAX_BROKERS": "3"})
-    assert _registry_bounds(args) == {"max_series": 10, "max_brokers": 3,
+    assert registry_bounds(args) == {"max_series": 10, "max_brokers": 3,
                                       "max_software_labels": DEFAULT_MAX_SOFTWARE_LABELS,
                                       "max_census_rows": DEFAULT_MAX_CENSUS_ROWS,
                                       "max_fingerprints_per_second": DEFAULT_MAX_FINGERPRINTS_PER_SECOND}
     args = parser.parse_args(["replay", "x.pcap", "--max-software-labels", "0"])
     resolve_settings(args, environ={})
     with pytest.raises(UsageError, match="--max-software-labels must be at least 1"):
-        _registry_bounds(args)
+        registry_bounds(args)
 
 
 def test_every_registry_table_of_a_live_command_is_a_setting():
@@ -478,18 +479,18 @@ def test_every_registry_table_of_a_live_command_is_a_setting():
     parser = build_parser()
     args = parser.parse_args(["capture", "-i", "lo", "--max-closed-connections", "5", "--max-census-rows", "7"])
     resolve_settings(args, environ={"KAFKA_CENSUS_CLOSED_TTL": "30", "KAFKA_CENSUS_MAX_CONNECTIONS": "9"})
-    reg = _live_registry(args)
+    reg = live_registry(args)
     assert (reg.max_open, reg.max_closed, reg.closed_ttl, reg.max_census_rows) == (9, 5, 30.0, 7)
     args = parser.parse_args(["proxy", "--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2"])
     resolve_settings(args, environ={})
-    reg = _live_registry(args)
+    reg = live_registry(args)
     assert (reg.max_open, reg.max_closed, reg.closed_ttl, reg.max_census_rows) == (
         100_000, DEFAULT_MAX_CLOSED, DEFAULT_CLOSED_TTL, DEFAULT_MAX_CENSUS_ROWS)
     for flag, value, message in (("--max-closed-connections", "0", "at least 1"), ("--closed-ttl", "0", "positive")):
         args = parser.parse_args(["capture", "-i", "lo", flag, value])
         resolve_settings(args, environ={})
         with pytest.raises(UsageError, match=message):
-            _live_registry(args)
+            live_registry(args)
 
 
 def test_a_mechanism_from_an_old_state_file_is_checked_too():

@@ -27,7 +27,8 @@ from kio.static.primitive import i16
 
 from capture.events import ClientSoftware, ConnectionOpened, RequestSeen, SaslIdentity, TlsSession
 from capture.proxy import subject_name
-from exporter.cli import configure_logging, print_connections
+from exporter.commands.logs import configure_logging
+from exporter.commands.output import print_connections
 from exporter.registry import ConnectionRegistry
 from exporter.textsafe import visible
 from harness import peers
