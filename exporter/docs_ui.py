@@ -5,11 +5,13 @@ exporter.api, and the aggregator's, exporter.aggregate_app; both pass `docs_url=
 FastAPI's own /docs, which loads Swagger UI from a public CDN, is not there), `DOCS_PATHS` (the
 paths the bearer token does not guard) and the page's Content-Security-Policy.
 
-Swagger UI's script and stylesheet come from the pinned `swagger-ui-bundle` package (Swagger UI
-4.15.5, read once per process; its source maps are not served), under a path that names the
-version, so a browser may keep them. The initializer is a file of its own (`INIT_JS`), never
-inline, so that the CSP allows no inline script. Every URL on the page is relative (docs/...,
-openapi.json): /docs works behind a proxy that serves the census under a path prefix.
+Swagger UI's script and stylesheet come from the pinned `fastapi-offline` package (its static
+files only: Swagger UI 5.32.6, which renders the OpenAPI 3.1 documents FastAPI writes; 4.x, as in
+`swagger-ui-bundle`, refuses them), read once per process, under a path that names the package's
+version so a browser may keep them. Its ReDoc is not served. The initializer is a file of its own
+(`INIT_JS`), never inline, so that the CSP allows no inline script. Every URL on the page is
+relative (docs/..., openapi.json): /docs works behind a proxy that serves the census under a
+path prefix.
 
 The token: with --api-token-file every operation declares the bearer scheme (exporter.api's
 `document_bearer`), so Swagger UI's Authorize button takes the token and "Try it out" sends it
@@ -19,41 +21,44 @@ off (it would keep the token in localStorage), no cookie, never in a URL. /docs,
 Authorize button only exists once the document has loaded); they hold no data from the wire,
 and every operation they describe still needs the token.
 
-Imports only the standard library, Starlette and swagger_ui_bundle (its path, no code):
-exporter.api imports it.
+Imports only the standard library and Starlette (fastapi_offline is located, never imported: its
+code makes a FastAPI app of its own): exporter.api imports it.
 """
 
 from __future__ import annotations
 
 import functools
 import html
+import importlib.metadata
+import importlib.util
+from pathlib import Path
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from swagger_ui_bundle import swagger_ui_path
 
 DOCS_URL = "/docs"
-#: The version of Swagger UI the package ships (its directory is swagger-ui-VERSION).
-SWAGGER_UI_VERSION = swagger_ui_path.name.removeprefix("swagger-ui-")
+#: The package whose static files are Swagger UI (pinned in pyproject.toml).
+PACKAGE = "fastapi-offline"
+#: Its version: in the files' paths, so that a browser may keep them a year (immutable).
+PACKAGE_VERSION = importlib.metadata.version(PACKAGE)
+_DIR = f"{DOCS_URL}/assets/{PACKAGE}-{PACKAGE_VERSION}"
 #: Swagger UI's files, by the path they are served at: (file in the package, media type).
-#: Versioned paths: a browser may keep them a year (immutable).
 VENDOR = {
-    f"{DOCS_URL}/assets/{SWAGGER_UI_VERSION}/swagger-ui-bundle.js": ("swagger-ui-bundle.js",
-                                                                     "text/javascript; charset=utf-8"),
-    f"{DOCS_URL}/assets/{SWAGGER_UI_VERSION}/swagger-ui.css": ("swagger-ui.css", "text/css; charset=utf-8"),
-    f"{DOCS_URL}/assets/{SWAGGER_UI_VERSION}/favicon-32x32.png": ("favicon-32x32.png", "image/png"),
+    f"{_DIR}/swagger-ui-bundle.js": ("swagger-ui-bundle.js", "text/javascript; charset=utf-8"),
+    f"{_DIR}/swagger-ui.css": ("swagger-ui.css", "text/css; charset=utf-8"),
+    f"{_DIR}/favicon.png": ("favicon.png", "image/png"),
 }
 INIT_URL = f"{DOCS_URL}/assets/docs-init.js"
 #: Open with --api-token-file too (see the module docstring). /openapi.json is added by the
 #: apps themselves (exporter.api.OPEN_PATHS): it is theirs, not this module's.
 DOCS_PATHS = frozenset({DOCS_URL, INIT_URL, *VENDOR})
 
-#: Only this origin's script, stylesheet, images and JSON. style-src 'unsafe-inline': Swagger UI
-#: 4.15.5 renders `style` attributes (its syntax highlighter, the models' layout); no inline
-#: script, no eval, no plugin, no form submission, no framing. img-src data: for the icons its
-#: stylesheet embeds as data: URLs.
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+#: Only this origin's script, stylesheet, images and JSON: no inline script or style (Swagger UI
+#: sets its inline styles through the DOM, which style-src does not govern; the browser tests
+#: watch the console for violations), no eval, no plugin, no form submission, no framing.
+#: img-src data: for the icons its stylesheet embeds as data: URLs.
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 #: The initializer. Swagger UI's options: the document at the page's data-openapi-url; the
@@ -108,14 +113,21 @@ def page(title: str, openapi_url: str) -> bytes:
     """The /docs page of an app titled `title` whose OpenAPI document is at `openapi_url`."""
     assets = {name: _relative(path) for path, (name, _) in VENDOR.items()}
     return _PAGE.format(title=html.escape(title), openapi=html.escape(_relative(openapi_url)),
-                        favicon=assets["favicon-32x32.png"], css=assets["swagger-ui.css"],
+                        favicon=assets["favicon.png"], css=assets["swagger-ui.css"],
                         bundle=assets["swagger-ui-bundle.js"], init=_relative(INIT_URL)).encode()
+
+
+def static_dir() -> Path:
+    """fastapi_offline/static, found without importing the package."""
+    spec = importlib.util.find_spec("fastapi_offline")
+    assert spec is not None and spec.submodule_search_locations, f"{PACKAGE} is not installed"
+    return Path(next(iter(spec.submodule_search_locations))) / "static"
 
 
 @functools.cache
 def vendor_file(name: str) -> bytes:
-    """A file of the pinned Swagger UI, read once per process (1.2 MB for all three)."""
-    return swagger_ui_path.joinpath(name).read_bytes()
+    """A file of the pinned Swagger UI, read once per process (1.7 MB for all three)."""
+    return (static_dir() / name).read_bytes()
 
 
 def _route(path: str, body: bytes, media_type: str, cache: str) -> Route:
