@@ -164,7 +164,7 @@ class Browser:
         self.netns, self.host, self.ns_ip = netns, host, ns_ip
         self.driver = driver
         self.log_dir = log_dir
-        self._requests: list[str] = []
+        self._requests: list[dict] = []
         self._console: list[dict] = []
 
     # --- the census under test ---------------------------------------------------------------
@@ -187,7 +187,9 @@ class Browser:
         for entry in self._log("performance"):
             message = json.loads(entry["message"])["message"]
             if message.get("method") == "Network.requestWillBeSent":
-                self._requests.append(message["params"]["request"]["url"])
+                request = message["params"]["request"]
+                self._requests.append({"url": request["url"], "method": request.get("method"),
+                                       "headers": request.get("headers", {})})
         self._console.extend(self._log("browser"))
 
     def _log(self, kind: str) -> list[dict]:
@@ -202,8 +204,18 @@ class Browser:
 
     def requested_urls(self) -> list[str]:
         """Every URL requested since the last get()/reset(), in order (data: URLs included)."""
+        return [r["url"] for r in self.sent_requests()]
+
+    def sent_requests(self) -> list[dict]:
+        """Every request since the last get()/reset(), in order: {url, method, headers} as the
+        page made it (headers its script set, such as Authorization, included)."""
         self._drain()
-        return list(self._requests)
+        return [dict(r) for r in self._requests]
+
+    def foreign_requests(self, census: Census) -> list[str]:
+        """The requested URLs that are neither `census`'s origin nor data: URLs (no request
+        left the page for anywhere else)."""
+        return [u for u in self.requested_urls() if not (u.startswith(census.base + "/") or u.startswith("data:"))]
 
     def console(self) -> list[dict]:
         """The browser console's entries since the last get()/reset() ({level, message, ...})."""
