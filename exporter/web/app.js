@@ -47,6 +47,7 @@ const when = (ts) => (typeof ts === 'string' ? ts.replace('T', ' ').replace(/\.\
 const num = (n) => (typeof n === 'number' ? n.toLocaleString('en-US') : '–');
 
 function td(value, cls) { return el('td', { class: cls }, dash(value)); }
+function tdWhen(ts) { return td(when(ts), 'ts'); }
 
 function section(id) { return $(id); }
 
@@ -161,7 +162,7 @@ function renderCensus(body) {
   const rows = body.clients.map((c) => el('tr', {},
     td(c.client_software_name), td(c.client_software_version), td(c.client_id, 'wire'), td(c.principal, 'wire'),
     td(c.listener), td(num(c.open_connections), 'num'), td(num(c.total_connections), 'num'),
-    identityCell(c.identity_source, c.inferred_software), td(when(c.last_seen)),
+    identityCell(c.identity_source, c.inferred_software), tdWhen(c.last_seen),
     el('td', { class: 'act' }, el('button', { type: 'button', class: 'link', onclick: () => filterBy(c) },
       'connections'))));
   $('census-table').tBodies[0].replaceChildren(...rows);
@@ -189,8 +190,8 @@ const COLUMNS = [  // [heading, order_by field or null, cell]
   ['principal', null, (c) => td(c.principal, 'wire')],
   ['listener', 'listener', (c) => td(c.listener)],
   ['state', 'state', (c) => td(c.state + (c.close_reason ? ` (${c.close_reason})` : ''))],
-  ['first seen', 'first_seen', (c) => td(when(c.first_seen))],
-  ['last seen', 'last_seen', (c) => td(when(c.last_seen))],
+  ['first seen', 'first_seen', (c) => tdWhen(c.first_seen)],
+  ['last seen', 'last_seen', (c) => tdWhen(c.last_seen)],
   ['idle s', 'idle_seconds', (c) => td(c.idle_seconds === null ? null : c.idle_seconds.toFixed(1), 'num')],
   ['bytes in', 'bytes_from_client', (c) => td(num(c.bytes_from_client), 'num')],
   ['bytes out', 'bytes_from_broker', (c) => td(num(c.bytes_from_broker), 'num')],
@@ -314,10 +315,10 @@ function renderBrokers(body) {
 }
 
 function counts(title, map) {
-  const entries = Object.entries(map);
+  const entries = Object.entries(map).filter(([, v]) => v);  // the kinds seen; zero ones say nothing
   const total = entries.reduce((n, [, v]) => n + v, 0);
   return el('div', { class: 'card' + (total ? ' warn' : '') }, el('h3', {}, `${title}: ${num(total)}`),
-    entries.length ? el('ul', {}, ...entries.map(([k, v]) => el('li', { class: v ? 'warn' : null }, `${k}: ${num(v)}`))) : null);
+    entries.length ? el('ul', {}, ...entries.map(([k, v]) => el('li', {}, `${k}: ${num(v)}`))) : null);
 }
 
 function renderHealth(h) {
@@ -338,11 +339,18 @@ function renderHealth(h) {
     td(num(s.packets), 'num'), td(num(s.bytes), 'num'), td(num(s.gaps), 'num'), td(num(s.flows_open), 'num'),
     td(num(s.flows_evicted), 'num'), td(num(s.tls_flows), 'num'), td(s.kernel_dropped === null ? null : num(s.kernel_dropped), 'num')))));
   $('health').replaceChildren(el('div', { class: 'cards' }, ...cards), sources);
+  const total = (map) => Object.values(map).reduce((n, v) => n + v, 0);
+  const lost = total(h.drops) + h.kernel_dropped;
+  const broken = total(h.desyncs) + total(h.decode_errors);
+  const line = $('health-line');
+  line.textContent = `capture: ${num(h.packets)} packets read, ${num(lost)} dropped, ${num(total(h.desyncs))} desyncs, ` +
+    `${num(total(h.decode_errors))} decode errors` + (h.capture.length ? '' : ' (no capture source reported yet)');
+  line.className = lost || broken ? 'bad' : '';
 }
 
 function renderPeers(body) {
   const rows = body.peers.map((p) => el('tr', { class: p.up ? null : 'trouble' }, td(p.peer), td(p.up ? 'up' : 'DOWN'),
-    td(when(p.last_answer)), td(p.latency_seconds === null ? null : `${(p.latency_seconds * 1000).toFixed(0)} ms`, 'num'),
+    tdWhen(p.last_answer), td(p.latency_seconds === null ? null : `${(p.latency_seconds * 1000).toFixed(0)} ms`, 'num'),
     td(p.error ? `${p.kind}: ${p.error}` : null)));
   $('peers-table').tBodies[0].replaceChildren(...rows);
 }
@@ -358,7 +366,9 @@ function renderMissing() {
 function clearData() {
   // Refused: nothing read with an earlier token stays on the screen.
   for (const id of ['census-table', 'connections-table', 'upgrade-table', 'peers-table']) $(id).tBodies[0].replaceChildren();
-  for (const id of ['health', 'brokers', 'detail', 'verdict', 'census-count', 'connections-count']) $(id).replaceChildren();
+  for (const id of ['health', 'health-line', 'brokers', 'detail', 'verdict', 'census-count', 'connections-count']) {
+    $(id).replaceChildren();
+  }
   $('partial').hidden = true;
 }
 
@@ -391,6 +401,10 @@ async function refresh() {
   $('detail-section').hidden = !view.detail;
   if (!view.detail) $('detail').replaceChildren();
   const results = await Promise.allSettled(jobs.map(([, job]) => job()));
+  if (aggregator && !jobs.some(([id]) => id === 'peers-section')) {  // learnt from this cycle's answers
+    jobs.push(['peers-section', () => api(API + '/peers').then(renderPeers)]);
+    results.push((await Promise.allSettled([jobs[jobs.length - 1][1]()]))[0]);
+  }
   let unauthorized = false;
   let unreachable = false;
   results.forEach((r, i) => {
@@ -473,7 +487,12 @@ function init() {
   });
   $('forget-token').addEventListener('click', () => { sessionStorage.removeItem(TOKEN_KEY); refresh(); });
   window.addEventListener('popstate', () => { readUrl(); showControls(); refresh(); });
-  window.addEventListener('hashchange', () => { readUrl(); showControls(); refresh(); });
+  window.addEventListener('hashchange', () => {
+    readUrl();
+    showControls();
+    refresh();
+    if (view.detail) $('detail-section').scrollIntoView();
+  });
   // Printing: every broker's table unfolded.
   window.addEventListener('beforeprint', () => { for (const d of document.querySelectorAll('details')) d.open = true; });
   refresh();

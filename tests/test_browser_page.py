@@ -1,0 +1,323 @@
+"""The incident page in a real browser (issue 19): headless Debian Chromium in a network
+namespace whose only route is to the census under test (harness/browser.py), against the real
+`kafka-census replay --serve` of recorded captures (tests/fixtures/fingerprints: six client
+libraries' real traffic, one listener per recording) plus one synthetic connection whose
+client_id is `<script>alert(1)</script>` (tests/synth.py; no real client sends that), and the
+real `kafka-census aggregate` in front of it.
+
+What is checked, on the page's DOM against the REST API's own answers: the census and the
+connections table render; every URL the page requested is the census's (and the namespace
+reaches nothing else); filters typed into the page give exactly the rows `/api/v1/connections`
+returns for the same query (compared by id, in order), the URL holds them (reloading it gives
+the same rows; Back gives the previous ones); a column heading orders; an id opens the
+connection's detail; the refresh setting is in the URL; the hostile client_id is text; the
+token flow with --api-token-file (401 -> token field -> rows; the token in sessionStorage
+only: not in the URL, a cookie or localStorage, not in any requested URL; "forget token"
+clears the screen); the aggregator's page shows its peers and prefixed ids. Screenshots go
+to build/test-artifacts/browser/.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16
+from scapy.utils import RawPcapReader
+
+from harness.browser import offline_browser
+from harness.kafka_frames import request_frame, response_frame
+from tests import synth
+
+pytestmark = pytest.mark.e2e  # Chromium, chromedriver and kafka-census processes
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
+RECORDINGS = ("kafka-go-0.2.1", "aiokafka-0.7.2", "confluent-kafka-python-1.8.2", "kafka-python-1.4.7",
+              "sarama-1.22.1", "kafkajs-1.12.0")
+HOSTILE = "<script>alert(1)</script>"
+HOSTILE_SOFTWARE = "evil-sw"
+TOKEN = "browser-page-token-0123456789abcdef"
+
+ROWS = "return [...document.querySelectorAll('#connections-table tbody tr')].map(r => r.dataset.connId)"
+LOADED = "return Number(document.body.dataset.loaded || 0)"
+
+
+def build_capture(path: Path) -> list[str]:
+    """The recordings back to back (each shifted to start a second after the previous one
+    ended), then the hostile connection; returns the --listener arguments."""
+    recordings = json.loads((FIXTURES / "MANIFEST.json").read_text())["recordings"]
+    records, listeners, t = [], [], 1_700_000_000.0
+    for name in RECORDINGS:
+        rows = list(RawPcapReader(str(FIXTURES / recordings[name]["file"])))
+        first = rows[0][1].sec + rows[0][1].usec / 1e6
+        records += [(t + meta.sec + meta.usec / 1e6 - first, data) for data, meta in rows]
+        t = records[-1][0] + 1.0
+        listener = name.rsplit("-", 1)[0].upper().replace("-", "_")  # KAFKA_GO=PORT, ...
+        listeners += ["--listener", f"{listener}={recordings[name]['tansu_port']}"]
+    conv = synth.TcpConversation(client=("10.9.9.9", 45000), broker=("10.9.9.1", 9092))
+    request = request_frame(ApiVersionsRequest(client_software_name=HOSTILE_SOFTWARE, client_software_version="1.0"),
+                            1, client_id=HOSTILE)
+    answer = response_frame(ApiVersionsResponse(
+        error_code=ErrorCode.none, throttle_time=datetime.timedelta(0),
+        api_keys=(ApiVersion(api_key=i16(18), min_version=i16(0), max_version=i16(3)),)), 1)
+    packets = conv.handshake() + conv.client(request) + conv.broker(answer)  # left open
+    records += [(t + i * 0.001, synth.frame(p, "ether")) for i, p in enumerate(packets)]
+    synth.write_records(path, synth.LINKS["ether"], records)
+    return [*listeners, "--listener", "PLAINTEXT=9092"]
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory) -> tuple[Path, list[str]]:
+    path = tmp_path_factory.mktemp("page") / "recordings.pcap"
+    return path, build_capture(path)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with offline_browser(window=(1400, 1000)) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def census(browser, capture):
+    path, listeners = capture
+    with browser.census(["replay", str(path), "--serve", *listeners]) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def token_census(browser, capture, tmp_path_factory):
+    path, listeners = capture
+    token_file = tmp_path_factory.mktemp("token") / "token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    with browser.census(["replay", str(path), "--serve", *listeners, "--api-token-file", str(token_file)]) as c:
+        yield c
+
+
+def api(base: str, path: str, token: str | None = None) -> dict:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with urllib.request.urlopen(urllib.request.Request(base + path, headers=headers), timeout=30) as resp:
+        return json.load(resp)
+
+
+def api_ids(base: str, query: str = "", token: str | None = None) -> list[str]:
+    return [c["id"] for c in api(base, "/api/v1/connections" + (f"?{query}" if query else ""), token)["connections"]]
+
+
+def page_ids(b) -> list[str]:
+    return b.driver.execute_script(ROWS)
+
+
+def open_page(b, census, query: str = "refresh=0", loads: int = 1) -> None:
+    b.get(b.url(census, "/" + (f"?{query}" if query else "")))
+    b.wait("the page's first refresh", lambda: b.driver.execute_script(LOADED) >= loads)
+
+
+def rows_become(b, expected: list[str], what: str) -> None:
+    b.wait(what, lambda: page_ids(b) == expected)
+
+
+def text_of(b, css: str) -> str:
+    from selenium.webdriver.common.by import By
+    return b.driver.find_element(By.CSS_SELECTOR, css).text
+
+
+def own_origin_only(b, census) -> None:
+    urls = b.requested_urls()
+    assert urls, "the page requested nothing"
+    foreign = [u for u in urls if not (u.startswith(census.base + "/") or u.startswith("data:"))]
+    assert not foreign, foreign
+
+
+# --- the page renders, offline ------------------------------------------------------------------
+
+def test_the_page_renders_the_census_and_the_connections(browser, census):
+    b = browser
+    b.assert_offline(reachable=(b.host, census.http_port))
+    open_page(b, census)
+    clients = api(census.base, "/api/v1/clients")["clients"]
+    census_rows = b.driver.execute_script("return [...document.querySelectorAll('#census-table tbody tr')]"
+                                          ".map(r => [...r.cells].map(c => c.textContent))")
+    assert len(census_rows) == len(clients) > 5
+    assert [r[2] for r in census_rows] == [c["client_id"] or "–" for c in clients]  # client_id column, in order
+    assert [(r[0], r[1]) for r in census_rows] == [
+        (c["client_software_name"] or "–", c["client_software_version"] or "–") for c in clients]
+    assert "confluent-kafka-python" in [r[0] for r in census_rows]
+    assert any(r[7].startswith("fingerprint") and "inferred: kafka-go" in r[7] for r in census_rows)
+    expected = api_ids(census.base)
+    assert page_ids(b) == expected and len(expected) == 63
+    assert "(63 shown of 63 matching, limit 1000)" in text_of(b, "#connections-count")
+    health = api(census.base, "/api/v1/health")
+    assert f"{health['packets']:,} packets" in text_of(b, "#health")
+    verdict = api(census.base, "/api/v1/upgrade-readiness")
+    assert text_of(b, "#verdict").startswith("READY" if verdict["ready"] else "NOT READY")
+    targets = b.driver.execute_script("return [...document.querySelectorAll('#target option')].map(o => o.value)")
+    from exporter.registry import UPGRADE_TARGETS
+    assert targets == list(UPGRADE_TARGETS)  # the API's known targets (its OpenAPI enum)
+    brokers = api(census.base, "/api/v1/brokers")["brokers"]
+    assert len(b.driver.execute_script("return document.querySelectorAll('#brokers details')")) == len(brokers) > 0
+    assert text_of(b, "#status").startswith("last updated")
+    assert b.console_errors() == []
+    own_origin_only(b, census)
+    b.screenshot("incident-page")
+
+
+def test_filters_typed_into_the_page_give_the_apis_rows_and_live_in_the_url(browser, census):
+    from selenium.webdriver.common.by import By
+    b = browser
+    open_page(b, census)
+    client_id = "client@vm (github.com/segmentio/kafka-go)"
+    field = b.driver.find_element(By.CSS_SELECTOR, "#filters input[name=client_id]")
+    field.clear()
+    field.send_keys(client_id)
+    order = b.driver.find_element(By.CSS_SELECTOR, "#filters input[name=order_by]")
+    order.send_keys("client_port desc")
+    limit = b.driver.find_element(By.CSS_SELECTOR, "#filters input[name=limit]")
+    limit.send_keys("7")
+    b.driver.find_element(By.ID, "apply").click()
+    query = urllib.parse.urlencode({"client_id": client_id, "order_by": "client_port desc", "limit": "7"})
+    expected = api_ids(census.base, query)
+    assert len(expected) == 7 and expected != api_ids(census.base, "limit=7")
+    rows_become(b, expected, "the filtered rows")
+    # The URL holds the query, as the API is asked it; a reload of that URL gives the same rows.
+    url = b.driver.current_url
+    parsed = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+    assert parsed == {"client_id": [client_id], "order_by": ["client_port desc"], "limit": ["7"], "refresh": ["0"]}
+    assert f"GET /api/v1/connections?{query}" == text_of(b, "#query-shown")
+    b.get(url)
+    rows_become(b, expected, "the same rows after a reload")
+    assert b.driver.find_element(By.CSS_SELECTOR, "#filters input[name=client_id]").get_attribute("value") == client_id
+    # A state filter on top, then Back to the previous view.
+    from selenium.webdriver.support.select import Select
+    Select(b.driver.find_element(By.CSS_SELECTOR, "#filters select[name=state]")).select_by_value("open")
+    b.driver.find_element(By.ID, "apply").click()
+    rows_become(b, api_ids(census.base, "state=open&" + query), "the open ones of them (none)")
+    b.driver.back()
+    rows_become(b, expected, "the previous rows after Back")
+    own_origin_only(b, census)
+    assert b.console_errors() == []
+
+
+def test_a_heading_orders_and_an_id_opens_the_connection(browser, census):
+    from selenium.webdriver.common.by import By
+    b = browser
+    open_page(b, census)
+    b.driver.find_element(By.XPATH, "//thead//button[normalize-space()='client_id']").click()
+    rows_become(b, api_ids(census.base, "order_by=client_id"), "ordered by client_id")
+    b.driver.find_element(By.XPATH, "//thead//button[starts-with(normalize-space(), 'client_id')]").click()
+    rows_become(b, api_ids(census.base, "order_by=client_id+desc"), "ordered by client_id desc")
+    assert "order_by=client_id+desc" in b.driver.current_url
+    conn_id = page_ids(b)[0]
+    b.driver.find_element(By.CSS_SELECTOR, "#connections-table tbody tr a").click()
+    detail = api(census.base, "/api/v1/connections/" + urllib.parse.quote(conn_id, safe=""))
+    b.wait("the detail panel", lambda: text_of(b, "#detail-id") == conn_id)
+    assert urllib.parse.unquote(urllib.parse.urlsplit(b.driver.current_url).fragment) == f"conn={conn_id}"
+    rows = b.driver.execute_script("return [...document.querySelectorAll('#detail > table:last-child tbody tr')]"
+                                   ".map(r => [...r.cells].map(c => c.textContent))")
+    assert rows == [[r["api"], str(r["api_key"]), str(r["api_version"]), f"{r['count']:,}"] for r in detail["requests"]]
+    assert detail["close_reason"] and detail["close_reason"] in text_of(b, "#detail")
+    b.screenshot("incident-page-connection")
+    b.driver.find_element(By.ID, "detail-close").click()
+    b.wait("the detail panel closed", lambda: not b.driver.find_element(By.ID, "detail-section").is_displayed())
+    assert "#conn=" not in b.driver.current_url
+
+
+def test_the_refresh_setting_is_in_the_url_and_refreshes(browser, census):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.select import Select
+    b = browser
+    open_page(b, census, "refresh=2")
+    b.wait("a second refresh, by itself", lambda: b.driver.execute_script(LOADED) >= 2)
+    assert "refreshing every 2 s" in text_of(b, "#status")
+    b.driver.find_element(By.ID, "pause").click()
+    b.wait("paused", lambda: "refresh=0" in b.driver.current_url and "refresh paused" in text_of(b, "#status"))
+    Select(b.driver.find_element(By.ID, "refresh")).select_by_value("30")
+    b.wait("30 s", lambda: "refresh=30" in b.driver.current_url)
+    b.driver.find_element(By.ID, "pause").click()
+    b.wait("paused again", lambda: "refresh=0" in b.driver.current_url)
+    b.driver.find_element(By.ID, "pause").click()
+    b.wait("resumed at 30 s", lambda: "refresh=30" in b.driver.current_url)
+
+
+def test_a_client_id_holding_script_is_text(browser, census):
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+    b = browser
+    open_page(b, census, urllib.parse.urlencode({"client_id": HOSTILE, "refresh": "0"}))
+    expected = api_ids(census.base, urllib.parse.urlencode({"client_id": HOSTILE}))
+    assert len(expected) == 1
+    rows_become(b, expected, "the hostile connection")
+    cells = b.driver.find_elements(By.CSS_SELECTOR, "#connections-table tbody td.wire")
+    assert HOSTILE in [c.text for c in cells]
+    census_cells = [c.text for c in b.driver.find_elements(By.CSS_SELECTOR, "#census-table td.wire")]
+    assert HOSTILE in census_cells
+    assert b.driver.execute_script("return document.scripts.length") == 1  # the page's own, nothing added
+    assert b.driver.find_elements(By.CSS_SELECTOR, "td script") == []
+    with pytest.raises(NoAlertPresentException):  # alert(1) never ran
+        _ = b.driver.switch_to.alert.text
+    assert b.console_errors() == []
+    b.screenshot("incident-page-hostile-client-id")
+
+
+def test_the_token_flow(browser, token_census):
+    from selenium.webdriver.common.by import By
+    b = browser
+    c = token_census
+    open_page(b, c)
+    b.wait("the token field", lambda: b.driver.find_element(By.ID, "token-form").is_displayed())
+    assert "401 Unauthorized" in text_of(b, "#status")
+    assert page_ids(b) == []
+    b.screenshot("incident-page-token")
+    b.driver.find_element(By.ID, "token-input").send_keys(TOKEN)
+    b.driver.find_element(By.CSS_SELECTOR, "#token-form button[type=submit]").click()
+    rows_become(b, api_ids(c.base, token=TOKEN), "the rows, with the token")
+    assert not b.driver.find_element(By.ID, "token-form").is_displayed()
+    storage = b.driver.execute_script(
+        "return [sessionStorage.getItem('kafka-census-token'), localStorage.length, document.cookie, location.href]")
+    assert storage[:3] == [TOKEN, 0, ""]
+    assert TOKEN not in storage[3]
+    assert not [u for u in b.requested_urls() if TOKEN in u]
+    own_origin_only(b, c)
+    # A reload in the same tab keeps it (session storage); "forget token" drops it and the data.
+    open_page(b, c)
+    rows_become(b, api_ids(c.base, token=TOKEN), "the rows after a reload")
+    b.driver.find_element(By.ID, "forget-token").click()
+    b.wait("the token field again", lambda: b.driver.find_element(By.ID, "token-form").is_displayed())
+    assert page_ids(b) == [] and text_of(b, "#census-table tbody") == ""
+    assert b.driver.execute_script("return sessionStorage.getItem('kafka-census-token')") is None
+    # A wrong token: refused, said so.
+    b.driver.find_element(By.ID, "token-input").send_keys("not-the-token")
+    b.driver.find_element(By.CSS_SELECTOR, "#token-form button[type=submit]").click()
+    b.wait("the refusal", lambda: "the token was refused" in text_of(b, "#status"))
+    assert page_ids(b) == []
+    b.driver.execute_script("sessionStorage.clear()")
+
+
+def test_the_aggregators_page(browser, census):
+    from selenium.webdriver.common.by import By
+    b = browser
+    with b.census(["aggregate", "--peers", census.base, "--allow-unauthenticated", "--cache-seconds", "0"]) as agg:
+        open_page(b, agg)
+        expected = api_ids(agg.base)
+        rows_become(b, expected, "the aggregator's rows")
+        assert expected and all(i.startswith(census.target + "/") for i in expected)
+        b.wait("the peers section", lambda: b.driver.find_element(By.ID, "peers-section").is_displayed())
+        b.wait("the peer listed", lambda: census.target in text_of(b, "#peers-table tbody"))
+        assert "(aggregator)" in text_of(b, "#status")
+        health = api(agg.base, "/api/v1/health")
+        assert census.target in text_of(b, "#sources-table")
+        assert f"{health['packets']:,} packets" in text_of(b, "#health")
+        conn_id = expected[0]
+        b.driver.find_element(By.CSS_SELECTOR, "#connections-table tbody tr a").click()
+        b.wait("the detail from the peer", lambda: text_of(b, "#detail-id") == conn_id)
+        own_origin_only(b, agg)
+        assert b.console_errors() == []
+        b.screenshot("incident-page-aggregator")
