@@ -51,17 +51,13 @@ def test_exporter_takes_only_event_types_from_capture():
     its internals (the generated API table is public reference data). The CLI is the
     composition root that wires packet sources to the registry: exporter/cli.py, the command
     modules of exporter/commands/ and exporter/settings.py, which takes each default from the
-    module that owns it.
-    gen_fingerprints.py is a development tool (`make regen`) that decodes the recordings with
-    the capture, and no serving module imports it."""
+    module that owns it. The fingerprint table's generator, which decodes the recordings with
+    the capture, is a build tool in tools/."""
     exporter = ROOT / "exporter"
-    root = {"cli.py", "settings.py", "gen_fingerprints.py"}
+    root = {"cli.py", "settings.py"}
     paths = sorted(exporter.rglob("*.py"))
     assert any(p.parent.name == "commands" for p in paths), "exporter/commands/ not walked"
     for path in paths:
-        if path.name == "gen_fingerprints.py":
-            continue
-        assert "exporter.gen_fingerprints" not in _project_imports(path), path.name
         if path.name in root and path.parent == exporter or path.relative_to(exporter).parts[0] == "commands":
             continue
         capture = {m for m in _project_imports(path) if m.split(".")[0] == "capture"}
@@ -77,14 +73,15 @@ def test_reassembly_and_parsing_never_touch_a_packet_source():
 
 
 def test_the_runtime_packages_never_import_the_build_tools():
-    """tools/ (`make regen`) is not installed: only exporter/gen_fingerprints.py, a build tool
-    itself, takes its write-or-check rule from there."""
+    """tools/ (`make regen`: the API table's and the fingerprint table's generators) is not
+    installed, and no generator is left inside a runtime package."""
     for package in ("capture", "exporter", "pipeline"):
         for path in (ROOT / package).rglob("*.py"):
             mods = {m.split(".")[0] for m in _project_imports(path)}
-            if path.name != "gen_fingerprints.py":
-                assert "tools" not in mods, path
+            assert "tools" not in mods, path
     assert not (ROOT / "capture" / "kafka" / "gen_apis.py").exists()
+    assert not (ROOT / "exporter" / "gen_fingerprints.py").exists()
+    assert {"gen_apis.py", "gen_fingerprints.py"} <= {p.name for p in (ROOT / "tools").glob("*.py")}
 
 
 def test_nothing_imports_the_pipeline():

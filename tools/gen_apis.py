@@ -28,40 +28,40 @@ Usage (from the repository root)::
 
     python -m tools.gen_apis [--schemas DIR] [--check]
 
-``DIR`` defaults to ``$KAFKA_SCHEMAS_DIR`` (``make regen SCHEMAS=DIR`` sets it), else a
-``shared/kafka-message-schemas`` directory beside the checkout (the development machines' layout).
-Without ``--check`` the table is (re)written. With ``--check`` it is regenerated in memory and
-compared with the committed file: exit 0 if identical, exit 1 with a unified diff on stderr if
-not. Any error that prevents generation (missing inputs, inconsistent schemas, kio missing)
-prints one line on stderr and exits 2.
+``DIR`` defaults to ``$KAFKA_SCHEMAS_DIR`` (``make regen SCHEMAS=DIR`` sets it); there is no
+other default (docs/dependencies.md names the inputs and their versions), and without either
+the generator says so, naming the variable and what DIR must hold. The command line and the
+write-or-check rule are tools/regen.py's, shared with tools/gen_fingerprints.py. Without
+``--check`` the table is (re)written. With ``--check`` it is regenerated in memory and compared
+with the committed file: exit 0 if identical, exit 1 with a unified diff on stderr if not. Any
+error that prevents generation (missing inputs, inconsistent schemas, kio missing) prints one
+line on stderr and exits 2.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.regen import write_or_check
+from tools import regen
+from tools.regen import GenError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OUTPUT_REL = "capture/kafka/api_table.py"
 OUTPUT_PATH = REPO_ROOT / OUTPUT_REL
-SCHEMAS_ENV = "KAFKA_SCHEMAS_DIR"
-DEFAULT_SCHEMAS_DIR = REPO_ROOT.parent / "shared" / "kafka-message-schemas"
 OLD_DIR = "3.9-trunk"
 NEW_DIR = "4.x-subset"
+SCHEMAS = regen.Input(
+    "--schemas", "KAFKA_SCHEMAS_DIR",
+    f"Apache Kafka's message schemas: {OLD_DIR}/ (every file of clients/src/main/resources/common/message/ "
+    f"at apache/kafka commit 1eb7644349cb07139d6a3c1ad1986979647cac99) and {NEW_DIR}/ (the schemas "
+    "kafka-python 3.0.12 ships), with a README.md naming both")
 
 # Order in which listener names are emitted; names not listed here follow, sorted.
 LISTENER_ORDER = ("zkBroker", "broker", "controller")
-
-
-class GenError(Exception):
-    """An input problem that prevents generation; reported as one line, exit status 2."""
 
 
 # --------------------------------------------------------------------------- schema parsing
@@ -532,14 +532,10 @@ def render(rows: list[Row], commit: str, kafka_python: str, kio: str) -> str:
 
 
 def generate(schemas_dir: Path) -> str:
-    if not schemas_dir.is_dir():
-        raise GenError(
-            f"schemas directory not found: {schemas_dir} "
-            f"(set {SCHEMAS_ENV} or pass --schemas DIR)"
-        )
     for sub in (OLD_DIR, NEW_DIR):
         if not (schemas_dir / sub).is_dir():
-            raise GenError(f"schemas directory {schemas_dir} has no {sub}/ subdirectory")
+            raise GenError(f"schemas directory {schemas_dir} has no {sub}/ subdirectory "
+                           f"({SCHEMAS.env}: DIR holding {SCHEMAS.content})")
     commit, kafka_python = read_provenance(schemas_dir)
     old = load_json_dir(schemas_dir / OLD_DIR, OLD_DIR)
     new = load_json_dir(schemas_dir / NEW_DIR, NEW_DIR)
@@ -550,34 +546,9 @@ def generate(schemas_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m tools.gen_apis",
-        description=f"Generate {OUTPUT_REL} from the Kafka message schemas and kio.",
-    )
-    parser.add_argument(
-        "--schemas",
-        type=Path,
-        default=None,
-        help=f"schemas directory (default: ${SCHEMAS_ENV}, else {DEFAULT_SCHEMAS_DIR})",
-    )
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="do not write; exit 1 with a diff if the committed file differs",
-    )
-    args = parser.parse_args(argv)
-    schemas_dir = args.schemas
-    if schemas_dir is None:
-        env = os.environ.get(SCHEMAS_ENV)
-        schemas_dir = Path(env) if env else DEFAULT_SCHEMAS_DIR
-
-    try:
-        text = generate(schemas_dir)
-    except GenError as e:
-        print(f"gen_apis: error: {e}", file=sys.stderr)
-        return 2
-
-    return write_or_check(text, OUTPUT_PATH, OUTPUT_REL, check=args.check, prog="gen_apis")
+    return regen.main(argv, prog="gen_apis", description=f"Generate {OUTPUT_REL} from the Kafka message schemas "
+                      "and kio.", spec=SCHEMAS, output=OUTPUT_PATH, output_rel=OUTPUT_REL,
+                      generate=lambda directory, _args: generate(directory))
 
 
 if __name__ == "__main__":
