@@ -52,7 +52,7 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 #: Screenshots and logs of the browser tests (git-ignored: build/ is).
 ARTIFACTS = Path(__file__).resolve().parent.parent / "build" / "test-artifacts" / "browser"
 #: The /30s of the veth pairs: away from the 10.231.7.0/30 of tests/test_capture_real.py.
-POOL = ipaddress.ip_network("10.233.0.0/16")
+POOL = ipaddress.IPv4Network("10.233.0.0/16")
 #: Public addresses the namespace must not reach (assert_offline).
 PUBLIC = (("1.1.1.1", 80), ("8.8.8.8", 53), ("93.184.215.14", 443))
 #: Serialises the choice of a free /30 between processes (two test runs at once).
@@ -121,7 +121,7 @@ def _free_subnet() -> ipaddress.IPv4Network:
     used = set()
     for addr in re.findall(r"inet (\d+\.\d+\.\d+\.\d+)", _ip("-4", "-o", "addr", "show").stdout):
         used.add(ipaddress.ip_address(addr))
-    subnets = list(POOL.subnets(new_prefix=30))
+    subnets: list[ipaddress.IPv4Network] = list(POOL.subnets(new_prefix=30))
     start = (os.getpid() * 7) % len(subnets)
     for i in range(len(subnets)):
         net = subnets[(start + i) % len(subnets)]
@@ -141,7 +141,7 @@ class BrowserCensus(Census):
 
     # Census.__init__ assigns base and target for 127.0.0.1: these win, whatever it assigns.
     @property
-    def base(self) -> str:  # type: ignore[override]
+    def base(self) -> str:
         return f"http://{self.host}:{self.http_port}"
 
     @base.setter
@@ -149,7 +149,7 @@ class BrowserCensus(Census):
         pass
 
     @property
-    def target(self) -> str:  # type: ignore[override]
+    def target(self) -> str:
         return f"{self.host}:{self.http_port}"
 
     @target.setter
