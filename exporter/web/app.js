@@ -47,7 +47,12 @@ const when = (ts) => (typeof ts === 'string' ? ts.replace('T', ' ').replace(/\.\
 const num = (n) => (typeof n === 'number' ? n.toLocaleString('en-US') : '–');
 
 function td(value, cls) { return el('td', { class: cls }, dash(value)); }
-function tdWhen(ts) { return td(when(ts), 'ts'); }
+// In tables: month-day and time, UTC (the whole timestamp as the cell's title).
+function tdWhen(ts) {
+  const cell = td(typeof ts === 'string' ? when(ts).slice(5, 19) : null, 'ts');
+  if (typeof ts === 'string') cell.title = ts;
+  return cell;
+}
 
 function section(id) { return $(id); }
 
@@ -150,7 +155,7 @@ async function knownTargets() {
 // --- sections ----------------------------------------------------------------------------------
 
 function identityCell(sourceName, inferred) {
-  const cell = el('td', {}, dash(sourceName));
+  const cell = el('td', { class: 'ident' }, dash(sourceName));
   if (inferred) {
     cell.append(el('br'), el('span', { class: 'inferred' },
       `inferred: ${inferred.name} ${inferred.version_range} (${Math.round(inferred.confidence * 100)}%)`));
@@ -181,17 +186,18 @@ function filterBy(client) {
 }
 
 const COLUMNS = [  // [heading, order_by field or null, cell]
-  ['id', null, (c) => el('td', { class: 'id' }, el('a', { href: '#conn=' + encodeURIComponent(c.id), 'data-conn-id': c.id }, c.id))],
-  ['client', 'client_address', (c) => td(`${c.client_address}:${c.client_port}`, 'wire')],
+  ['client', 'client_address', (c) => el('td', { class: 'id' },
+    el('a', { href: '#conn=' + encodeURIComponent(c.id), title: c.id, 'data-conn-id': c.id },
+      `${c.client_address}:${c.client_port}`))],
   ['client_id', 'client_id', (c) => td(c.client_id, 'wire')],
   ['software', 'client_software_name', (c) => td(c.client_software_name)],
   ['version', 'client_software_version', (c) => td(c.client_software_version)],
   ['identity', null, (c) => identityCell(c.identity_source, c.inferred_software)],
   ['principal', null, (c) => td(c.principal, 'wire')],
   ['listener', 'listener', (c) => td(c.listener)],
-  ['state', 'state', (c) => td(c.state + (c.close_reason ? ` (${c.close_reason})` : ''))],
-  ['first seen', 'first_seen', (c) => tdWhen(c.first_seen)],
-  ['last seen', 'last_seen', (c) => tdWhen(c.last_seen)],
+  ['state', 'state', (c) => td(c.state + (c.close_reason ? ` (${c.close_reason})` : ''), 'ts')],
+  ['first seen (UTC)', 'first_seen', (c) => tdWhen(c.first_seen)],
+  ['last seen (UTC)', 'last_seen', (c) => tdWhen(c.last_seen)],
   ['idle s', 'idle_seconds', (c) => td(c.idle_seconds === null ? null : c.idle_seconds.toFixed(1), 'num')],
   ['bytes in', 'bytes_from_client', (c) => td(num(c.bytes_from_client), 'num')],
   ['bytes out', 'bytes_from_broker', (c) => td(num(c.bytes_from_broker), 'num')],
