@@ -247,6 +247,21 @@ def test_the_refresh_setting_is_in_the_url_and_refreshes(browser, census):
     b.wait("resumed at 30 s", lambda: "refresh=30" in b.driver.current_url)
 
 
+def test_printed_the_page_has_no_controls_and_whole_tables(browser, census):
+    b = browser
+    open_page(b, census)
+    shown = ("return ['#filters', '#refresh-controls', '#census-table td.act', '#target', '#brokers details table']"
+             ".map(s => { const e = document.querySelector(s); return e.checkVisibility(); })")
+    assert b.driver.execute_script(shown) == [True, True, True, True, False]  # on screen: brokers folded
+    b.driver.execute("executeCdpCommand", {"cmd": "Emulation.setEmulatedMedia", "params": {"media": "print"}})
+    try:
+        assert b.driver.execute_script(shown) == [False, False, False, False, True]
+        assert b.driver.execute_script(
+            "return getComputedStyle(document.querySelector('#connections-section .scroll')).overflowX") == "visible"
+    finally:
+        b.driver.execute("executeCdpCommand", {"cmd": "Emulation.setEmulatedMedia", "params": {"media": ""}})
+
+
 def test_a_client_id_holding_script_is_text(browser, census):
     from selenium.common.exceptions import NoAlertPresentException
     from selenium.webdriver.common.by import By
