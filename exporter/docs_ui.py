@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import html
-import importlib.metadata
 import importlib.util
 from pathlib import Path
 
@@ -40,8 +39,10 @@ from starlette.routing import Route
 DOCS_URL = "/docs"
 #: The package whose static files are Swagger UI (pinned in pyproject.toml).
 PACKAGE = "fastapi-offline"
-#: Its version: in the files' paths, so that a browser may keep them a year (immutable).
-PACKAGE_VERSION = importlib.metadata.version(PACKAGE)
+#: Its version: in the files' paths, so that a browser may keep them a year (immutable). The pin,
+#: written out: importlib.metadata would cost every command ~20 ms at import
+#: (tests/test_docs_ui.py holds it equal to the installed package and to pyproject.toml's pin).
+PACKAGE_VERSION = "1.7.7"
 _DIR = f"{DOCS_URL}/assets/{PACKAGE}-{PACKAGE_VERSION}"
 #: Swagger UI's files, by the path they are served at: (file in the package, media type).
 VENDOR = {

@@ -114,6 +114,16 @@ def test_every_file_is_served_whole_with_its_type_and_the_csp(client):
     assert client.head("/docs").status_code == 200
 
 
+def test_the_versioned_paths_name_the_installed_package():
+    """A new version must change the paths, or browsers would keep the old files for a year."""
+    import importlib.metadata
+    import tomllib
+    from pathlib import Path
+    assert docs_ui.PACKAGE_VERSION == importlib.metadata.version(docs_ui.PACKAGE)
+    pins = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert f"{docs_ui.PACKAGE}=={docs_ui.PACKAGE_VERSION}" in [p.split(" ")[0] for p in pins]
+
+
 def test_the_bundle_is_swagger_ui_5():
     """4.x cannot render FastAPI's OpenAPI 3.1 documents ("Unable to render this definition")."""
     bundle = docs_ui.vendor_file("swagger-ui-bundle.js")
