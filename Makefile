@@ -123,15 +123,15 @@ bench/data/produce.pcap:
 #                     comes from the kio package pinned in pyproject.toml.
 #   FINGERPRINTS=DIR  DIR/java-client-max-versions.tsv: the highest request version each Apache
 #                     Kafka release 0.10.0.0-3.9.0's Java client sends, from the same apache/kafka.
-# Both default to $KAFKA_SCHEMAS_DIR / $KAFKA_FINGERPRINTS_DIR, else to the generators' own
-# defaults (tools/gen_apis.py, exporter/gen_fingerprints.py).
+# Both default to $KAFKA_SCHEMAS_DIR / $KAFKA_FINGERPRINTS_DIR; there is no other default: without
+# them the generators stop with one line naming the variable and what DIR must hold (tools/regen.py).
 SCHEMAS      ?= $(KAFKA_SCHEMAS_DIR)
 FINGERPRINTS ?= $(KAFKA_FINGERPRINTS_DIR)
 regen: export KAFKA_SCHEMAS_DIR := $(SCHEMAS)
 regen: export KAFKA_FINGERPRINTS_DIR := $(FINGERPRINTS)
 regen: setup-python
 	$(PY) -m tools.gen_apis
-	$(PY) -m exporter.gen_fingerprints
+	$(PY) -m tools.gen_fingerprints
 	$(PY) dashboards/generate.py
 
 clean:

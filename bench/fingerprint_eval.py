@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.fingerprint_eval [--per-connection]
 
 For every real recording (tests/fixtures/golden/*.json and tests/fixtures/fingerprints/*.pcap),
-the fingerprint table is rebuilt without it (exporter/gen_fingerprints.build_rows, the same
+the fingerprint table is rebuilt without it (tools/gen_fingerprints.build_rows, the same
 derivation as the committed table) and every connection of the recording, decoded by the
 capture core with its KIP-511 name never read, is inferred against that table. A connection is
 *right* when it names the recording's library with a range containing its true version, *wrong*
@@ -22,8 +22,8 @@ import argparse
 import sys
 from collections import Counter, defaultdict
 
-from exporter import gen_fingerprints as gen
 from exporter.fingerprint import Fingerprints, observations_from_events, range_contains
+from tools import gen_fingerprints as gen
 
 
 def table_without(rows_dir, recordings, leave_out: str) -> Fingerprints:
@@ -37,7 +37,7 @@ def announced(events) -> set[str]:
 
 
 def evaluate(in_sample: bool = False):
-    directory = gen.DEFAULT_FINGERPRINTS_DIR
+    directory = gen.fingerprints_dir()
     recordings = gen.load_recordings()
     full = table_without(directory, recordings, leave_out="") if in_sample else None
     results = []

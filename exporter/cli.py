@@ -18,7 +18,6 @@ import sys
 from exporter import aggregate, incident, settings
 from exporter.commands import api_table, capture, proxy, replay
 from exporter.commands.common import StartError, UsageError
-from exporter.commands.common import registry_bounds as _registry_bounds  # noqa: F401 (a test's, to go)
 from exporter.commands.logs import configure_logging
 from exporter.version import package_version
 

@@ -4,7 +4,7 @@ Owns `Observation`, `Inference`, `infer()`, `range_contains()`, the `Fingerprint
 (`TABLE`: the generated one; the leave-one-out evaluation builds others), and `observations_from_events()`,
 the adapter from the capture core's events to Observations (duck-typed on the events' class
 names, so this module needs nothing from capture/). Imports only the standard library and its
-generated table, exporter/fingerprint_table.py (`make regen`; exporter/gen_fingerprints.py).
+generated table, exporter/fingerprint_table.py (`make regen`; tools/gen_fingerprints.py).
 It must not import the registry, the API or capture: exporter/registry.py calls `infer()`.
 
 How: every table row is one release (or a group of Java releases with the same vector) with,

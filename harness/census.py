@@ -46,8 +46,11 @@ class Census:
         self.cmd = [*prefix, str(CENSUS), *self.args]
         if http_port is not None and http_flag:
             self.cmd += ["--http", self.target]
-        self._tmp = None if log_dir is not None else tempfile.TemporaryDirectory(prefix="kafka-census-")
-        logs = Path(log_dir if log_dir is not None else self._tmp.name)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if log_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="kafka-census-")
+            log_dir = self._tmp.name
+        logs = Path(log_dir)
         self.stdout_path, self.stderr_path = logs / "stdout.log", logs / "stderr.log"
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,

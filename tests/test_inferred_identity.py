@@ -223,13 +223,14 @@ def test_a_flood_of_unannounced_connections_spends_at_most_the_budget_per_second
 
 def test_the_budget_setting_from_flag_environment_and_default():
     from exporter import cli
+    from exporter.commands.common import registry_bounds
 
     parser = cli.build_parser()
 
     def resolved(argv, environ=None):
         args = parser.parse_args(argv)
         cli.resolve_settings(args, environ or {})
-        return cli._registry_bounds(args)["max_fingerprints_per_second"]
+        return registry_bounds(args)["max_fingerprints_per_second"]
 
     base = ["capture", "-i", "lo"]
     assert resolved(base) == 200 == registry_module.DEFAULT_MAX_FINGERPRINTS_PER_SECOND
