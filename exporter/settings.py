@@ -180,8 +180,9 @@ _CLI_SETTINGS = (
     # serving (every command that serves)
     _S("http", parse_str, None, "serve /metrics and the REST API here, e.g. 127.0.0.1:9100; every interface must "
        "be written out: 0.0.0.0:9100 or [::]:9100"),
-    _S("api_token_file", parse_str, None, "the REST API (/api/v1, /docs, /openapi.json) requires 'Authorization: "
-       "Bearer TOKEN' with the token in FILE (re-read on SIGHUP); /healthz and /readyz stay open"),
+    _S("api_token_file", parse_str, None, "the REST API (/api/v1) requires 'Authorization: Bearer TOKEN' "
+       "with the token in FILE (re-read on SIGHUP); /healthz, /readyz, /docs, /openapi.json and the page "
+       "at / stay open"),
     _S("metrics_auth", parse_bool, False, "/metrics requires the token too (default {default}: open, for Prometheus "
        "scrapes without credentials; its series count software versions, never hosts or principals)"),
     _S("log_level", choice(*LOG_LEVELS), "info", "what the log on stderr shows"),

@@ -90,7 +90,7 @@ def pytest_collection_modifyitems(config, items):
 #: Executables (by basename, or basename prefix for versioned names like tansu-v0.6.0-...) that
 #: are peers. promtool is not among them: an offline parser, no server, done in milliseconds.
 PEER_EXECUTABLES = ("kafka-census", "tansu", "prometheus", "tshark", "dumpcap", "tcpdump", "node", "npm", "npx",
-                    "java", "spark-submit", "chromium", "chrome", "google-chrome")
+                    "java", "spark-submit", "chromium", "chrome", "google-chrome", "chromedriver")
 #: Python children that are peers: the CLI run as a module, the demo, a real client.
 PEER_PYTHON = ("exporter.cli", "demo.py", "python_client.py")
 

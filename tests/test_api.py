@@ -33,7 +33,7 @@ from capture.events import (
     SaslIdentity,
     TrafficUpdate,
 )
-from exporter import api
+from exporter import api, docs_ui
 from exporter.api import create_app
 from exporter.registry import ConnectionRecord, ConnectionRegistry
 
@@ -531,9 +531,9 @@ def test_health_responses_are_not_sniffed(client):
 
 
 def test_docs_can_be_opened_but_not_framed(client):
-    """/docs loads Swagger UI from a CDN: no CSP there (it would break the page), but no framing."""
+    """/docs serves Swagger UI from this origin under a strict CSP, and cannot be framed."""
     r = client.get("/docs")
-    assert r.status_code == 200 and "content-security-policy" not in r.headers
+    assert r.status_code == 200 and r.headers["content-security-policy"] == docs_ui.CSP
     assert (r.headers["x-frame-options"], r.headers["referrer-policy"]) == ("DENY", "no-referrer")
 
 
