@@ -177,51 +177,62 @@ SMALL_LIMITS = dict(max_decoded_frame=4096, max_frame_size=65536, max_in_flight=
 SMALL_FRAMES = dict(max_decoded_frame=4096, max_frame_size=65536)
 
 
-@st.composite
-def mutated_chunks(draw):
-    """A seed connection's chunks with 0-10 mutations: byte flips and interesting values,
-    inserted/deleted spans, truncation, hostile int32 (sizes, counts, ids), overlong varints,
-    random garbage, chunks spliced from another client's connection, duplicated (up to 40 times:
-    pipelining), dropped, moved or sent the other way."""
-    _, seed = draw(st.sampled_from(CORPUS), label="seed")
-    chunks = [(d, bytearray(b)) for d, b in seed]
-    for _ in range(draw(st.integers(0, 10), label="mutations")):
-        if not chunks:
+def mutate(draw, pieces, ops: tuple[str, ...], rounds: int, max_repeat: int) -> list[tuple[Direction, bytes]]:
+    """`pieces` (direction, bytes) after `rounds` mutations, each one of `ops` on a random piece:
+    flip (xor a byte), byte (an interesting value), insert, delete, truncate, int32 (a hostile
+    int32 anywhere), size (the piece's size prefix hostile, or off by a few bytes), varint (an
+    overlong one), garbage (a random piece before it), splice (a piece of another seed
+    connection in its place), repeat (2 to `max_repeat` copies: pipelining), drop, move, swap
+    (sent the other way). Empty pieces are left out."""
+    pieces = [(d, bytearray(b)) for d, b in pieces]
+    for _ in range(rounds):
+        if not pieces:
             break
-        i = draw(st.integers(0, len(chunks) - 1))
-        direction, chunk = chunks[i]
-        op = draw(st.sampled_from(["flip", "byte", "insert", "delete", "truncate", "int32", "varint", "garbage",
-                                   "splice", "repeat", "drop", "move", "swap"]))
-        pos = draw(st.integers(0, max(len(chunk) - 1, 0)))
-        if op == "flip" and chunk:
-            chunk[pos] ^= 1 << draw(st.integers(0, 7))
-        elif op == "byte" and chunk:
-            chunk[pos] = draw(st.sampled_from(INTERESTING_BYTES))
+        i = draw(st.integers(0, len(pieces) - 1))
+        direction, piece = pieces[i]
+        op = draw(st.sampled_from(ops))
+        pos = draw(st.integers(0, max(len(piece) - 1, 0)))
+        if op == "flip" and piece:
+            piece[pos] ^= draw(st.integers(1, 255))
+        elif op == "byte" and piece:
+            piece[pos] = draw(st.sampled_from(INTERESTING_BYTES))
         elif op == "insert":
-            chunk[pos:pos] = draw(st.binary(min_size=1, max_size=16))
+            piece[pos:pos] = draw(st.binary(min_size=1, max_size=16))
         elif op == "delete":
-            del chunk[pos:pos + draw(st.integers(1, 64))]
+            del piece[pos:pos + draw(st.integers(1, 64))]
         elif op == "truncate":
-            del chunk[pos:]
+            del piece[pos:]
         elif op == "int32":
-            chunk[pos:pos + 4] = struct.pack(">i", draw(st.sampled_from(HOSTILE_INT32)))
+            piece[pos:pos + 4] = struct.pack(">i", draw(st.sampled_from(HOSTILE_INT32)))
+        elif op == "size":
+            piece[:4] = struct.pack(">i", draw(st.sampled_from(HOSTILE_INT32 + [len(piece) - 3, len(piece) - 5])))
         elif op == "varint":
-            chunk[pos:pos + draw(st.integers(0, 1))] = OVERLONG_VARINT
+            piece[pos:pos + draw(st.integers(0, 1))] = OVERLONG_VARINT
         elif op == "garbage":
-            chunks.insert(i, (direction, bytearray(draw(st.binary(min_size=1, max_size=3000)))))
+            pieces.insert(i, (direction, bytearray(draw(st.binary(min_size=1, max_size=3000)))))
         elif op == "splice":
             _, other = draw(st.sampled_from(CORPUS))
             d, b = draw(st.sampled_from(other))
-            chunks[i] = (d, bytearray(b))
+            pieces[i] = (d, bytearray(b))
         elif op == "repeat":
-            chunks[i:i + 1] = [(direction, bytearray(chunk)) for _ in range(draw(st.integers(2, 40)))]
+            pieces[i:i + 1] = [(direction, bytearray(piece)) for _ in range(draw(st.integers(2, max_repeat)))]
         elif op == "drop":
-            del chunks[i]
+            del pieces[i]
         elif op == "move":
-            chunks.insert(draw(st.integers(0, len(chunks) - 1)), chunks.pop(i))
+            pieces.insert(draw(st.integers(0, len(pieces) - 1)), pieces.pop(i))
         elif op == "swap":
-            chunks[i] = (B if direction == C else C, chunk)
-    return [(d, bytes(b)) for d, b in chunks if b]
+            pieces[i] = (B if direction == C else C, piece)
+    return [(d, bytes(b)) for d, b in pieces if b]
+
+
+@st.composite
+def mutated_chunks(draw):
+    """A seed connection's chunks with 0-10 mutations of every kind `mutate` knows but `size`
+    (a chunk starts anywhere in a frame), duplicated up to 40 times."""
+    _, seed = draw(st.sampled_from(CORPUS), label="seed")
+    ops = ("flip", "byte", "insert", "delete", "truncate", "int32", "varint", "garbage", "splice", "repeat", "drop",
+           "move", "swap")
+    return mutate(draw, seed, ops, draw(st.integers(0, 10), label="mutations"), max_repeat=40)
 
 
 @st.composite
@@ -340,33 +351,11 @@ LIMITS = st.sampled_from([{}, SMALL_LIMITS, SMALL_FRAMES])
 
 @st.composite
 def mutated_frames(draw, pool):
-    """The frames with some dropped/duplicated/sent the other way and bytes flipped, inserted,
-    deleted, truncated, or size prefixes replaced by hostile values (or off by a few bytes)."""
-    frames = [(d, bytearray(f)) for d, f in pool]
-    for _ in range(draw(st.integers(0, 6), label="mutations")):
-        if not frames:
-            break
-        i = draw(st.integers(0, len(frames) - 1))
-        direction, frame = frames[i]
-        op = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "size", "drop", "dup", "swap_dir"]))
-        pos = draw(st.integers(0, max(len(frame) - 1, 0)))
-        if op == "flip" and frame:
-            frame[pos] ^= draw(st.integers(1, 255))
-        elif op == "insert":
-            frame[pos:pos] = draw(st.binary(min_size=1, max_size=16))
-        elif op == "delete":
-            del frame[pos:pos + draw(st.integers(1, 16))]
-        elif op == "truncate":
-            del frame[pos:]
-        elif op == "size":
-            frame[:4] = struct.pack(">i", draw(st.sampled_from(HOSTILE_INT32 + [len(frame) - 3, len(frame) - 5])))
-        elif op == "drop":
-            del frames[i]
-        elif op == "dup":
-            frames.insert(i, (direction, bytearray(frame)))
-        elif op == "swap_dir":
-            frames[i] = (B if direction == C else C, frame)
-    return [(d, bytes(f)) for d, f in frames]
+    """The frames with 0-6 mutations: some dropped, duplicated or sent the other way, bytes
+    flipped, inserted, deleted, truncated, or size prefixes replaced by hostile values (or off by
+    a few bytes)."""
+    ops = ("flip", "insert", "delete", "truncate", "size", "drop", "repeat", "swap")
+    return mutate(draw, pool, ops, draw(st.integers(0, 6), label="mutations"), max_repeat=2)
 
 
 @st.composite
