@@ -31,14 +31,15 @@ DEFAULT_CACHE_ENTRIES = 128
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Register the `aggregate` subcommand; the help of every setting is exporter.settings'."""
-    from exporter.commands.options import add_setting
+    from exporter.commands.options import add_http_options, add_setting
     from exporter.settings import parse_float, parse_int
 
     p = sub.add_parser("aggregate", help="serve the REST API over many kafka-census peers (sidecars): one answer "
                        "for the whole cluster")
-    add_setting(p, "config")
-    add_setting(p, "http", metavar="HOST:PORT", help="serve here, e.g. 127.0.0.1:9200; every interface must be "
-                "written out: 0.0.0.0:9200 or [::]:9200")
+    add_http_options(p, http_help="serve here, e.g. 127.0.0.1:9200; every interface must be written out: "
+                     "0.0.0.0:9200 or [::]:9200",
+                     token_help="callers need 'Authorization: Bearer TOKEN' with the token in FILE (re-read on "
+                     "SIGHUP); /healthz and /readyz stay open", metrics_auth_help="/metrics requires the token too")
     add_setting(p, "peers", action="append", metavar="URL[,URL...]")
     add_setting(p, "peers_dns", metavar="NAME:PORT")
     add_setting(p, "peers_dns_interval", type=parse_float, metavar="SECONDS")
@@ -50,11 +51,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_setting(p, "peer_probe_interval", type=parse_float, metavar="SECONDS")
     add_setting(p, "cache_seconds", type=parse_float, metavar="SECONDS")
     add_setting(p, "cache_entries", type=parse_int, metavar="N")
-    add_setting(p, "api_token_file", metavar="FILE", help="callers need 'Authorization: Bearer TOKEN' with the "
-                "token in FILE (re-read on SIGHUP); /healthz and /readyz stay open")
     add_setting(p, "allow_unauthenticated", action="store_const", const=True)
-    add_setting(p, "metrics_auth", action=argparse.BooleanOptionalAction, help="/metrics requires the token too")
-    add_setting(p, "log_level")
     p.set_defaults(func=cmd_aggregate)
 
 

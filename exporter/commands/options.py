@@ -31,14 +31,23 @@ def add_setting(p: argparse.ArgumentParser, dest: str, *names: str, help: str | 
     p.add_argument(*names, default=None, help=setting.help_text(help), **kw)
 
 
-def add_service_options(p: argparse.ArgumentParser) -> None:
-    """What every command that serves shares: settings, output format, HTTP."""
+def add_http_options(p: argparse.ArgumentParser, *, http_help: str | None = None, token_help: str | None = None,
+                     metrics_auth_help: str | None = None) -> None:
+    """What every command that can serve HTTP has (capture, replay, proxy, aggregate): the
+    settings file, --http, its bearer token, --metrics-auth and the log level; `*_help` reword
+    a flag for the command."""
     add_setting(p, "config")
-    p.add_argument("--format", choices=("table", "json"), default="table")
-    add_setting(p, "http", metavar="HOST:PORT")
-    add_setting(p, "api_token_file", metavar="FILE")
-    add_setting(p, "metrics_auth", action=argparse.BooleanOptionalAction)
+    add_setting(p, "http", metavar="HOST:PORT", help=http_help)
+    add_setting(p, "api_token_file", metavar="FILE", help=token_help)
+    add_setting(p, "metrics_auth", action=argparse.BooleanOptionalAction, help=metrics_auth_help)
     add_setting(p, "log_level")
+
+
+def add_service_options(p: argparse.ArgumentParser) -> None:
+    """What every command that serves a registry shares: the HTTP options, output format,
+    compat metrics and the registry's label bounds."""
+    add_http_options(p)
+    p.add_argument("--format", choices=("table", "json"), default="table")
     add_setting(p, "compat_metrics", type=parse_csv, metavar="strimzi,confluent")
     for dest in ("max_series", "max_brokers", "max_software_labels", "max_census_rows",
                  "max_fingerprints_per_second"):
