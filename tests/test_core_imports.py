@@ -93,6 +93,15 @@ def test_nothing_imports_the_pipeline():
             assert "pipeline" not in mods, path
 
 
+def test_the_capture_imports_neither_the_exporter_nor_the_pipeline():
+    """Data flows one way (docs/architecture.md): capture -> events -> exporter -> pipeline."""
+    paths = list((ROOT / "capture").rglob("*.py"))
+    assert len(paths) >= 15, paths
+    for path in paths:
+        mods = {m.split(".")[0] for m in _project_imports(path)}
+        assert not mods & {"exporter", "pipeline"}, (path, mods)
+
+
 def _import_graph(root: pathlib.Path, package: str, *, lazy: bool = True) -> dict[str, set[str]]:
     """Module -> the modules of `package` it imports (`root/package/**.py`): absolute and relative
     imports, `from p import submodule` as the submodule; `lazy` counts the imports inside
