@@ -54,7 +54,7 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "build" / "test-artifacts" 
 #: The /30s of the veth pairs: away from the 10.231.7.0/30 of tests/test_capture_real.py.
 POOL = ipaddress.IPv4Network("10.233.0.0/16")
 #: Public addresses the namespace must not reach (assert_offline).
-PUBLIC = (("1.1.1.1", 80), ("8.8.8.8", 53), ("93.184.215.14", 443))
+PUBLIC = (("1.1.1.1", 80), ("8.8.8.8", 53), ("93.184.215.14", 443), ("2606:4700:4700::1111", 443))
 #: Serialises the choice of a free /30 between processes (two test runs at once).
 _LOCK = Path(tempfile.gettempdir()) / "kafka-census-browser.lock"
 _NAME = re.compile(r"^kcb-(\d+)-(\d+)\b")
@@ -160,8 +160,9 @@ class BrowserCensus(Census):
 class Browser:
     """One Chromium session in its own namespace (see the module docstring)."""
 
-    def __init__(self, netns: str, host: str, ns_ip: str, driver, log_dir: Path) -> None:
-        self.netns, self.host, self.ns_ip = netns, host, ns_ip
+    def __init__(self, netns: str, subnet: ipaddress.IPv4Network, host: str, ns_ip: str, driver,
+                 log_dir: Path) -> None:
+        self.netns, self.subnet, self.host, self.ns_ip = netns, subnet, host, ns_ip
         self.driver = driver
         self.log_dir = log_dir
         self._requests: list[dict] = []
@@ -239,14 +240,19 @@ class Browser:
         return wait_for(what, check, timeout, interval=0.05)
 
     def assert_offline(self, reachable: tuple[str, int] | None = None) -> dict[str, str]:
-        """From inside the namespace: every PUBLIC address fails at once with ENETUNREACH (no
-        route: nothing waits for a timeout), and `reachable` (the census's host and port), if
-        given, connects, so the denial is not a dead namespace. Returns {address: outcome}."""
-        targets = [*PUBLIC, *([reachable] if reachable else [])]
+        """From inside the namespace: every PUBLIC address (IPv4 and IPv6) and every address of
+        this machine but the veth pair's fails at once with ENETUNREACH (no route: nothing waits
+        for a timeout), its only IPv4 route is the /30, and `reachable` (the census's host and
+        port), if given, connects, so the denial is not a dead namespace. Returns
+        {address: outcome}."""
+        own = [a for a in re.findall(r"inet6? ([0-9a-f.:]+)/\d+ (?:brd \S+ )?scope global",
+                                     _ip("-o", "addr", "show").stdout) if a != self.host]
+        denied = [*PUBLIC, *((a, 80) for a in own)]
+        targets = [*denied, *([reachable] if reachable else [])]
         probe = ("import json, socket, sys\n"
                  "out = {}\n"
                  "for host, port in json.loads(sys.argv[1]):\n"
-                 "    s = socket.socket(); s.settimeout(5)\n"
+                 "    s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET); s.settimeout(5)\n"
                  "    try:\n"
                  "        s.connect((host, port)); out[f'{host}:{port}'] = 'connected'\n"
                  "    except OSError as exc:\n"
@@ -258,13 +264,33 @@ class Browser:
                                json.dumps(targets)], capture_output=True, text=True, timeout=30)
         assert proc.returncode == 0, f"the probe in {self.netns} failed: {proc.stderr}"
         outcome = json.loads(proc.stdout)
-        for host, port in PUBLIC:
-            assert outcome[f"{host}:{port}"] == f"errno {errno.ENETUNREACH}", \
-                f"{host}:{port} from inside {self.netns}: {outcome[f'{host}:{port}']}, expected ENETUNREACH"
+        for host, port in denied:
+            key = f"{host}:{port}"
+            assert outcome[key] == f"errno {errno.ENETUNREACH}", \
+                f"{key} from inside {self.netns}: {outcome[key]}, expected ENETUNREACH"
+        routes = _ip("netns", "exec", self.netns, "ip", "-4", "route", "show").stdout.splitlines()
+        assert len(routes) == 1 and routes[0].startswith(f"{self.subnet} "), routes
         if reachable:
             key = f"{reachable[0]}:{reachable[1]}"
             assert outcome[key] == "connected", f"{key} from inside {self.netns}: {outcome[key]}"
         return outcome
+
+    @contextlib.contextmanager
+    def artifacts_on_failure(self, name: str) -> Iterator[None]:
+        """On an exception in the block: save a screenshot, the page's HTML and its console
+        (ARTIFACTS/NAME-failed.*, paths printed), then let the exception go on."""
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.screenshot(f"{name}-failed")
+                page = ARTIFACTS / f"{name}-failed.html"
+                page.write_text(self.driver.page_source)
+                console = ARTIFACTS / f"{name}-failed.console.json"
+                console.write_text(json.dumps({"console": self.console(), "requests": self.sent_requests()},
+                                              indent=1))
+                print(f"page: {page}\nconsole and requests: {console}")
+            raise
 
 
 @contextlib.contextmanager
@@ -336,7 +362,7 @@ def offline_browser(window: tuple[int, int] = (1280, 1000)) -> Iterator[Browser]
         executor = ChromiumRemoteConnection(remote, vendor_prefix="goog", browser_name="chrome",
                                             ignore_proxy=True, client_config=config)
         driver = webdriver.Remote(command_executor=executor, options=options)
-        yield Browser(netns, host, ns_ip, driver, log_dir)
+        yield Browser(netns, subnet, host, ns_ip, driver, log_dir)
     finally:
         if driver is not None:
             with contextlib.suppress(Exception):

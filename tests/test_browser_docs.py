@@ -87,6 +87,11 @@ def test_the_namespace_reaches_the_census_and_nothing_else(browser, census):
 @pytest.mark.parametrize("which", ["census", "aggregator"])
 def test_docs_render_from_the_census_alone(browser, request, which):
     target = request.getfixturevalue(which)
+    with browser.artifacts_on_failure(f"docs-{which}"):
+        docs_render(browser, target, which)
+
+
+def docs_render(browser, target, which):
     paths = load_docs(browser, target)
     assert "/api/v1/connections" in paths and "/api/v1/upgrade-readiness" in paths, paths
     title = one(browser, "the document's title", ".info .title").text
@@ -119,7 +124,11 @@ def execute(browser, block) -> tuple[str, str]:
 
 
 def test_the_token_is_entered_once_and_sent_as_a_bearer_header(browser, census_with_token):
-    c = census_with_token
+    with browser.artifacts_on_failure("docs-token"):
+        token_flow(browser, census_with_token)
+
+
+def token_flow(browser, c):
     load_docs(browser, c)
     block = expand(browser, "/api/v1/connections")
     one(browser, "Try it out", ".try-out__btn", block).click()
