@@ -185,7 +185,7 @@ function filterBy(client) {
   $('connections-section').scrollIntoView();
 }
 
-const COLUMNS = [  // [heading, order_by field or null, cell]
+const COLUMNS = [  // [heading, order_by field or null, cell, shown only if (rows) => true]
   ['client', 'client_address', (c) => el('td', { class: 'id' },
     el('a', { href: '#conn=' + encodeURIComponent(c.id), title: c.id, 'data-conn-id': c.id },
       `${c.client_address}:${c.client_port}`))],
@@ -193,7 +193,7 @@ const COLUMNS = [  // [heading, order_by field or null, cell]
   ['software', 'client_software_name', (c) => td(c.client_software_name)],
   ['version', 'client_software_version', (c) => td(c.client_software_version)],
   ['identity', null, (c) => identityCell(c.identity_source, c.inferred_software)],
-  ['principal', null, (c) => td(c.principal, 'wire')],
+  ['principal', null, (c) => td(c.principal, 'wire'), (rows) => rows.some((c) => c.principal !== null)],
   ['listener', 'listener', (c) => td(c.listener)],
   ['state', 'state', (c) => td(c.state + (c.close_reason ? ` (${c.close_reason})` : ''), 'ts')],
   ['first seen (UTC)', 'first_seen', (c) => tdWhen(c.first_seen)],
@@ -215,9 +215,9 @@ function sortBy(field) {
   go(true);
 }
 
-function renderHead() {
+function renderHead(columns) {
   const order = currentOrder();
-  const cells = COLUMNS.map(([heading, field]) => {
+  const cells = columns.map(([heading, field]) => {
     if (!field || !ORDERABLE.has(field)) return el('th', {}, heading);
     const sorted = order.field === field;
     return el('th', { 'aria-sort': sorted ? (order.desc ? 'descending' : 'ascending') : null },
@@ -228,9 +228,10 @@ function renderHead() {
 }
 
 function renderConnections(body) {
-  renderHead();
+  const columns = COLUMNS.filter(([, , , shown]) => !shown || shown(body.connections));
+  renderHead(columns);
   const rows = body.connections.map((c) => {
-    const row = el('tr', { 'data-conn-id': c.id, class: c.state }, ...COLUMNS.map(([, , cell]) => cell(c)));
+    const row = el('tr', { 'data-conn-id': c.id, class: c.state }, ...columns.map(([, , cell]) => cell(c)));
     if (c.decode_errors || c.desyncs) row.classList.add('trouble');
     return row;
   });
@@ -351,7 +352,7 @@ function renderHealth(h) {
   const line = $('health-line');
   line.textContent = `capture: ${num(h.packets)} packets read, ${num(lost)} dropped, ${num(total(h.desyncs))} desyncs, ` +
     `${num(total(h.decode_errors))} decode errors` + (h.capture.length ? '' : ' (no capture source reported yet)');
-  line.className = lost || broken ? 'bad' : '';
+  line.className = lost || broken ? 'warn-text' : '';
 }
 
 function renderPeers(body) {
