@@ -294,6 +294,7 @@ function renderUpgrade(body) {
       (r.minimum_version === null ? 'removed' : `≥ v${r.minimum_version}`) + ')').join(', ')),
     td(g.min_compatible)));
   $('upgrade-table').tBodies[0].replaceChildren(...rows);
+  $('upgrade-table').hidden = rows.length === 0;  // READY: nobody to list
 }
 
 function fillTargets(selected) {
