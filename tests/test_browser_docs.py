@@ -7,7 +7,7 @@ the operations, every request of the page went to the census's own origin, the c
 error (a CSP violation would be one), a screenshot is saved (build/test-artifacts/browser/).
 With the token: "Try it out" on /api/v1/connections gets 401 until the token is entered in the
 Authorize dialog, then 200 and the census's own answer, with the token sent as a bearer header
-and kept nowhere else (no URL, cookie or storage).
+and kept nowhere else (no URL, cookie or storage); the same on the aggregator with a token.
 """
 
 from __future__ import annotations
@@ -46,11 +46,23 @@ def census(browser):
 
 
 @pytest.fixture(scope="module")
-def census_with_token(browser, tmp_path_factory):
-    token_file = tmp_path_factory.mktemp("browser-docs") / "token"
-    token_file.write_text(TOKEN + "\n")
+def token_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("browser-docs") / "token"
+    path.write_text(TOKEN + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def census_with_token(browser, token_file):
     with browser.census([*REPLAY, "--api-token-file", token_file]) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def aggregator_with_token(browser, census, token_file):
+    """The aggregator asking callers for the token (its peer, the census, asks for none)."""
+    with browser.census(["aggregate", "--peers", census.base, "--api-token-file", token_file]) as agg:
+        yield agg
 
 
 @pytest.fixture(scope="module")
@@ -123,12 +135,13 @@ def execute(browser, block) -> tuple[str, str]:
     return status.text.strip(), body.text
 
 
-def test_the_token_is_entered_once_and_sent_as_a_bearer_header(browser, census_with_token):
-    with browser.artifacts_on_failure("docs-token"):
-        token_flow(browser, census_with_token)
+@pytest.mark.parametrize("which", ["census_with_token", "aggregator_with_token"])
+def test_the_token_is_entered_once_and_sent_as_a_bearer_header(browser, request, which):
+    with browser.artifacts_on_failure(f"docs-{which}"):
+        token_flow(browser, request.getfixturevalue(which), which)
 
 
-def token_flow(browser, c):
+def token_flow(browser, c, which):
     load_docs(browser, c)
     block = expand(browser, "/api/v1/connections")
     one(browser, "Try it out", ".try-out__btn", block).click()
@@ -156,7 +169,7 @@ def token_flow(browser, c):
     assert [row["id"] for row in shown["connections"]] == [row["id"] for row in expected["connections"]]
     response = one(browser, "the live response", ".live-responses-table tr.response", block)
     browser.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", response)
-    browser.screenshot("docs-authorized")
+    browser.screenshot(f"docs-authorized-{which.removesuffix('_with_token')}")
 
     calls = [r for r in browser.sent_requests() if "/api/v1/connections" in r["url"]]
     assert calls and all(r["headers"].get("Authorization") == f"Bearer {TOKEN}" for r in calls), calls
