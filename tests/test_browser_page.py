@@ -316,6 +316,24 @@ def test_the_token_flow(browser, token_census):
     b.driver.execute_script("sessionStorage.clear()")
 
 
+def test_a_refused_query_and_an_unreachable_census_are_said_plainly(browser, capture):
+    b = browser
+    path, listeners = capture
+    with b.census(["replay", str(path), "--serve", *listeners]) as c:
+        open_page(b, c, "order_by=bogus&refresh=0")
+        error = "#connections-section .error"
+        b.wait("the API's 400", lambda: text_of(b, error).startswith("HTTP 400: unknown order_by field 'bogus'"))
+        assert page_ids(b) == [] and "some sections failed" in text_of(b, "#status")
+        census_rows = len(b.driver.execute_script("return document.querySelectorAll('#census-table tbody tr')"))
+        assert census_rows > 0  # the other sections drew their answers
+        c.stop()
+    from selenium.webdriver.common.by import By
+    b.driver.find_element(By.ID, "refresh-now").click()
+    b.wait("unreachable", lambda: "the census is unreachable" in text_of(b, "#status"))
+    # What was shown stays, marked as the last answer.
+    assert len(b.driver.execute_script("return document.querySelectorAll('#census-table tbody tr')")) == census_rows
+
+
 def test_the_aggregators_page(browser, census):
     from selenium.webdriver.common.by import By
     b = browser
@@ -336,3 +354,22 @@ def test_the_aggregators_page(browser, census):
         own_origin_only(b, agg)
         assert b.console_errors() == []
         b.screenshot("incident-page-aggregator")
+
+
+def test_the_aggregators_partial_answers_name_the_missing_peer(browser, census):
+    from selenium.webdriver.common.by import By
+
+    from harness.net import free_port
+    b = browser
+    dead = f"{b.host}:{free_port()}"  # nothing listens there: the aggregator cannot connect
+    with b.census(["aggregate", "--peers", f"{census.base},http://{dead}", "--allow-unauthenticated",
+                   "--cache-seconds", "0"]) as agg:
+        open_page(b, agg)
+        b.wait("the partial banner", lambda: b.driver.find_element(By.ID, "partial").is_displayed())
+        banner = text_of(b, "#partial")
+        assert banner.startswith("Partial answers: these peers did not answer") and f"{dead} (connect:" in banner
+        assert "partial: 1 peer(s) did not answer" in text_of(b, "#status")
+        rows_become(b, api_ids(agg.base), "the answering peer's rows")
+        b.wait("the peer down", lambda: "DOWN" in text_of(b, "#peers-table tbody"))
+        assert text_of(b, "#verdict").startswith(("NOT READY", "NO VERDICT"))  # a partial answer is never READY
+        b.screenshot("incident-page-aggregator-partial")

@@ -447,6 +447,7 @@ async function refresh() {
     const failed = results.some((r) => r.status === 'rejected');
     status.textContent = `last updated ${at}` + (aggregator ? ' (aggregator)' : '') +
       (failed ? ' — some sections failed (see below)' : '') +
+      (cycle.missing.size ? ` — partial: ${cycle.missing.size} peer(s) did not answer` : '') +
       (view.refresh ? `; refreshing every ${view.refresh} s` : '; refresh paused');
     status.className = failed || cycle.missing.size ? 'bad' : 'ok';
   }
