@@ -24,6 +24,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import Literal
 
 import uvicorn
 from prometheus_client import CollectorRegistry, make_asgi_app
@@ -88,6 +89,24 @@ class Reloaders:
         if threading.current_thread() is not threading.main_thread():
             return None
         return signal.signal(signal.SIGHUP, lambda signum, frame: self.run())
+
+
+def uvicorn_server(app, lifespan: Literal["on", "off"] = "off") -> _Server:
+    """The one way kafka-census configures uvicorn (the sidecar and the aggregator).
+    log_config=None: uvicorn's own handlers would print its records (which may quote a request)
+    unescaped; the CLI's configure_logging gives them the escaping formatter."""
+    return _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan=lifespan, log_config=None))
+
+
+def run_server(server: uvicorn.Server, sock: socket.socket, reloaders: Reloaders) -> None:
+    """Serve on the bound `sock` until SIGINT/SIGTERM, SIGHUP running `reloaders`; the previous
+    SIGHUP handler is restored after."""
+    previous = reloaders.install()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGHUP, previous)
 
 
 class Service:
@@ -159,12 +178,8 @@ class Service:
     def run(self, sock: socket.socket, capture_loop=None) -> int:
         """Serve on `sock` until SIGINT/SIGTERM; `capture_loop(stop)` runs on a worker thread;
         SIGHUP runs the reloaders. Returns the exit code: 0, or 1 if the capture failed."""
-        # log_config=None: uvicorn's own handlers would print its records (which may quote a
-        # request) unescaped; the CLI's configure_logging gives them the escaping formatter.
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off", log_config=None)
-        server = _Server(config)
+        server = uvicorn_server(self.app)
         self._log_access(sock)
-        previous_sighup = self.reloaders.install()
         stop = threading.Event()
         worker = None
         if capture_loop is None:
@@ -184,10 +199,8 @@ class Service:
             worker = threading.Thread(target=work, name="capture", daemon=True)
             worker.start()
         try:
-            server.run(sockets=[sock])
+            run_server(server, sock, self.reloaders)
         finally:
-            if previous_sighup is not None:
-                signal.signal(signal.SIGHUP, previous_sighup)
             stop.set()
             if worker is not None:
                 worker.join(timeout=10)
