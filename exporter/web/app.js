@@ -189,6 +189,7 @@ const COLUMNS = [  // [heading, order_by field or null, cell, shown only if (row
   ['client', 'client_address', (c) => el('td', { class: 'id' },
     el('a', { href: '#conn=' + encodeURIComponent(c.id), title: c.id, 'data-conn-id': c.id },
       `${c.client_address}:${c.client_port}`))],
+  ['peer', null, (c) => td(c.peer, 'ts'), (rows) => rows.some((c) => c.peer !== undefined)],  // aggregator
   ['client_id', 'client_id', (c) => td(c.client_id, 'wire')],
   ['software', 'client_software_name', (c) => td(c.client_software_name)],
   ['version', 'client_software_version', (c) => td(c.client_software_version)],
