@@ -99,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
                 wait_for("the connections table", drawn, args.timeout, interval=0.1)
             except AssertionError as exc:
                 filled = False
-                print(f"screenshot_page: {exc}; status: {driver.find_element('id', 'status').text}", file=sys.stderr)
+                # The page's own status line, or what the browser shows instead (an error page has none).
+                said = driver.execute_script("const s = document.getElementById('status');"
+                                             "return s ? s.textContent : 'not the incident page: ' + document.title")
+                print(f"screenshot_page: {exc}; {said}", file=sys.stderr)
             height = driver.execute_script("return document.documentElement.scrollHeight")
             driver.set_window_size(WIDTH, min(int(height) + 120, MAX_HEIGHT))  # + the window's frame
             out = Path(args.out)
