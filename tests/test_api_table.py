@@ -42,7 +42,8 @@ ApiSpec = api_table.ApiSpec
 # the tests that regenerate need it named, and skip, saying how, when it is not.
 needs_schemas = pytest.mark.skipif(
     not os.environ.get(gen_apis.SCHEMAS.env),
-    reason=f"set {gen_apis.SCHEMAS.env}=DIR to check for drift, DIR holding {gen_apis.SCHEMAS.content}")
+    reason=f"external input: set {gen_apis.SCHEMAS.env}=DIR, Kafka's message schemas (docs/dependencies.md), "
+    "to check for drift")
 
 
 @needs_schemas

@@ -34,8 +34,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = os.environ.get(gen.FINGERPRINTS.env)
 TSV = Path(REFERENCE) / gen.JAVA_TSV if REFERENCE else None
 needs_reference = pytest.mark.skipif(
-    TSV is None, reason=f"set {gen.FINGERPRINTS.env}=DIR to run the Java checks and the drift check, DIR holding "
-    f"{gen.FINGERPRINTS.content}")
+    TSV is None, reason=f"external input: set {gen.FINGERPRINTS.env}=DIR, DIR/{gen.JAVA_TSV} "
+    "(docs/dependencies.md), to run the Java checks and the drift check")
 UNCAPPED = {k: 99 for k in range(100)}
 JAVA_RELEASES = table.RELEASES[JAVA]
 
