@@ -139,10 +139,8 @@ def _run(agg, sock, args: argparse.Namespace, access: dict, peer_token, version:
     import contextlib
     import logging
 
-    import uvicorn
-
     from exporter.aggregate_app import background, create_app
-    from exporter.serve import Reloaders, _Server
+    from exporter.serve import Reloaders, run_server, uvicorn_server
 
     log = logging.getLogger("kafka-census")
 
@@ -165,9 +163,7 @@ def _run(agg, sock, args: argparse.Namespace, access: dict, peer_token, version:
         reloaders.add("api token", access["api_token"].reload)
     if peer_token is not None:
         reloaders.add("peer token", peer_token.reload)
-    previous = reloaders.install()
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", log_config=None)
-    server = _Server(config)
+    server = uvicorn_server(app, lifespan="on")
     host, port = sock.getsockname()[:2]
     shown = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
     base = f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
@@ -180,11 +176,7 @@ def _run(agg, sock, args: argparse.Namespace, access: dict, peer_token, version:
     if access.get("api_token") is None:
         log.warning("the aggregator's REST API is open to anyone who can reach %s (--allow-unauthenticated)", base)
     try:
-        server.run(sockets=[sock])
+        run_server(server, sock, reloaders)
     finally:
-        if previous is not None:
-            import signal
-
-            signal.signal(signal.SIGHUP, previous)
         sock.close()
     return 0
