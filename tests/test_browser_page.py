@@ -157,7 +157,8 @@ def test_the_page_renders_the_census_and_the_connections(browser, census):
     assert "(63 shown of 63 matching, limit 1000)" in text_of(b, "#connections-count")
     headings = b.driver.execute_script("return [...document.querySelectorAll('#connections-head th')]"
                                        ".map(th => th.textContent)")
-    assert headings[:3] == ["client", "client_id", "software"] and "peer" not in headings
+    assert headings[:3] == ["client", "client_id", "software"]
+    assert b.driver.execute_script("return document.querySelectorAll('#connections-table .peer').length") == 0
     assert "principal" not in headings  # no listed connection authenticated: the column is left out
     health = api(census.base, "/api/v1/health")
     assert f"{health['packets']:,} packets" in text_of(b, "#health")
@@ -347,8 +348,8 @@ def test_the_aggregators_page(browser, census):
         rows_become(b, expected, "the aggregator's rows")
         assert expected and all(i.startswith(census.target + "/") for i in expected)
         peers = b.driver.execute_script("return [...document.querySelectorAll('#connections-table tbody tr')]"
-                                        ".map(r => r.cells[1].textContent)")
-        assert peers == [census.target] * len(expected)  # the peer column, on the aggregator only
+                                        ".map(r => r.cells[0].querySelector('.peer').textContent)")
+        assert peers == [f"on {census.target}"] * len(expected)  # the sidecar, under the client (aggregator only)
         b.wait("the peers section", lambda: b.driver.find_element(By.ID, "peers-section").is_displayed())
         b.wait("the peer listed", lambda: census.target in text_of(b, "#peers-table tbody"))
         assert "(aggregator)" in text_of(b, "#status")

@@ -188,8 +188,8 @@ function filterBy(client) {
 const COLUMNS = [  // [heading, order_by field or null, cell, shown only if (rows) => true]
   ['client', 'client_address', (c) => el('td', { class: 'id' },
     el('a', { href: '#conn=' + encodeURIComponent(c.id), title: c.id, 'data-conn-id': c.id },
-      `${c.client_address}:${c.client_port}`))],
-  ['peer', null, (c) => td(c.peer, 'ts'), (rows) => rows.some((c) => c.peer !== undefined)],  // aggregator
+      `${c.client_address}:${c.client_port}`),
+    c.peer === undefined ? null : el('span', { class: 'peer' }, 'on ' + c.peer))],  // the aggregator's sidecar
   ['client_id', 'client_id', (c) => td(c.client_id, 'wire')],
   ['software', 'client_software_name', (c) => td(c.client_software_name)],
   ['version', 'client_software_version', (c) => td(c.client_software_version)],
