@@ -211,6 +211,22 @@ def test_filters_typed_into_the_page_give_the_apis_rows_and_live_in_the_url(brow
     assert b.console_errors() == []
 
 
+def test_a_census_row_shows_its_connections(browser, census):
+    from selenium.webdriver.common.by import By
+    b = browser
+    open_page(b, census)
+    rows = b.driver.find_elements(By.CSS_SELECTOR, "#census-table tbody tr")
+    kafka_go = next(r for r in rows if "segmentio" in r.text)
+    kafka_go.find_element(By.CSS_SELECTOR, "td.act button").click()
+    query = {"listener": "KAFKA_GO", "client_id": "client@vm (github.com/segmentio/kafka-go)",
+             "inferred_software_name": "kafka-go"}
+    expected = api_ids(census.base, urllib.parse.urlencode(query))
+    assert len(expected) == 29
+    rows_become(b, expected, "the census row's connections")
+    assert urllib.parse.parse_qs(urllib.parse.urlsplit(b.driver.current_url).query) == {
+        **{k: [v] for k, v in query.items()}, "refresh": ["0"]}
+
+
 def test_a_heading_orders_and_an_id_opens_the_connection(browser, census):
     from selenium.webdriver.common.by import By
     b = browser
@@ -239,7 +255,9 @@ def test_the_refresh_setting_is_in_the_url_and_refreshes(browser, census):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.select import Select
     b = browser
-    open_page(b, census, "refresh=2")
+    open_page(b, census, "refresh=2&target=4.0")
+    assert census.base + "/api/v1/upgrade-readiness?target=4.0" in b.requested_urls()  # the target, from the URL
+    assert b.driver.find_element(By.ID, "target").get_attribute("value") == "4.0"
     b.wait("a second refresh, by itself", lambda: b.driver.execute_script(LOADED) >= 2)
     assert "refreshing every 2 s" in text_of(b, "#status")
     b.driver.find_element(By.ID, "pause").click()

@@ -181,6 +181,9 @@ function filterBy(client) {
   for (const key of ['listener', 'client_software_name', 'client_software_version', 'client_id', 'principal']) {
     if (client[key] !== null && client[key] !== undefined) view.conn.set(key, client[key]);
   }
+  if (client.client_software_name === null && client.inferred_software) {
+    view.conn.set('inferred_software_name', client.inferred_software.name);
+  }
   go(true);
   $('connections-section').scrollIntoView();
 }
