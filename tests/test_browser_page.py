@@ -20,6 +20,7 @@ to build/test-artifacts/browser/.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import urllib.parse
 import urllib.request
@@ -47,6 +48,15 @@ TOKEN = "browser-page-token-0123456789abcdef"
 
 ROWS = "return [...document.querySelectorAll('#connections-table tbody tr')].map(r => r.dataset.connId)"
 LOADED = "return Number(document.body.dataset.loaded || 0)"
+
+
+def keeps_artifacts(test):
+    """On a failure: the page's screenshot, HTML, console and requests under ARTIFACTS."""
+    @functools.wraps(test)
+    def run(browser, *args, **kwargs):
+        with browser.artifacts_on_failure(f"incident-page-{test.__name__.removeprefix('test_')}"):
+            return test(browser, *args, **kwargs)
+    return run
 
 
 def build_capture(path: Path) -> list[str]:
@@ -139,6 +149,7 @@ def own_origin_only(b, census) -> None:
 
 # --- the page renders, offline ------------------------------------------------------------------
 
+@keeps_artifacts
 def test_the_page_renders_the_census_and_the_connections(browser, census):
     b = browser
     b.assert_offline(reachable=(b.host, census.http_port))
@@ -175,6 +186,7 @@ def test_the_page_renders_the_census_and_the_connections(browser, census):
     b.screenshot("incident-page")
 
 
+@keeps_artifacts
 def test_filters_typed_into_the_page_give_the_apis_rows_and_live_in_the_url(browser, census):
     from selenium.webdriver.common.by import By
     b = browser
@@ -211,6 +223,7 @@ def test_filters_typed_into_the_page_give_the_apis_rows_and_live_in_the_url(brow
     assert b.console_errors() == []
 
 
+@keeps_artifacts
 def test_a_census_row_shows_its_connections(browser, census):
     from selenium.webdriver.common.by import By
     b = browser
@@ -227,6 +240,7 @@ def test_a_census_row_shows_its_connections(browser, census):
         **{k: [v] for k, v in query.items()}, "refresh": ["0"]}
 
 
+@keeps_artifacts
 def test_a_heading_orders_and_an_id_opens_the_connection(browser, census):
     from selenium.webdriver.common.by import By
     b = browser
@@ -251,6 +265,7 @@ def test_a_heading_orders_and_an_id_opens_the_connection(browser, census):
     assert "#conn=" not in b.driver.current_url
 
 
+@keeps_artifacts
 def test_the_refresh_setting_is_in_the_url_and_refreshes(browser, census):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.select import Select
@@ -270,6 +285,7 @@ def test_the_refresh_setting_is_in_the_url_and_refreshes(browser, census):
     b.wait("resumed at 30 s", lambda: "refresh=30" in b.driver.current_url)
 
 
+@keeps_artifacts
 def test_printed_the_page_has_no_controls_and_whole_tables(browser, census):
     b = browser
     open_page(b, census)
@@ -285,6 +301,7 @@ def test_printed_the_page_has_no_controls_and_whole_tables(browser, census):
         b.driver.execute("executeCdpCommand", {"cmd": "Emulation.setEmulatedMedia", "params": {"media": ""}})
 
 
+@keeps_artifacts
 def test_a_client_id_holding_script_is_text(browser, census):
     from selenium.common.exceptions import NoAlertPresentException
     from selenium.webdriver.common.by import By
@@ -305,6 +322,7 @@ def test_a_client_id_holding_script_is_text(browser, census):
     b.screenshot("incident-page-hostile-client-id")
 
 
+@keeps_artifacts
 def test_the_token_flow(browser, token_census):
     from selenium.webdriver.common.by import By
     b = browser
@@ -339,6 +357,7 @@ def test_the_token_flow(browser, token_census):
     b.driver.execute_script("sessionStorage.clear()")
 
 
+@keeps_artifacts
 def test_a_refused_query_and_an_unreachable_census_are_said_plainly(browser, capture):
     b = browser
     path, listeners = capture
@@ -357,6 +376,7 @@ def test_a_refused_query_and_an_unreachable_census_are_said_plainly(browser, cap
     assert len(b.driver.execute_script("return document.querySelectorAll('#census-table tbody tr')")) == census_rows
 
 
+@keeps_artifacts
 def test_the_aggregators_page(browser, census):
     from selenium.webdriver.common.by import By
     b = browser
@@ -382,6 +402,7 @@ def test_the_aggregators_page(browser, census):
         b.screenshot("incident-page-aggregator")
 
 
+@keeps_artifacts
 def test_the_aggregators_partial_answers_name_the_missing_peer(browser, census):
     from selenium.webdriver.common.by import By
 
