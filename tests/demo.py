@@ -192,6 +192,7 @@ def main() -> int:
                 print(f"  {n}: kafka-census capture -i lo --listener PLAINTEXT={b.port}   REST {s}/api/v1/connections"
                       f"   events {tmp}/events-{n}")
             print(f"The aggregator over both sidecars (kafka-census aggregate --peers {','.join(sidecars)}):")
+            print(f"  page     {aggregator}/   (the incident page, in a browser)")
             print(f"  REST     {aggregator}/api/v1/connections   (also /clients, /brokers, /upgrade-readiness, /peers)")
             print(f"  metrics  {aggregator}/metrics")
             print(f"  OpenAPI  {aggregator}/docs")

@@ -54,6 +54,7 @@ def test_demo_round_through_the_aggregator():
     text = out.stdout
     # the aggregator's URLs, and one incident-CLI command against it that the real CLI accepts
     assert f"REST     http://{http}/api/v1/connections" in text and f"metrics  http://{http}/metrics" in text
+    assert f"page     http://{http}/ " in text
     [command] = [line.split() for line in text.splitlines() if " connections --server " in line]
     assert pathlib.Path(command[0]).name == "kafka-census"
     parsed = build_parser().parse_args(command[1:])
