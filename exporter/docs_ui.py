@@ -21,8 +21,8 @@ off (it would keep the token in localStorage), no cookie, never in a URL. /docs,
 Authorize button only exists once the document has loaded); they hold no data from the wire,
 and every operation they describe still needs the token.
 
-Imports only the standard library and Starlette (fastapi_offline is located, never imported: its
-code makes a FastAPI app of its own): exporter.api imports it.
+Imports only the standard library, Starlette and exporter.webpage (fastapi_offline is located,
+never imported: its code makes a FastAPI app of its own): exporter.api imports it.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import html
 import importlib.util
 from pathlib import Path
 
-from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import Route
+
+from exporter.webpage import file_route
 
 DOCS_URL = "/docs"
 #: The package whose static files are Swagger UI (pinned in pyproject.toml).
@@ -132,12 +132,7 @@ def vendor_file(name: str) -> bytes:
 
 
 def _route(path: str, body: bytes, media_type: str, cache: str) -> Route:
-    headers = {"Content-Security-Policy": CSP, "Cache-Control": cache}
-
-    async def endpoint(request: Request) -> Response:
-        return Response(body, media_type=media_type, headers=headers)
-
-    return Route(path, endpoint=endpoint, methods=["GET", "HEAD"], include_in_schema=False)
+    return file_route(path, body, media_type, {"Content-Security-Policy": CSP, "Cache-Control": cache})
 
 
 def install(app, openapi_url: str = "/openapi.json") -> None:

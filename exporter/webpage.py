@@ -37,14 +37,17 @@ def asset(name: str) -> bytes:
     return resources.files("exporter").joinpath("web", name).read_bytes()
 
 
+def file_route(path: str, body: bytes, media_type: str, headers: dict[str, str]) -> Route:
+    """GET/HEAD `path` -> `body`, outside the OpenAPI document (also /docs' files, exporter.docs_ui)."""
+
+    async def endpoint(request: Request) -> Response:
+        return Response(body, media_type=media_type, headers=headers)
+
+    return Route(path, endpoint=endpoint, methods=["GET", "HEAD"], include_in_schema=False)
+
+
 def install(app) -> None:
-    """Add the page's three routes to `app` (outside the OpenAPI document)."""
-    for path, (name, media_type) in _FILES.items():
-        body = asset(name)
-        headers = {"Content-Security-Policy": CSP, "Cache-Control": "no-cache"}
-
-        async def endpoint(request: Request, body: bytes = body, media_type: str = media_type,
-                           headers: dict = headers) -> Response:
-            return Response(body, media_type=media_type, headers=headers)
-
-        app.router.routes.append(Route(path, endpoint=endpoint, methods=["GET", "HEAD"], include_in_schema=False))
+    """Add the page's three routes to `app`."""
+    headers = {"Content-Security-Policy": CSP, "Cache-Control": "no-cache"}
+    app.router.routes.extend(file_route(path, asset(name), media_type, headers)
+                             for path, (name, media_type) in _FILES.items())
