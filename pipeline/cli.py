@@ -24,7 +24,7 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from pipeline.errors import InputError, UsageError
+from pipeline.errors import MAX_QUARANTINED_LINES, InputError, UsageError
 from pipeline.files import load_input
 
 JOBS = ("inventory", "adoption", "api-usage", "upgrade-readiness", "pcap-decode", "report")
@@ -41,6 +41,16 @@ def _when(value: str) -> float:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()
+
+
+def _count(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a count (a whole number, 0 or more)")
+    return n
 
 
 def _conf(value: str) -> tuple[str, str]:
@@ -64,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a Spark setting, passed through (repeatable), e.g. spark.executor.memory=4g")
     p.add_argument("--since", type=_when, metavar="WHEN", help="only events at or after (ISO date/time, UTC)")
     p.add_argument("--until", type=_when, metavar="WHEN", help="only events before (ISO date/time, UTC)")
+    p.add_argument("--max-quarantined-lines", type=_count, default=MAX_QUARANTINED_LINES, metavar="N",
+                   help="bad input lines whose text is kept in OUTPUT/quarantine/ (default %(default)s); the "
+                        "rest are counted per file and reason, so a flood of bad lines costs bounded memory")
     p.add_argument("--target", default="4.0", help="upgrade-readiness: the broker version to check (default 4.0)")
     p.add_argument("--listener", action="append", metavar="NAME=PORT[:SECURITY_PROTOCOL]",
                    help="pcap-decode: a broker listener port (repeatable; default PLAINTEXT=9092)")

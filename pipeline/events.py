@@ -8,8 +8,9 @@ value a job reads: a small table `pipeline.files.load_input` caches), and over t
 `connections` (one row per connection: who, where, identity, first/last seen), `requests` (per
 connection, api and version, a count), `connection_facts` (what `pipeline.identity` reads:
 mid_stream, the first ApiVersions version, a rollup's first_requests, the broker's maxima),
-`counts` and `quarantine`. Imports pyspark, `exporter.eventlog` (the schema versions) and the
-generated API table; nothing imports `pipeline`.
+`counts` and `quarantine` (the text of at most --max-quarantined-lines bad lines kept, the rest
+counted per file and reason). Imports pyspark, `exporter.eventlog` (the schema versions), the
+generated API table and `pipeline.errors` (the bound); nothing imports `pipeline`.
 
 The checks are those of `exporter.eventlog.parse_line` (a JSON object, a known schema version,
 type, ts and conn_id), as Spark expressions, plus the shapes of the request arrays; a line that
@@ -40,6 +41,7 @@ from pyspark.sql import types as T
 
 from capture.kafka.api_table import API_TABLE
 from exporter.eventlog import READABLE_SCHEMAS
+from pipeline.errors import MAX_QUARANTINED_LINES
 
 # Only what the jobs read; every other field stays in the log.
 EVENT_SCHEMA = T.StructType([
@@ -87,6 +89,7 @@ QUARANTINE_SCHEMA = T.StructType([
     T.StructField("file", T.StringType()),
     T.StructField("reason", T.StringType()),
     T.StructField("line", T.StringType()),
+    T.StructField("lines", T.LongType()),  # 1 for a kept line; else how many of this file and reason were not kept
 ])
 # Record types the jobs use; the others (acks, traffic, capture health...) are skipped early.
 # ResponseSeen only for last_seen: a tally's or rollup's ts counts responses too.
@@ -299,7 +302,8 @@ def load_events(spark: SparkSession, paths: list[str], since: float | None = Non
     rows = _with_source(read(spark, paths, since, until))
     return (rows.where(F.col("why").isNull() & F.col("wanted")).select(*EVENT_SCHEMA.names),
             rows.where(F.col("why").isNotNull()).select(F.col("path").alias("file"), F.col("why").alias("reason"),
-                                                        F.substring("value", 1, MAX_QUARANTINED_LINE).alias("line")))
+                                                        F.substring("value", 1, MAX_QUARANTINED_LINE).alias("line"),
+                                                        F.lit(1).cast("long").alias("lines")))
 
 
 def _with_source(df: DataFrame) -> DataFrame:
@@ -338,13 +342,25 @@ def _where(agg: str, cond: str):
     return F.expr(f"{agg} FILTER (WHERE {cond})")
 
 
-def facts(rows: DataFrame) -> DataFrame:
+def _kept(mid, partitions: int, max_lines: int):
+    """Whether the bad line with monotonically_increasing_id `mid` keeps its text: the first
+    `quota` lines of each of the first `max_lines // quota` partitions, so at most `max_lines`
+    in all however the input is split, without a global order (the id is the partition index
+    << 33 plus the row's place in it)."""
+    if max_lines <= 0:
+        return F.lit(False)
+    quota = max(1, max_lines // max(1, partitions))
+    return (F.shiftright(mid, 33) < max_lines // quota) & ((mid % (1 << 33)) < quota)
+
+
+def facts(rows: DataFrame, max_quarantined_lines: int = MAX_QUARANTINED_LINES) -> DataFrame:
     """What every job needs from `read`'s rows, in one pass over them (one parse of the input):
     the rows grouped by what the jobs read of them (_FACT_KEY; a RequestTally's or
     ConnectionRollup's requests one entry each, with its own api_key, api_version and count n),
     with `events` (how many), `n` (requests counted), `first_ts` and `last_ts`; a quarantined
-    line is a group of its own (`why`, `file`, `line`). Small (a connection's rows are a few per
-    api version it used): cache it, every table reads it."""
+    line is a group of its own (`why`, `file`, `line`) up to `max_quarantined_lines`, the rest one
+    group per file and reason with their count in `n`. Small (a connection's rows are a few per
+    api version it used; the bad lines bounded): cache it, every table reads it."""
     bad = F.col("why").isNotNull()
     tallied = F.col("type").isin("RequestTally", "ConnectionRollup")
     # The explode is also a barrier: Spark would otherwise push the `why IS NULL` tests below
@@ -352,13 +368,14 @@ def facts(rows: DataFrame) -> DataFrame:
     exploded = rows.select(
         *[c for c in rows.columns if c not in ("api_key", "api_name", "api_version", "requests")],
         F.posexplode_outer(F.when(~bad & tallied, F.col("requests"))).alias("pos", "r"),
-        "api_key", "api_name", "api_version")
+        "api_key", "api_name", "api_version", F.monotonically_increasing_id().alias("mid"))
+    kept = bad & _kept(F.col("mid"), rows.rdd.getNumPartitions(), max_quarantined_lines)
     # A line neither wanted nor quarantined: every key null, one group that counts nothing.
     live = bad | F.col("wanted")
     entry = {"api_key": F.coalesce("r.api_key", "api_key"), "api_name": F.coalesce("r.api_name", "api_name"),
              "api_version": F.coalesce("r.api_version", "api_version"),
-             "file": F.when(bad, F.col("path")), "line": F.when(bad, F.substring("value", 1, MAX_QUARANTINED_LINE)),
-             "bad_id": F.when(bad, F.monotonically_increasing_id())}
+             "file": F.when(bad, F.col("path")), "line": F.when(kept, F.substring("value", 1, MAX_QUARANTINED_LINE)),
+             "bad_id": F.when(kept, F.col("mid"))}
     keyed = exploded.select(*[F.when(live, entry.get(c, F.col(c))).alias(c) for c in _FACT_KEY],
                             F.when(live, F.col("ts")).alias("ts"), "pos",
                             F.when(live, F.coalesce("r.n", F.lit(1))).alias("n"))
@@ -369,14 +386,17 @@ def facts(rows: DataFrame) -> DataFrame:
 
 
 def quarantine(facts: DataFrame) -> DataFrame:
-    """The quarantined lines (QUARANTINE_SCHEMA)."""
-    return facts.where(F.col("why").isNotNull()).select("file", F.col("why").alias("reason"), "line")
+    """The quarantined lines (QUARANTINE_SCHEMA): each kept line, and per file and reason a row
+    counting the lines past --max-quarantined-lines (`line` null)."""
+    return facts.where(F.col("why").isNotNull()).select("file", F.col("why").alias("reason"), "line",
+                                                        F.col("n").alias("lines"))
 
 
 def counts(facts: DataFrame) -> tuple[int, int, float | None, float | None]:
     """(events, quarantined lines, first ts, last ts) of the input."""
     good = F.col("why").isNull()
-    row = facts.agg(F.coalesce(F.sum(F.when(good, F.col("events"))), F.lit(0)), F.count(F.when(~good, 1)),
+    row = facts.agg(F.coalesce(F.sum(F.when(good, F.col("events"))), F.lit(0)),
+                    F.coalesce(F.sum(F.when(~good, F.col("n"))), F.lit(0)),
                     F.min(F.when(good, F.col("first_ts"))), F.max(F.when(good, F.col("last_ts")))).first()
     return row[0], row[1], row[2], row[3]
 

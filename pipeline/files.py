@@ -25,9 +25,13 @@ def load_input(spark, args, out: str, progress, when_empty: str):
     from pipeline import events as ev
 
     started = time.perf_counter()
-    facts = ev.facts(ev.read(spark, args.input, args.since, args.until, progress)).cache()
+    limit = args.max_quarantined_lines
+    facts = ev.facts(ev.read(spark, args.input, args.since, args.until, progress), limit).cache()
     n_events, n_bad, first, last = ev.counts(facts)
     progress(f"read {n_events} events, {n_bad} lines quarantined ({time.perf_counter() - started:.1f} s)")
+    if n_bad > limit:
+        progress(f"warning: {n_bad} bad lines; the text of at most {limit} kept in quarantine/ "
+                 "(--max-quarantined-lines), the rest counted per file and reason")
     if n_bad:
         quarantine = ev.quarantine(facts)
         quarantine.coalesce(1).write.mode("overwrite").json(f"{out}/quarantine")

@@ -766,6 +766,64 @@ def test_a_number_where_text_belongs_is_read_as_its_text(spark, tmp):
     assert (row.conn_id, row.client_id) == ("7", '{"a":1}')
 
 
+def test_a_flood_of_bad_lines_keeps_bounded_text_and_counts_every_line(spark, tmp):
+    """--max-quarantined-lines bounds what the cached facts and quarantine/ hold of bad lines,
+    however the input is split (a few KB per task here, so many partitions): the text of at most
+    N lines, the others counted per file and reason; the counts stay exact."""
+    from types import SimpleNamespace
+
+    from pipeline import events as pev
+    from pipeline.files import load_input
+
+    directory = tmp / "flood"
+    directory.mkdir()
+    good = json.dumps({"schema": 1, "type": "ConnectionOpened", "ts": DAY0 + 1.0, "conn_id": "ok",
+                       "client_address": "10.0.0.1:1", "broker_address": "10.0.0.2:9092", "listener": "PLAINTEXT"})
+    per_file, files = 1500, 3
+    for f in range(files):
+        lines = [good] + [("x" * 300 + str(i)) if i % 2 else '{"schema":1,"ts":1,"conn_id":"c"}'
+                          for i in range(per_file)]
+        (directory / f"events-20261120T000000Z-flood{f}-0000.ndjson").write_text("\n".join(lines) + "\n")
+    previous = spark.conf.get("spark.sql.files.maxPartitionBytes")
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(16 * 1024))
+    try:
+        messages: list[str] = []
+        args = SimpleNamespace(input=[str(directory)], since=None, until=None, max_quarantined_lines=50)
+        facts, n_events, n_bad, _ = load_input(spark, args, str(tmp / "flood-out"), messages.append, "empty")
+        assert pev.read(spark, [str(directory)]).rdd.getNumPartitions() > 10  # the split is exercised
+        assert (n_events, n_bad) == (files, files * per_file)
+        bad_rows = facts.where("why IS NOT NULL").collect()
+        kept = [r for r in bad_rows if r.line is not None]
+        assert 0 < len(kept) <= 50 and all(r.n == 1 for r in kept)
+        counted = [r for r in bad_rows if r.line is None]
+        assert len(counted) <= files * 2  # one per file and reason: "not JSON", "type missing"
+        assert sum(r.n for r in bad_rows) == files * per_file
+        assert any("at most 50 kept" in m and "--max-quarantined-lines" in m for m in messages), messages
+        written = [json.loads(line) for path in (tmp / "flood-out" / "quarantine").glob("part-*")
+                   for line in path.read_text().splitlines()]
+        assert sum(q["lines"] for q in written) == files * per_file
+        assert sum(1 for q in written if "line" in q) == len(kept)
+        # 0 keeps no text at all, and still counts
+        facts0 = pev.facts(pev.read(spark, [str(directory)]), 0)
+        assert facts0.where("line IS NOT NULL").count() == 0
+        assert pev.counts(facts0)[1] == files * per_file
+    finally:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", previous)
+
+
+def test_max_quarantined_lines_is_a_count():
+    from pipeline.cli import build_parser
+    from pipeline.errors import MAX_QUARANTINED_LINES
+
+    parser, base = build_parser(), ["inventory", "--input", "x", "--output", "y"]
+    assert parser.parse_args(base).max_quarantined_lines == MAX_QUARANTINED_LINES
+    assert parser.parse_args([*base, "--max-quarantined-lines", "0"]).max_quarantined_lines == 0
+    for bad in ("-1", "many", "1.5"):
+        with pytest.raises(SystemExit) as exit_:
+            parser.parse_args([*base, "--max-quarantined-lines", bad])
+        assert exit_.value.code == 2
+
+
 # ---------------------------------------------------------------------------------------------
 # The CLI (subprocesses started by `cli_runs`)
 
