@@ -423,7 +423,7 @@ def child(master: str, job: str, input_dir: str, out_dir: str) -> None:
     spark = cli.spark_session(master, job)
     spark.sparkContext.setLogLevel("ERROR")
     startup = time.perf_counter() - t0
-    args = argparse.Namespace(job=job, input=[input_dir], output=out_dir, since=None, until=None, target="4.0")
+    args = cli.build_parser().parse_args([job, "--input", input_dir, "--output", out_dir])  # the CLI's defaults
     t1 = time.perf_counter()
     summary = cli.run_tables(spark, args)
     seconds = time.perf_counter() - t1
