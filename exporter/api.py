@@ -27,7 +27,7 @@ token (exporter.auth), a request without it gets 401 `{"detail": "..."}` before 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -43,6 +43,7 @@ from exporter.connection_fields import CONNECTION_FIELDS, ConnectionField
 from exporter.docs_ui import DOCS_PATHS
 from exporter.docs_ui import install as install_docs
 from exporter.health import Health, health_body
+from exporter.httpbounds import DEFAULT_HTTP_MAX_RESPONSE_MB, HEADER_CUT, HttpGuard, RequestLimiter
 from exporter.registry import ORDER_FIELDS, UPGRADE_TARGETS, ConnectionRegistry
 from exporter.version import package_version
 from exporter.webpage import PAGE_PATHS
@@ -200,21 +201,106 @@ def upgrade_target(
 
 encode = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
 _ROWS_PER_ENCODE = 256  # json's C encoder keeps the GIL (and so the capture thread) for a whole call
+_TAIL_BYTES = 4096  # of a response's budget kept for what follows its rows: the counts, the cut note
 
 
-def _json(body: dict) -> Response:
+class PartsResponse(Response):
+    """A body sent as the parts it was built in (each a chunk of rows): never joined into one
+    copy of the whole (issue 25: a 10 MB listing would briefly be three)."""
+
+    def __init__(self, parts: list[bytes], headers: dict[str, str] | None = None) -> None:
+        super().__init__(None, media_type="application/json", headers=headers)
+        self.parts = parts
+        self.headers["content-length"] = str(sum(map(len, parts)))
+
+    async def __call__(self, scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        last = len(self.parts) - 1
+        for i, part in enumerate(self.parts):
+            await send({"type": "http.response.body", "body": part, "more_body": i < last})
+        if not self.parts:
+            await send({"type": "http.response.body", "body": b""})
+
+
+class BodyBuilder:
+    """A JSON object built in parts within `max_bytes` (--http-max-response-mb): a list that
+    would pass the budget is cut at the last whole row, `cut` says so (the body's "cut" and the
+    X-Kafka-Census-Cut header), and what follows the rows still fits. The rows are encoded a
+    chunk at a time, each chunk's dicts dropped as soon as it is text."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.room = max(0, max_bytes - _TAIL_BYTES)
+        self.max_bytes = max_bytes
+        self.parts: list[bytes] = []
+        self.cuts: list[str] = []
+
+    def _add(self, data: bytes) -> None:
+        self.parts.append(data)
+        self.room -= len(data)
+
+    def field(self, key: str, value: Any) -> None:
+        """A small value (a count, a flag): never cut."""
+        self._add(f'{"{" if not self.parts else ","}{encode(key)}:{encode(value)}'.encode("ascii"))
+
+    def rows(self, key: str, chunks: Iterable[list], expected: int) -> int:
+        """`key`: the rows of `chunks` (lists of dicts), as many as the budget holds; returns how
+        many. `expected` is how many there were to list (what the cut note says)."""
+        self._add(f'{"{" if not self.parts else ","}{encode(key)}:['.encode("ascii"))
+        listed, full = 0, False
+        for chunk in chunks:
+            if not chunk:
+                continue
+            text = encode(chunk)[1:-1].encode("ascii")
+            if len(text) + 1 <= self.room:
+                self._add(text if not listed else b"," + text)
+                listed += len(chunk)
+                continue
+            for row in chunk:  # the chunk passes the budget: as many of its rows as fit
+                one = encode(row).encode("ascii")
+                if len(one) + 1 > self.room:
+                    break
+                self._add(one if not listed else b"," + one)
+                listed += 1
+            full = True
+            break
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()  # a generator's remaining chunks are never copied
+        self._add(b"]")
+        if full:
+            self.cuts.append(f"{listed} of {expected} {key}")
+        return listed
+
+    @property
+    def cut(self) -> str | None:
+        if not self.cuts:
+            return None
+        return (f"the response reached --http-max-response-mb ({self.max_bytes >> 20} MiB): "
+                f"{', '.join(self.cuts)} listed; narrow the query (filters, limit)")
+
+    def response(self, guard=None) -> PartsResponse:
+        headers = None
+        if self.cuts:
+            self.field("cut", self.cut)
+            headers = {HEADER_CUT: "1"}
+            if guard is not None:
+                guard.response_cut()
+        self._add(b"}" if self.parts else b"{}")
+        return PartsResponse(self.parts, headers)
+
+
+def _json(body: dict, max_bytes: int = DEFAULT_HTTP_MAX_RESPONSE_MB << 20, guard=None) -> Response:
     """`body` as the response, serialized by json (no per-row pydantic validation), its long
-    lists a chunk of rows per encoder call. ASCII-only output: the same JSON values whatever the
-    strings hold."""
-    parts = []
+    lists a chunk of rows per encoder call and cut at `max_bytes` (BodyBuilder). ASCII-only
+    output: the same JSON values whatever the strings hold."""
+    out = BodyBuilder(max_bytes)
     for key, value in body.items():
-        if isinstance(value, list) and len(value) > _ROWS_PER_ENCODE:
-            rows = ",".join(encode(value[i:i + _ROWS_PER_ENCODE])[1:-1]
-                            for i in range(0, len(value), _ROWS_PER_ENCODE))
-            parts.append(f"{encode(key)}:[{rows}]")
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            out.rows(key, (value[i:i + _ROWS_PER_ENCODE] for i in range(0, len(value), _ROWS_PER_ENCODE)),
+                     len(value))
         else:
-            parts.append(f"{encode(key)}:{encode(value)}")
-    return Response("{" + ",".join(parts) + "}", media_type="application/json")
+            out.field(key, value)
+    return out.response(guard)
 
 
 # --- response models ------------------------------------------------------------------------
@@ -307,10 +393,15 @@ else:
                               **{f.name: _connection_field(f) for f in CONNECTION_FIELDS})
 
 
+_CUT = Field(None, description="Absent: the answer is whole. Else why its lists are short: the response reached "
+             "--http-max-response-mb (the X-Kafka-Census-Cut header is set too)")
+
+
 class ConnectionList(Model):
     connections: list[Connection]
     total: Count = Field(description="Connections matching the filters, before the limit")
     limit: int = Field(ge=1, le=MAX_LIMIT)
+    cut: str | None = _CUT
 
 
 class Client(Model):
@@ -340,6 +431,7 @@ class ClientList(Model):
     total: Count
     census_overflow: Count = Field(
         description="Closed connections not folded into the census because it was full")
+    cut: str | None = _CUT
 
 
 class Feature(Model):
@@ -408,6 +500,7 @@ class UpgradeReadiness(Model):
         description="The census rows below, grouped by software (announced or inferred), client_id and principal")
     connections: list[ConnectionUsingRemoved]
     clients: list[ClientUsingRemoved]
+    cut: str | None = _CUT
 
 
 # --- headers --------------------------------------------------------------------------------
@@ -495,9 +588,13 @@ def document_bearer(app: FastAPI, open_paths: frozenset[str]) -> None:
 
 def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callable[[], bool] = lambda: True,
                version: str | None = None, api_token: ApiToken | None = None,
-               metrics_auth: bool = False) -> FastAPI:
-    """The REST API over `registry`. `metrics_app` (prometheus_client's `make_asgi_app`) is
+               metrics_auth: bool = False, guard: HttpGuard | None = None) -> FastAPI:
+    """The REST API over `registry`. `metrics_app` (exporter.httpbounds' `metrics_endpoint`) is
     served at /metrics; `ready()` decides /readyz (true once capture is attached).
+
+    `guard` (exporter.httpbounds): its request caps (past them 503 with Retry-After) and its
+    response budget; its counters go into /api/v1/health. /healthz and /readyz are coroutines:
+    they answer on the event loop, never queued behind the worker threads of API requests.
 
     With `api_token` every path but /healthz and /readyz needs `Authorization: Bearer <token>`
     (exporter.auth), /metrics only with `metrics_auth`: by default Prometheus scrapes it
@@ -514,6 +611,11 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         redoc_url=None,
         openapi_url="/openapi.json",
     )
+    guard = guard or HttpGuard()
+    max_bytes = guard.limits.max_response_bytes
+    # Added first, so innermost: a request without the token is a 401 on the event loop and
+    # never takes one of the slots of the work it would have asked for.
+    app.add_middleware(RequestLimiter, guard=guard)
     if api_token is not None:
         open_paths = OPEN_PATHS if metrics_auth else OPEN_PATHS | {"/metrics"}
         app.add_middleware(BearerAuth, token=api_token, open_paths=open_paths)
@@ -526,12 +628,12 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         app.router.routes.append(Route("/metrics", endpoint=AsgiEndpoint(metrics_app), include_in_schema=False))
 
     @app.get("/healthz", response_model=Status, tags=["health"], summary="The process is up")
-    def healthz() -> dict:
+    async def healthz() -> dict:
         return {"status": "ok"}
 
     @app.get("/readyz", response_model=Status, tags=["health"], summary="Capture is attached",
              responses={503: {"model": Status, "description": "Not ready: capture is not attached yet"}})
-    def readyz():
+    async def readyz():
         if ready():
             return {"status": "ok"}
         return JSONResponse({"status": "not ready"}, status_code=503)
@@ -541,9 +643,12 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
     def list_connections(q: Annotated[ConnectionQuery, Depends(connection_query)]) -> Response:
         limit = q.limit
         chunks, total = registry.query(state=q.state, filters=q.filters, order_by=q.order_by, limit=limit)
-        # Encoded a chunk at a time: the page's dicts never exist all at once.
-        rows = ",".join(encode(chunk)[1:-1] for chunk in chunks if chunk)
-        return Response(f'{{"connections":[{rows}],"total":{total},"limit":{limit}}}', media_type="application/json")
+        # Encoded a chunk at a time: the page's dicts never exist all at once; cut at the budget.
+        out = BodyBuilder(max_bytes)
+        out.rows("connections", chunks, min(total, limit))
+        out.field("total", total)
+        out.field("limit", limit)
+        return out.response(guard)
 
     @app.get(API_PREFIX + "/connections/{conn_id:path}", response_model=Connection, tags=["connections"],
              summary="One connection", responses={404: {"model": Error, "description": "No such connection"}})
@@ -558,7 +663,7 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
     def list_clients(wanted: Annotated[dict[str, str], Depends(client_query)]) -> Response:
         rows = registry.clients(wanted)
         overflow = registry.census_overflow  # an int: read whole, no lock needed
-        return _json({"clients": rows, "total": len(rows), "census_overflow": overflow})
+        return _json({"clients": rows, "total": len(rows), "census_overflow": overflow}, max_bytes, guard)
 
     @app.get(API_PREFIX + "/brokers", response_model=BrokerList, tags=["brokers"],
              summary="Brokers' API version ranges and features, from their ApiVersions responses")
@@ -568,13 +673,13 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
     @app.get(API_PREFIX + "/upgrade-readiness", response_model=UpgradeReadiness, tags=["upgrade"],
              summary="Who uses API versions that the target broker version removes", responses=_ERRORS_400)
     def upgrade_readiness(target: Annotated[str, Depends(upgrade_target)]) -> Response:
-        return _json(registry.upgrade_readiness(target))
+        return _json(registry.upgrade_readiness(target), max_bytes, guard)
 
     @app.get(API_PREFIX + "/health", response_model=Health, tags=["health"],
              summary="Capture health: packets, drops by reason, decode errors, desyncs, what the bounds dropped")
     def capture_health() -> Response:
         # snapshot(): the copy /metrics is built from (the lock held only to copy)
-        return _json(health_body(registry.snapshot()))
+        return _json({**health_body(registry.snapshot()), "http": guard.health()}, max_bytes)
 
     install_page(app)  # the incident page at / (exporter/web)
 

@@ -59,6 +59,24 @@ class DroppedByBound(_Model):
     broker_answers_dropped: dict[str, Count] = Field(description="Brokers' answers or entries not kept, by what")
 
 
+class HttpHealth(_Model):
+    """This process's HTTP side: what its bounds refused (exporter.httpbounds; each also a
+    kafka_census_http_* series in /metrics)."""
+
+    connections_open: Count
+    connections_accepted: Count
+    connections_closed_by_bound: dict[str, Count] = Field(
+        description="refused and evicted (over --http-max-connections), header_timeout (--http-header-timeout), "
+                    "idle_timeout and send_timeout (--http-idle-timeout)")
+    requests_shed: dict[str, Count] = Field(
+        description="Requests answered 503 with Retry-After: api (--http-max-requests), metrics (--http-max-scrapes)")
+    responses_cut: Count = Field(description="Responses cut at --http-max-response-mb")
+    max_connections: Count
+    max_requests: Count
+    max_scrapes: Count
+    max_response_bytes: Count
+
+
 class Health(_Model):
     """Capture health: what was read, what was not decoded and why."""
 
@@ -70,6 +88,8 @@ class Health(_Model):
     desyncs: dict[str, Count] = Field(description="Times a direction lost its frame boundaries and resynced, by kind")
     dropped_by_bounds: DroppedByBound
     capture: list[CaptureSource] = Field(description="Per source, ordered by name")
+    http: HttpHealth | None = Field(None, description="This process's HTTP side (on the aggregator: its own, not "
+                                    "its peers'); absent where nothing serves HTTP")
 
 
 _SOURCE_INTS = ("packets", "bytes", "gaps", "gap_bytes", "flows_open", "flows_evicted", "tls_flows")

@@ -18,6 +18,7 @@ the proxy's own: one `HOST:PORT` syntax, one way to open a port).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import socket
@@ -27,9 +28,11 @@ from collections.abc import Callable
 from typing import Literal
 
 import uvicorn
-from prometheus_client import CollectorRegistry, make_asgi_app
+from prometheus_client import CollectorRegistry
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from exporter.api import create_app
+from exporter.httpbounds import HTTP_BACKLOG, HttpGuard, HttpGuardCollector, HttpLimits, metrics_endpoint
 from exporter.metrics import CensusCollector
 
 log = logging.getLogger("kafka-census")
@@ -91,11 +94,117 @@ class Reloaders:
         return signal.signal(signal.SIGHUP, lambda signum, frame: self.run())
 
 
-def uvicorn_server(app, lifespan: Literal["on", "off"] = "off") -> _Server:
-    """The one way kafka-census configures uvicorn (the sidecar and the aggregator).
-    log_config=None: uvicorn's own handlers would print its records (which may quote a request)
-    unescaped; the CLI's configure_logging gives them the escaping formatter."""
-    return _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan=lifespan, log_config=None))
+def guarded_protocol(guard: HttpGuard) -> type:
+    """uvicorn's h11 protocol holding `guard`'s connection bounds (exporter.httpbounds): a cap
+    on open connections (over it, the connection that has waited longest for a request head is
+    closed; if every one is inside a request, the new one is), a header-read timeout from
+    connect or from the first byte after idling (a slowloris never completes its head), the
+    idle keep-alive timeout, and a send timeout (a client that reads nothing of its answer for
+    the idle timeout is closed, and its request's slot freed). Pinned to uvicorn's h11
+    implementation (pyproject.toml); tests/test_http_bounds.py holds each bound on a real
+    server."""
+    limits = guard.limits
+
+    class GuardedH11Protocol(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+        _send_timer: asyncio.TimerHandle | None = None
+        _cycle_seen = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            guard.accepted += 1
+            now = self.loop.time()
+            if len(guard.conns) >= limits.max_connections:
+                victim = guard.evictable(now)
+                if victim is None:
+                    guard.close_counted("refused")
+                    transport.abort()
+                    return
+                guard.close_counted("evicted")
+                victim._drop()
+                victim.transport.abort()
+            guard.conns[self] = now
+            self._head_timer = self.loop.call_later(limits.header_timeout, self._head_timeout)
+
+        def data_received(self, data: bytes) -> None:
+            if self._head_timer is None and guard.conns.get(self) is not None:
+                # bytes after an idle keep-alive: the head must now come whole within the timeout
+                self._head_timer = self.loop.call_later(limits.header_timeout, self._head_timeout)
+            super().data_received(data)
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.cycle is not self._cycle_seen:  # a whole request head: the connection is at work
+                self._cycle_seen = self.cycle
+                if self in guard.conns:
+                    guard.conns[self] = None
+                self._cancel_head_timer()
+
+        def on_response_complete(self) -> None:
+            if self in guard.conns:
+                guard.conns[self] = self.loop.time()  # waiting for the next head: evictable
+            super().on_response_complete()
+
+        def connection_lost(self, exc) -> None:
+            self._drop()
+            super().connection_lost(exc)
+
+        def _drop(self) -> None:
+            guard.conns.pop(self, None)
+            self._cancel_head_timer()
+            if self._send_timer is not None:
+                self._send_timer.cancel()
+                self._send_timer = None
+
+        def _cancel_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timeout(self) -> None:
+            self._head_timer = None
+            if guard.conns.get(self) is not None and not self.transport.is_closing():
+                guard.close_counted("header_timeout")
+                self._drop()
+                self.transport.abort()
+
+        def timeout_keep_alive_handler(self) -> None:
+            if not self.transport.is_closing():
+                guard.close_counted("idle_timeout")
+            super().timeout_keep_alive_handler()
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self._send_timer is None:
+                self._send_timer = self.loop.call_later(limits.idle_timeout, self._send_timeout)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            if self._send_timer is not None:
+                self._send_timer.cancel()
+                self._send_timer = None
+
+        def _send_timeout(self) -> None:
+            self._send_timer = None
+            if not self.transport.is_closing():
+                guard.close_counted("send_timeout")
+                self.transport.abort()  # connection_lost wakes the response's send: the request ends
+
+    return GuardedH11Protocol
+
+
+def uvicorn_server(app, lifespan: Literal["on", "off"] = "off", guard: HttpGuard | None = None) -> _Server:
+    """The one way kafka-census configures uvicorn (the sidecar and the aggregator): the
+    connection bounds of `guard` (a fresh default one when None) on uvicorn's h11 protocol, no
+    WebSocket upgrade. log_config=None: uvicorn's own handlers would print its records (which
+    may quote a request) unescaped; the CLI's configure_logging gives them the escaping
+    formatter."""
+    guard = guard or HttpGuard()
+    return _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan=lifespan, log_config=None,
+                                  http=guarded_protocol(guard), ws="none",
+                                  # a float works (it goes to loop.call_later); the stub says int
+                                  timeout_keep_alive=guard.limits.idle_timeout,  # type: ignore[arg-type]
+                                  backlog=HTTP_BACKLOG))
 
 
 def run_server(server: uvicorn.Server, sock: socket.socket, reloaders: Reloaders) -> None:
@@ -111,10 +220,12 @@ def run_server(server: uvicorn.Server, sock: socket.socket, reloaders: Reloaders
 
 class Service:
     def __init__(self, registry, *, version: str, compat=(), event_log=None, state=None, api_token=None,
-                 metrics_auth: bool = False, hot_path: str = "unknown") -> None:
+                 metrics_auth: bool = False, hot_path: str = "unknown", http_limits: HttpLimits | None = None) -> None:
         """`api_token` (exporter.auth.ApiToken): the REST API needs it as a bearer token, and
-        SIGHUP re-reads its file; `metrics_auth`: /metrics needs it too."""
+        SIGHUP re-reads its file; `metrics_auth`: /metrics needs it too. `http_limits`: the
+        serving port's bounds (exporter.httpbounds; the defaults when None)."""
         self.registry = registry
+        self.guard = HttpGuard(http_limits)
         self.api_token = api_token
         self.metrics_auth = metrics_auth
         self.reloaders = Reloaders()
@@ -126,8 +237,9 @@ class Service:
                                          hot_path=hot_path)
         prom = CollectorRegistry(auto_describe=False)
         prom.register(self.collector)
-        self.app = create_app(registry, metrics_app=make_asgi_app(registry=prom), ready=self.ready.is_set,
-                              version=version, api_token=api_token, metrics_auth=metrics_auth)
+        prom.register(HttpGuardCollector(self.guard))
+        self.app = create_app(registry, metrics_app=metrics_endpoint(prom), ready=self.ready.is_set,
+                              version=version, api_token=api_token, metrics_auth=metrics_auth, guard=self.guard)
         self._last_stats_logged = 0.0
         if api_token is not None:
             self.add_reloader("api token", api_token.reload)
@@ -178,7 +290,7 @@ class Service:
     def run(self, sock: socket.socket, capture_loop=None) -> int:
         """Serve on `sock` until SIGINT/SIGTERM; `capture_loop(stop)` runs on a worker thread;
         SIGHUP runs the reloaders. Returns the exit code: 0, or 1 if the capture failed."""
-        server = uvicorn_server(self.app)
+        server = uvicorn_server(self.app, guard=self.guard)
         self._log_access(sock)
         stop = threading.Event()
         worker = None

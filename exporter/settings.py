@@ -30,6 +30,7 @@ from capture.listeners import DEFAULT_LISTENER
 from capture.sources import LiveCapture
 from exporter import aggregate as _aggregate
 from exporter import eventlog as _eventlog
+from exporter import httpbounds as _httpbounds
 from exporter import incident as _incident
 from exporter import registry as _registry
 from exporter import rollup as _rollup
@@ -186,6 +187,22 @@ _CLI_SETTINGS = (
     _S("metrics_auth", parse_bool, False, "/metrics requires the token too (default {default}: open, for Prometheus "
        "scrapes without credentials; its series count software versions, never hosts or principals)"),
     _S("log_level", choice(*LOG_LEVELS), "info", "what the log on stderr shows"),
+    # the HTTP side's bounds (exporter.httpbounds; docs/hardening.md)
+    _S("http_max_connections", parse_int, _httpbounds.DEFAULT_HTTP_MAX_CONNECTIONS, "HTTP connections held open; "
+       "past it the one waiting longest for a request is closed (a probe always gets in), or the new one when every "
+       "one is inside a request; taken from the open-files limit before the proxy's share"),
+    _S("http_header_timeout", parse_float, _httpbounds.DEFAULT_HTTP_HEADER_TIMEOUT, "close an HTTP connection that "
+       "has not sent a whole request head this long after connecting (or after its first byte following an idle "
+       "spell)"),
+    _S("http_idle_timeout", parse_float, _httpbounds.DEFAULT_HTTP_IDLE_TIMEOUT, "close a keep-alive HTTP connection "
+       "idle this long between requests, and one that reads nothing of its answer this long"),
+    _S("http_max_requests", parse_int, _httpbounds.DEFAULT_HTTP_MAX_REQUESTS, "API requests served at once; one "
+       "more is answered 503 with Retry-After (/healthz and /readyz never count, /metrics has its own)"),
+    _S("http_max_scrapes", parse_int, _httpbounds.DEFAULT_HTTP_MAX_SCRAPES, "/metrics requests served at once; one "
+       "more is answered 503 with Retry-After"),
+    _S("http_max_response_mb", parse_int, _httpbounds.DEFAULT_HTTP_MAX_RESPONSE_MB, "a response's size; a listing "
+       "past it is cut, said in its 'cut' field and the X-Kafka-Census-Cut header (all at once: (--http-max-requests "
+       "+ --http-max-scrapes) x this)"),
     _S("compat_metrics", parse_csv, [], "also emit the broker's KIP-511 gauge under these projects' jmx_exporter "
        "names"),
     # the registry's bounds

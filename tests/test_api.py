@@ -451,7 +451,8 @@ def test_unknown_upgrade_target_is_400_listing_known(client):
 ])
 def test_models_match_registry_objects(registry, model, sample):
     obj = sample(registry)
-    assert set(model.model_fields) == set(obj), "registry and API model disagree: update exporter/api.py"
+    # `cut` is the response's, not the registry's: set only when the response budget cut a list
+    assert set(model.model_fields) - {"cut"} == set(obj), "registry and API model disagree: update exporter/api.py"
     model.model_validate(obj)
 
 

@@ -22,7 +22,7 @@ from capture.listeners import (
     parse_listener,
     security_protocol,
 )
-from exporter import aggregate, cli, eventlog, incident, registry, rollup, settings, state
+from exporter import aggregate, cli, eventlog, httpbounds, incident, registry, rollup, settings, state
 from exporter.commands import proxy as proxy_command
 from exporter.settings import CONFIG, DEFAULT, ENVIRONMENT, FLAG, SETTINGS, SettingError, resolve
 
@@ -61,6 +61,12 @@ OWNED = {
     "peer_probe_interval": aggregate.DEFAULT_PEER_PROBE_INTERVAL,
     "cache_seconds": aggregate.DEFAULT_CACHE_SECONDS,
     "cache_entries": aggregate.DEFAULT_CACHE_ENTRIES,
+    "http_max_connections": httpbounds.DEFAULT_HTTP_MAX_CONNECTIONS,
+    "http_header_timeout": httpbounds.DEFAULT_HTTP_HEADER_TIMEOUT,
+    "http_idle_timeout": httpbounds.DEFAULT_HTTP_IDLE_TIMEOUT,
+    "http_max_requests": httpbounds.DEFAULT_HTTP_MAX_REQUESTS,
+    "http_max_scrapes": httpbounds.DEFAULT_HTTP_MAX_SCRAPES,
+    "http_max_response_mb": httpbounds.DEFAULT_HTTP_MAX_RESPONSE_MB,
     "server": incident.DEFAULT_SERVER,
     "timeout": incident.DEFAULT_TIMEOUT,
     "max_response_mb": incident.DEFAULT_MAX_RESPONSE_MB,

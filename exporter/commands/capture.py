@@ -22,6 +22,7 @@ from exporter.commands.common import (
     announce,
     api_access,
     bind_http,
+    http_limits,
     listeners,
     live_registry,
     open_event_log,
@@ -78,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--state-interval must be positive")
     tracking = tracker_options(args)
     access = api_access(args)
+    if args.http:
+        access["http_limits"] = http_limits(args)[0]
     sock = bind_http(args) if args.http else None
     registry = live_registry(args)
     state = open_state(args, registry)

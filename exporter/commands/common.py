@@ -1,7 +1,8 @@
 """What the commands share: exit-code errors, the HTTP port, and the parts built from settings.
 
 Owns `UsageError` (exit 2) and `StartError` (exit 1), parsing and binding `--http` (with
-capture.listeners' `HOST:PORT` rule and listening socket, the proxy's own), the announcement of
+capture.listeners' `HOST:PORT` rule and listening socket, the proxy's own), the HTTP side's
+bounds and the open-files split they are checked against (`http_limits`), the announcement of
 what is served, `--api-token-file`/`--metrics-auth` as `Service` arguments, and the registry,
 flow-tracker options, event log and state file of a command, each checked value one clear
 UsageError. Part of the composition root (see exporter.commands); imports capture.listeners.
@@ -14,13 +15,12 @@ import sys
 import time
 
 from capture.listeners import ListenerMap, ListenError, listen_socket, parse_hostport
+from exporter.httpbounds import HTTP_BACKLOG, FdBudget, HttpLimits, fd_budget
 from exporter.registry import ConnectionRegistry
 from exporter.settings import ENV_PREFIX
 
-__all__ = ["ENV_PREFIX", "StartError", "UsageError", "announce", "api_access", "bind_http", "listeners",
+__all__ = ["ENV_PREFIX", "StartError", "UsageError", "announce", "api_access", "bind_http", "http_limits", "listeners",
            "live_registry", "open_event_log", "open_state", "parse_http", "registry_bounds", "tracker_options"]
-
-HTTP_BACKLOG = 128
 
 
 class UsageError(Exception):
@@ -49,6 +49,28 @@ def bind_http(args: argparse.Namespace):
         raise StartError(str(exc)) from None
     sock.set_inheritable(True)  # handed to uvicorn as it is
     return sock
+
+
+def http_limits(args: argparse.Namespace, *, proxied: int = 0) -> tuple[HttpLimits, FdBudget]:
+    """The HTTP side's bounds (--http-max-connections ... --http-max-response-mb), checked, and
+    the open-files limit split between HTTP, `proxied` Kafka connections wanted (the proxy's)
+    and the rest: a value out of range is UsageError, a limit that cannot hold the HTTP cap
+    StartError. The budget line is logged."""
+    limits = HttpLimits(max_connections=args.http_max_connections, header_timeout=args.http_header_timeout,
+                        idle_timeout=args.http_idle_timeout, max_requests=args.http_max_requests,
+                        max_scrapes=args.http_max_scrapes, max_response_bytes=args.http_max_response_mb << 20)
+    try:
+        limits.check()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        budget = fd_budget(limits.max_connections, proxied)
+    except ValueError as exc:
+        raise StartError(str(exc)) from None
+    import logging
+
+    logging.getLogger("kafka-census").info("%s", budget.describe())
+    return limits, budget
 
 
 def announce(http: str, what: str) -> None:

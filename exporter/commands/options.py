@@ -34,13 +34,19 @@ def add_setting(p: argparse.ArgumentParser, dest: str, *names: str, help: str | 
 def add_http_options(p: argparse.ArgumentParser, *, http_help: str | None = None, token_help: str | None = None,
                      metrics_auth_help: str | None = None) -> None:
     """What every command that can serve HTTP has (capture, replay, proxy, aggregate): the
-    settings file, --http, its bearer token, --metrics-auth and the log level; `*_help` reword
-    a flag for the command."""
+    settings file, --http, its bearer token, --metrics-auth, the log level and the HTTP side's
+    bounds (exporter.httpbounds); `*_help` reword a flag for the command."""
     add_setting(p, "config")
     add_setting(p, "http", metavar="HOST:PORT", help=http_help)
     add_setting(p, "api_token_file", metavar="FILE", help=token_help)
     add_setting(p, "metrics_auth", action=argparse.BooleanOptionalAction, help=metrics_auth_help)
     add_setting(p, "log_level")
+    add_setting(p, "http_max_connections", type=parse_int, metavar="N")
+    add_setting(p, "http_header_timeout", type=parse_float, metavar="SECONDS")
+    add_setting(p, "http_idle_timeout", type=parse_float, metavar="SECONDS")
+    add_setting(p, "http_max_requests", type=parse_int, metavar="N")
+    add_setting(p, "http_max_scrapes", type=parse_int, metavar="N")
+    add_setting(p, "http_max_response_mb", type=parse_int, metavar="MB")
 
 
 def add_service_options(p: argparse.ArgumentParser) -> None:

@@ -2,8 +2,9 @@
 directions are decoded (TLS too, where the proxy terminates it).
 
 Owns the command's flags and its run: `--listen`/`--upstream`/`--listener` into capture.proxy
-routes, the TLS flags' checks, keeping --max-connections within the open-files limit
-(`fd_bound`), and the wiring of the proxy to a Service (--http) or to a listing on exit, with
+routes, the TLS flags' checks, keeping --max-connections within the open-files limit left after
+HTTP's share (`proxied_bound`: the two have separate budgets, checked at start), and the
+wiring of the proxy to a Service (--http) or to a listing on exit, with
 SIGHUP reloading the certificates.
 """
 
@@ -22,15 +23,15 @@ from exporter.commands.common import (
     announce,
     api_access,
     bind_http,
+    http_limits,
     live_registry,
     open_event_log,
 )
 from exporter.commands.options import add_buffer_budget_option, add_event_log_options, add_service_options, add_setting
 from exporter.commands.output import print_connections, print_summary
+from exporter.httpbounds import fd_budget
 from exporter.settings import DEFAULT, parse_float
 from exporter.version import package_version
-
-FD_RESERVE = 64  # descriptors kept for everything but proxied connections: logs, HTTP, state...
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -99,21 +100,27 @@ def tls_settings(args: argparse.Namespace):
                        upstream_tls=args.upstream_tls, upstream_ca=args.upstream_ca)
 
 
-def fd_bound(wanted: int, *, explicit: bool) -> int:
-    """Each proxied connection holds two sockets: raise the soft open-files limit to the hard
-    one, and keep --max-connections within it. A value the operator gave (flag, variable or
-    --config: `explicit`) that does not fit is a warning; the default is bounded silently."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        soft = hard
-    room = wanted if soft == resource.RLIM_INFINITY else (soft - FD_RESERVE) // 2
-    if room < wanted and explicit:
-        print(f"warning: the open-files limit ({soft}) allows {room} proxied connections, not "
-              f"--max-connections {wanted}", file=sys.stderr)
-    return max(1, min(wanted, room))
+def proxied_bound(args: argparse.Namespace) -> tuple[int, dict]:
+    """--max-connections within the open-files limit, after HTTP's share (exporter.httpbounds'
+    `fd_budget`: the soft limit raised to the hard one; each proxied connection holds two
+    descriptors). A value the operator gave (flag, variable or --config) that does not fit is a
+    warning; the default is bounded silently. Returns the bound and the Service's HTTP limits
+    (none without --http)."""
+    wanted = args.max_connections
+    if args.http:
+        limits, budget = http_limits(args, proxied=wanted)
+        service_kw = {"http_limits": limits}
+    else:
+        try:
+            budget = fd_budget(0, wanted)
+        except ValueError as exc:
+            raise StartError(str(exc)) from None
+        service_kw = {}
+    explicit = getattr(args, "setting_origins", {}).get("max_connections", DEFAULT) != DEFAULT
+    if budget.proxied < wanted and explicit:
+        print(f"warning: the open-files limit ({budget.limit}) allows {budget.proxied} proxied connections, not "
+              f"--max-connections {wanted} ({budget.describe()})", file=sys.stderr)
+    return max(1, budget.proxied), service_kw
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,9 +136,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--max-buffer-mb must be at least 1")
     # Explicit is where the value came from, not whether it equals the default: an operator's
     # --max-connections 100000 the open-files limit cannot hold is warned about like any other.
-    max_connections = fd_bound(args.max_connections,
-                               explicit=getattr(args, "setting_origins", {}).get("max_connections", DEFAULT) != DEFAULT)
     access = api_access(args)
+    max_connections, service_kw = proxied_bound(args)
     sock = bind_http(args) if args.http else None
     registry = live_registry(args)
     event_log = open_event_log(args)
@@ -140,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         from exporter.serve import Service
 
         service = Service(registry, version=package_version(), compat=tuple(args.compat_metrics), event_log=event_log,
-                          **access)
+                          **access, **service_kw)
     try:
         proxy = Proxy(proxy_routes, service.emit if service else registry.apply, tls=tls,
                       connect_timeout=args.connect_timeout, max_connections=max_connections,

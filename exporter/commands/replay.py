@@ -15,6 +15,7 @@ from exporter.commands.common import (
     announce,
     api_access,
     bind_http,
+    http_limits,
     listeners,
     registry_bounds,
     tracker_options,
@@ -43,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     if args.http and not args.serve:
         raise UsageError("--http serves only with --serve (replay lists the connections otherwise)")
     access = api_access(args)
+    if args.serve:
+        access["http_limits"] = http_limits(args)[0]
     listener_map = listeners(args)
     registry = ConnectionRegistry(max_closed=10**9, closed_ttl=float("inf"),  # a file is finite: keep all
                                   **registry_bounds(args))
