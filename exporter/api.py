@@ -43,7 +43,7 @@ from exporter.connection_fields import CONNECTION_FIELDS, ConnectionField
 from exporter.docs_ui import DOCS_PATHS
 from exporter.docs_ui import install as install_docs
 from exporter.health import Health, health_body
-from exporter.httpbounds import DEFAULT_HTTP_MAX_RESPONSE_MB, HEADER_CUT, HttpGuard, RequestLimiter
+from exporter.httpbounds import DEFAULT_HTTP_MAX_RESPONSE_MB, HEADER_CUT, HttpGuard, Pacer, RequestLimiter
 from exporter.registry import ORDER_FIELDS, UPGRADE_TARGETS, ConnectionRegistry
 from exporter.version import package_version
 from exporter.webpage import PAGE_PATHS
@@ -228,9 +228,10 @@ class BodyBuilder:
     X-Kafka-Census-Cut header), and what follows the rows still fits. The rows are encoded a
     chunk at a time, each chunk's dicts dropped as soon as it is text."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, pacer: Pacer | None = None) -> None:
         self.room = max(0, max_bytes - _TAIL_BYTES)
         self.max_bytes = max_bytes
+        self.pacer = pacer or Pacer(1.0)
         self.parts: list[bytes] = []
         self.cuts: list[str] = []
 
@@ -247,23 +248,25 @@ class BodyBuilder:
         many. `expected` is how many there were to list (what the cut note says)."""
         self._add(f'{"{" if not self.parts else ","}{encode(key)}:['.encode("ascii"))
         listed, full = 0, False
-        for chunk in chunks:
-            if not chunk:
-                continue
-            text = encode(chunk)[1:-1].encode("ascii")
-            if len(text) + 1 <= self.room:
-                self._add(text if not listed else b"," + text)
-                listed += len(chunk)
-                continue
-            for row in chunk:  # the chunk passes the budget: as many of its rows as fit
-                one = encode(row).encode("ascii")
-                if len(one) + 1 > self.room:
+        it = iter(chunks)
+        while not full:
+            with self.pacer:  # a chunk's copy (the registry's generator), dicts and text: one step
+                chunk = next(it, None)
+                if chunk is None:
                     break
-                self._add(one if not listed else b"," + one)
-                listed += 1
-            full = True
-            break
-        close = getattr(chunks, "close", None)
+                text = encode(chunk)[1:-1].encode("ascii")
+                if len(text) + 1 <= self.room:
+                    self._add(text if not listed else b"," + text)
+                    listed += len(chunk)
+                    continue
+                for row in chunk:  # the chunk passes the budget: as many of its rows as fit
+                    one = encode(row).encode("ascii")
+                    if len(one) + 1 > self.room:
+                        break
+                    self._add(one if not listed else b"," + one)
+                    listed += 1
+                full = True
+        close = getattr(it, "close", None)
         if close is not None:
             close()  # a generator's remaining chunks are never copied
         self._add(b"]")
@@ -293,7 +296,7 @@ def _json(body: dict, max_bytes: int = DEFAULT_HTTP_MAX_RESPONSE_MB << 20, guard
     """`body` as the response, serialized by json (no per-row pydantic validation), its long
     lists a chunk of rows per encoder call and cut at `max_bytes` (BodyBuilder). ASCII-only
     output: the same JSON values whatever the strings hold."""
-    out = BodyBuilder(max_bytes)
+    out = BodyBuilder(max_bytes, guard.pacer if guard is not None else None)
     for key, value in body.items():
         if isinstance(value, list) and value and isinstance(value[0], dict):
             out.rows(key, (value[i:i + _ROWS_PER_ENCODE] for i in range(0, len(value), _ROWS_PER_ENCODE)),
@@ -644,7 +647,7 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         limit = q.limit
         chunks, total = registry.query(state=q.state, filters=q.filters, order_by=q.order_by, limit=limit)
         # Encoded a chunk at a time: the page's dicts never exist all at once; cut at the budget.
-        out = BodyBuilder(max_bytes)
+        out = BodyBuilder(max_bytes, guard.pacer)
         out.rows("connections", chunks, min(total, limit))
         out.field("total", total)
         out.field("limit", limit)

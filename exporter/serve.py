@@ -32,7 +32,14 @@ from prometheus_client import CollectorRegistry
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from exporter.api import create_app
-from exporter.httpbounds import HTTP_BACKLOG, HttpGuard, HttpGuardCollector, HttpLimits, metrics_endpoint
+from exporter.httpbounds import (
+    HTTP_BACKLOG,
+    HttpGuard,
+    HttpGuardCollector,
+    HttpLimits,
+    PacedCollector,
+    metrics_endpoint,
+)
 from exporter.metrics import CensusCollector
 
 log = logging.getLogger("kafka-census")
@@ -236,7 +243,7 @@ class Service:
         self.collector = CensusCollector(registry, version=version, compat=compat, health=self._health,
                                          hot_path=hot_path)
         prom = CollectorRegistry(auto_describe=False)
-        prom.register(self.collector)
+        prom.register(PacedCollector(self.collector, self.guard.pacer))
         prom.register(HttpGuardCollector(self.guard))
         self.app = create_app(registry, metrics_app=metrics_endpoint(prom), ready=self.ready.is_set,
                               version=version, api_token=api_token, metrics_auth=metrics_auth, guard=self.guard)

@@ -203,6 +203,9 @@ _CLI_SETTINGS = (
     _S("http_max_response_mb", parse_int, _httpbounds.DEFAULT_HTTP_MAX_RESPONSE_MB, "a response's size; a listing "
        "past it is cut, said in its 'cut' field and the X-Kafka-Census-Cut header (all at once: (--http-max-requests "
        "+ --http-max-scrapes) x this)"),
+    _S("http_cpu_share", parse_float, _httpbounds.DEFAULT_HTTP_CPU_SHARE, "the part of the wall clock that building "
+       "API answers and scrapes may take, all together, so that the capture or the proxy always gets Python's "
+       "interpreter lock (1: no pacing)"),
     _S("compat_metrics", parse_csv, [], "also emit the broker's KIP-511 gauge under these projects' jmx_exporter "
        "names"),
     # the registry's bounds
@@ -288,13 +291,25 @@ _AGGREGATE_SETTINGS = (
        "this is missing (kind timeout)"),
     _S("peer_max_mb", parse_int, _aggregate.DEFAULT_PEER_MAX_MB, "bytes read from one peer's answer; beyond, the "
        "answer is dropped (kind too_large) and the bytes counted"),
-    _S("peer_concurrency", parse_int, _aggregate.DEFAULT_PEER_CONCURRENCY, "peers asked at once; memory is "
-       "bounded by N x --peer-max-mb"),
+    _S("peer_max_items", parse_int, _aggregate.DEFAULT_PEER_MAX_ITEMS, "JSON values in one peer's answer, counted "
+       "as its bytes arrive (a 10,000-row connections page holds ~560,000); beyond, the answer is dropped before "
+       "it is parsed (kind too_large) and counted"),
+    _S("peer_concurrency", parse_int, _aggregate.DEFAULT_PEER_CONCURRENCY, "peers asked at once; the answers being "
+       "read hold at most N x --peer-max-mb"),
+    _S("peer_parse_concurrency", parse_int, _aggregate.DEFAULT_PEER_PARSE_CONCURRENCY, "large peer answers "
+       "(over 64 KiB) parsed and merged at once; each may hold 8 x --peer-max-mb + 280 bytes x --peer-max-items "
+       "(parsing holds Python's interpreter lock: more only hold more)"),
+    _S("peer_failure_seconds", parse_float, _aggregate.DEFAULT_PEER_FAILURE_SECONDS, "a peer that failed is not "
+       "asked again for this long: callers get its failure, marked cached (connect, timeout, unauthorized: for "
+       "the peer; too_large, invalid, http_status: for that query); 0: always ask"),
     _S("peer_probe_interval", parse_float, _aggregate.DEFAULT_PEER_PROBE_INTERVAL, "ask every peer this often "
        "even without callers, so peer_up stays current; 0: never"),
     _S("cache_seconds", parse_float, _aggregate.DEFAULT_CACHE_SECONDS, "reuse a whole answer for this long "
        "(partial ones never); 0: no cache"),
-    _S("cache_entries", parse_int, _aggregate.DEFAULT_CACHE_ENTRIES, "answers cached at most"),
+    _S("cache_entries", parse_int, _aggregate.DEFAULT_CACHE_ENTRIES, "answers cached at most, and peer failures "
+       "cached at most"),
+    _S("cache_max_mb", parse_int, _aggregate.DEFAULT_CACHE_MAX_MB, "bytes of the answers cached at most; the "
+       "oldest go first, and a larger answer is not cached"),
     _S("allow_unauthenticated", parse_bool, False, "serve without --api-token-file (client ids, addresses and "
        "principals of the whole cluster to anyone who reaches --http); without either the command refuses to "
        "start", shown=""),

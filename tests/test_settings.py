@@ -67,6 +67,7 @@ OWNED = {
     "http_max_requests": httpbounds.DEFAULT_HTTP_MAX_REQUESTS,
     "http_max_scrapes": httpbounds.DEFAULT_HTTP_MAX_SCRAPES,
     "http_max_response_mb": httpbounds.DEFAULT_HTTP_MAX_RESPONSE_MB,
+    "http_cpu_share": httpbounds.DEFAULT_HTTP_CPU_SHARE,
     "server": incident.DEFAULT_SERVER,
     "timeout": incident.DEFAULT_TIMEOUT,
     "max_response_mb": incident.DEFAULT_MAX_RESPONSE_MB,

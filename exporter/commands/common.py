@@ -58,7 +58,8 @@ def http_limits(args: argparse.Namespace, *, proxied: int = 0) -> tuple[HttpLimi
     StartError. The budget line is logged."""
     limits = HttpLimits(max_connections=args.http_max_connections, header_timeout=args.http_header_timeout,
                         idle_timeout=args.http_idle_timeout, max_requests=args.http_max_requests,
-                        max_scrapes=args.http_max_scrapes, max_response_bytes=args.http_max_response_mb << 20)
+                        max_scrapes=args.http_max_scrapes, max_response_bytes=args.http_max_response_mb << 20,
+                        cpu_share=args.http_cpu_share)
     try:
         limits.check()
     except ValueError as exc:

@@ -47,6 +47,7 @@ def add_http_options(p: argparse.ArgumentParser, *, http_help: str | None = None
     add_setting(p, "http_max_requests", type=parse_int, metavar="N")
     add_setting(p, "http_max_scrapes", type=parse_int, metavar="N")
     add_setting(p, "http_max_response_mb", type=parse_int, metavar="MB")
+    add_setting(p, "http_cpu_share", type=parse_float, metavar="FRACTION")
 
 
 def add_service_options(p: argparse.ArgumentParser) -> None:
