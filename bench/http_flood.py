@@ -79,7 +79,8 @@ class Prober:
     def summary(self) -> dict:
         lat = sorted(self.latencies) or [float("nan")]
         return {"probes": len(self.latencies), "failures": self.failures,
-                "p50_ms": 1000 * statistics.median(lat), "p99_ms": 1000 * lat[min(len(lat) - 1, math.ceil(0.99 * len(lat)) - 1)],
+                "p50_ms": 1000 * statistics.median(lat),
+                "p99_ms": 1000 * lat[min(len(lat) - 1, math.ceil(0.99 * len(lat)) - 1)],
                 "max_ms": 1000 * lat[-1]}
 
 
@@ -118,7 +119,8 @@ def run(args: argparse.Namespace) -> dict:
     return {
         "machine": describe(), "date": datetime.date.today().isoformat(), "args": vars(args),
         "connections_filled": filled,
-        "quiet": {**quiet, "errors": dict(quiet["errors"]), "msgs_per_s": rate(quiet), "healthz": quiet_probe.summary()},
+        "quiet": {**quiet, "errors": dict(quiet["errors"]), "msgs_per_s": rate(quiet),
+                  "healthz": quiet_probe.summary()},
         "flooded": {**flooded, "errors": dict(flooded["errors"]), "msgs_per_s": rate(flooded),
                     "healthz": flood_probe.summary()},
         "ratio": rate(flooded) / rate(quiet) if rate(quiet) else 0.0,
