@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import http.client
 import socket
-import time
 
 import pytest
 
@@ -53,7 +52,7 @@ def test_idle_connections_past_the_cap_evict_the_oldest_and_probes_still_answer(
         baseline = open_fds(pid)
         socks = []
         try:
-            for round_ in range(10):
+            for _ in range(10):
                 socks += idle_http("127.0.0.1", census.http_port, 30)
                 assert healthz(census) == 200, f"probe refused after {len(socks)} idle connections"
             wait_for("the cap to hold", lambda: census.get("/api/v1/health")["http"]["connections_open"] <= cap)
