@@ -1576,3 +1576,44 @@ def test_aggregator_wiring_runs(tmp_path):
         assert httpx.get(base + "/metrics", timeout=10).status_code == 401
         assert "kafka_census_aggregate_peer_up" in httpx.get(
             base + "/metrics", headers={"Authorization": f"Bearer {own}"}, timeout=10).text
+
+
+# --- the HTTP side's bounds (issue 25) ----------------------------------------------------------
+
+HTTP_LIMIT_FLAGS = {"http_max_connections": 128, "http_header_timeout": 10.0, "http_idle_timeout": 30.0,
+                    "http_max_requests": 4, "http_max_scrapes": 2, "http_max_response_mb": 16, "http_cpu_share": 0.25}
+
+
+@pytest.mark.parametrize("mode", ["daemonset", "sidecar", "proxy", "aggregator-proxy"])
+def test_every_serving_container_gets_the_http_bounds(mode):
+    """The chart states every HTTP bound in every mode and on the aggregator (http.limits), at
+    the CLI's defaults unless set; the kafka-census parser reads them back."""
+    from exporter.httpbounds import HttpLimits
+
+    defaults = HttpLimits()
+    assert HTTP_LIMIT_FLAGS == {"http_max_connections": defaults.max_connections,
+                                "http_header_timeout": defaults.header_timeout,
+                                "http_idle_timeout": defaults.idle_timeout,
+                                "http_max_requests": defaults.max_requests, "http_max_scrapes": defaults.max_scrapes,
+                                "http_max_response_mb": defaults.max_response_bytes >> 20,
+                                "http_cpu_share": defaults.cpu_share}, "values.yaml's http.limits follow the CLI"
+    for limits, want in (({}, HTTP_LIMIT_FLAGS),
+                         ({"maxConnections": 64, "maxRequests": 2, "cpuShare": 0.5},
+                          {**HTTP_LIMIT_FLAGS, "http_max_connections": 64, "http_max_requests": 2,
+                           "http_cpu_share": 0.5})):
+        values = ci_values(mode)
+        values.setdefault("http", {})["limits"] = limits
+        docs = manifests(render(values))
+        containers = [c for _, _, spec in pod_specs(docs) for c in spec["containers"]
+                      if c["name"] == "kafka-census" or (c.get("args") or [""])[0] in ("capture", "proxy", "aggregate")]
+        assert containers, mode
+        for c in containers:
+            args = parse_cli(c["args"])
+            assert {k: getattr(args, k) for k in HTTP_LIMIT_FLAGS} == want, (mode, c["name"])
+
+
+def test_schema_rejects_bad_http_limits():
+    for bad in ({"maxConnections": 1}, {"cpuShare": 0}, {"cpuShare": 2}, {"headerTimeoutSeconds": 0},
+                {"unknown": 1}):
+        with pytest.raises(Exception):
+            render({"http": {"limits": bad}})

@@ -292,6 +292,20 @@ default 64) must fit: a full emptyDir gets the pod evicted.
 {{- with .Values.compatMetrics }}
 - {{ printf "--compat-metrics=%s" (join "," .) | quote }}
 {{- end }}
+{{ include "kafka-census.httpLimitArgs" . }}
+{{- end }}
+
+{{/* The HTTP side's bounds (http.limits): every mode and the aggregator. */}}
+{{- define "kafka-census.httpLimitArgs" -}}
+{{- with .Values.http.limits -}}
+- {{ printf "--http-max-connections=%d" (int .maxConnections) | quote }}
+- {{ printf "--http-header-timeout=%v" .headerTimeoutSeconds | quote }}
+- {{ printf "--http-idle-timeout=%v" .idleTimeoutSeconds | quote }}
+- {{ printf "--http-max-requests=%d" (int .maxRequests) | quote }}
+- {{ printf "--http-max-scrapes=%d" (int .maxScrapes) | quote }}
+- {{ printf "--http-max-response-mb=%d" (int .maxResponseMB) | quote }}
+- {{ printf "--http-cpu-share=%v" .cpuShare | quote }}
+{{- end }}
 {{- end }}
 
 {{/*
