@@ -1615,5 +1615,6 @@ def test_every_serving_container_gets_the_http_bounds(mode):
 def test_schema_rejects_bad_http_limits():
     for bad in ({"maxConnections": 1}, {"cpuShare": 0}, {"cpuShare": 2}, {"headerTimeoutSeconds": 0},
                 {"unknown": 1}):
-        with pytest.raises(Exception):
+        with pytest.raises(helm_python.HelmValuesError) as err:
             render({"http": {"limits": bad}})
+        assert "limits" in str(err.value), bad
