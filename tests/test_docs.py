@@ -74,6 +74,9 @@ def metrics_reference() -> str:
     collector = CensusCollector(registry, compat=COMPAT_MODES, health=lambda: health)
     families = [(f, "sidecar") for f in collector.collect()]
     families += [(f, "aggregator") for f in _aggregator_families()]
+    from exporter.httpbounds import HttpGuard, HttpGuardCollector
+
+    families += [(f, "both") for f in HttpGuardCollector(HttpGuard()).collect()]
 
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
