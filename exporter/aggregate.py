@@ -27,6 +27,18 @@ DEFAULT_PEER_CONCURRENCY = 16
 DEFAULT_PEER_PROBE_INTERVAL = 15.0
 DEFAULT_CACHE_SECONDS = 3.0
 DEFAULT_CACHE_ENTRIES = 128
+# JSON values counted in one peer's answer as it is read (`,` `{` `[` outside strings, an upper
+# bound on the values json would build). The sidecar's 10,000-row connections page (bench's
+# synthetic rows, exporter.api's encoding) holds 558,555: 56 a row, at most 89; x 4.5 headroom
+# = 2.5M. Its densest rows run 10-19 bytes an item, so a real answer reaches this only near
+# --peer-max-mb; tiny hostile rows (`{},` 1.5 bytes an item) stop here after ~4 MB, before a
+# parse that would cost up to 280 bytes an item.
+DEFAULT_PEER_MAX_ITEMS = 2_500_000
+# Large answers parsed and merged at once: the parse holds the GIL, so a second slot would hold a
+# second parsed answer in memory without finishing sooner.
+DEFAULT_PEER_PARSE_CONCURRENCY = 1
+DEFAULT_PEER_FAILURE_SECONDS = 3.0  # as --cache-seconds: callers within it share one failure
+DEFAULT_CACHE_MAX_MB = 64  # a whole 10,000-row answer is ~11 MB
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -47,10 +59,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_setting(p, "peer_token_file", metavar="FILE")
     add_setting(p, "peer_timeout", type=parse_float, metavar="SECONDS")
     add_setting(p, "peer_max_mb", type=parse_int, metavar="MB")
+    add_setting(p, "peer_max_items", type=parse_int, metavar="N")
     add_setting(p, "peer_concurrency", type=parse_int, metavar="N")
+    add_setting(p, "peer_parse_concurrency", type=parse_int, metavar="N")
+    add_setting(p, "peer_failure_seconds", type=parse_float, metavar="SECONDS")
     add_setting(p, "peer_probe_interval", type=parse_float, metavar="SECONDS")
     add_setting(p, "cache_seconds", type=parse_float, metavar="SECONDS")
     add_setting(p, "cache_entries", type=parse_int, metavar="N")
+    add_setting(p, "cache_max_mb", type=parse_int, metavar="MB")
     add_setting(p, "allow_unauthenticated", action="store_const", const=True)
     p.set_defaults(func=cmd_aggregate)
 
@@ -61,10 +77,14 @@ def _check(args: argparse.Namespace, usage_error) -> None:
         ("--max-peers", args.max_peers >= 1, "at least 1"),
         ("--peer-timeout", args.peer_timeout > 0, "positive"),
         ("--peer-max-mb", args.peer_max_mb >= 1, "at least 1"),
+        ("--peer-max-items", args.peer_max_items >= 1000, "at least 1000"),
         ("--peer-concurrency", args.peer_concurrency >= 1, "at least 1"),
+        ("--peer-parse-concurrency", args.peer_parse_concurrency >= 1, "at least 1"),
+        ("--peer-failure-seconds", args.peer_failure_seconds >= 0, "0 or more"),
         ("--peer-probe-interval", args.peer_probe_interval >= 0, "0 or more"),
         ("--cache-seconds", args.cache_seconds >= 0, "0 or more"),
         ("--cache-entries", args.cache_entries >= 1, "at least 1"),
+        ("--cache-max-mb", args.cache_max_mb >= 1, "at least 1"),
     ):
         if not ok:
             raise usage_error(f"{name} must be {need}")
@@ -72,7 +92,7 @@ def _check(args: argparse.Namespace, usage_error) -> None:
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
     """Serve the REST API over the peers until SIGINT/SIGTERM."""
-    from exporter.commands.common import StartError, UsageError, api_access, bind_http
+    from exporter.commands.common import StartError, UsageError, api_access, bind_http, http_limits
     from exporter.settings import parse_csv
     from exporter.version import package_version
 
@@ -109,6 +129,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     if args.api_token_file and args.allow_unauthenticated:
         raise UsageError("--allow-unauthenticated and --api-token-file contradict each other: give one")
     access = api_access(args)
+    limits = http_limits(args)[0]
 
     from exporter.aggregate_app import Aggregator, Peers, PeerToken
     from exporter.auth import TokenError
@@ -130,16 +151,19 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     sock = bind_http(args)
     agg = Aggregator(peers, timeout=args.peer_timeout, max_bytes=args.peer_max_mb << 20,
                      concurrency=args.peer_concurrency, peer_token=peer_token, cache_seconds=args.cache_seconds,
-                     cache_entries=args.cache_entries)
-    return _run(agg, sock, args, access, peer_token, package_version())
+                     cache_entries=args.cache_entries, max_items=args.peer_max_items,
+                     parse_concurrency=args.peer_parse_concurrency, failure_seconds=args.peer_failure_seconds,
+                     cache_max_bytes=args.cache_max_mb << 20)
+    return _run(agg, sock, args, access, peer_token, package_version(), limits)
 
 
-def _run(agg, sock, args: argparse.Namespace, access: dict, peer_token, version: str) -> int:
+def _run(agg, sock, args: argparse.Namespace, access: dict, peer_token, version: str, limits=None) -> int:
     import asyncio
     import contextlib
     import logging
 
     from exporter.aggregate_app import background, create_app
+    from exporter.httpbounds import HttpGuard
     from exporter.serve import Reloaders, run_server, uvicorn_server
 
     log = logging.getLogger("kafka-census")
@@ -157,13 +181,14 @@ def _run(agg, sock, args: argparse.Namespace, access: dict, peer_token, version:
                 await task
             await agg.close()
 
-    app = create_app(agg, version=version, lifespan=lifespan, **access)
+    guard = HttpGuard(limits)  # the HTTP side's bounds, shared by the app and its server
+    app = create_app(agg, version=version, lifespan=lifespan, guard=guard, **access)
     reloaders = Reloaders()
     if access.get("api_token") is not None:
         reloaders.add("api token", access["api_token"].reload)
     if peer_token is not None:
         reloaders.add("peer token", peer_token.reload)
-    server = uvicorn_server(app, lifespan="on")
+    server = uvicorn_server(app, lifespan="on", guard=guard)
     host, port = sock.getsockname()[:2]
     shown = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
     base = f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"

@@ -1,20 +1,46 @@
-"""The aggregator's server (issue 16): peers, the fan-out, the short cache, its own metrics.
+"""The aggregator's server (issue 16): peers, the fan-out, the short caches, its own metrics.
 
 Owns `Peers` (the static list and the DNS answer of a headless Service, re-resolved, bounded by
---max-peers), `Aggregator` (one concurrent GET to every peer, each with a deadline, a byte bound
-and a shape check; the answers merged by exporter.aggregate_merge as they arrive; what did not
-answer named in the body and the headers), the answer cache (whole answers only, a few
-seconds, bounded; concurrent identical requests share one fan-out), the collector of its own
-/metrics, and `create_app`, the FastAPI application.
+--max-peers), `Aggregator` (one concurrent GET to every peer, each with a deadline, a byte and an
+item bound and a shape check; the answers merged by exporter.aggregate_merge as they arrive; what
+did not answer named in the body and the headers), the answer cache (whole answers only, a few
+seconds, bounded in entries and bytes; concurrent identical requests share one fan-out), the
+peer failure cache (a failed peer is not asked again for --peer-failure-seconds), the collector
+of its own /metrics, and `create_app`, the FastAPI application.
 
 A peer is a kafka-census process serving the REST API; nothing it sends is trusted: its
-answer is read up to --peer-max-mb (no compressed encodings: the bound is on what is kept),
-parsed off the event loop, and checked before any merge reads it. An error message never
-quotes a peer's bytes unescaped, nor the peer token. Must not import capture or the registry:
-it keeps no store. The query strings (exporter.api's `connection_query` and `client_query`
-dependencies: filters, order_by, limit), the upgrade targets and the security headers are
-exporter.api's, imported, and tests/test_aggregate_peers.py holds the aggregator's OpenAPI
-parameters to the sidecar's.
+answer is read up to --peer-max-mb (no compressed encodings: the bound is on what is kept) and
+--peer-max-items JSON values, counted in the bytes as they arrive (`ItemBudget`), so an answer
+of millions of tiny rows is dropped before anything is built from it; then parsed off the event
+loop and checked before any merge reads it. Its depth is the json parser's: past Python's
+recursion limit (1,000) it raises RecursionError, an `invalid` answer, and each level is an item.
+An error message never quotes a peer's bytes unescaped, nor the peer token. Must not import
+capture or the registry: it keeps no store. The query strings (exporter.api's
+`connection_query` and `client_query` dependencies: filters, order_by, limit), the upgrade
+targets and the security headers are exporter.api's, imported, and
+tests/test_aggregate_peers.py holds the aggregator's OpenAPI parameters to the sidecar's.
+
+Memory, whatever the peers send (P = --peer-max-mb in bytes, I = --peer-max-items,
+C = --peer-concurrency, S = --peer-parse-concurrency, K = --cache-max-mb in bytes):
+
+    RSS <= M0 + C x 1.125 P + S x (8 P + 280 B x I) + R x W + K
+
+- M0, the process at rest (interpreter, FastAPI, httpx): ~60 MiB measured, 100 MiB allowed.
+- C x 1.125 P: the answers being read, or waiting for a parse slot (a bytearray grows by 1/8).
+- S x (...): a large answer (over 64 KiB) is decoded, parsed, checked and merged only in one of
+  S slots, held until the merge is done (parsing holds the GIL: more slots only hold more
+  parsed answers). In a slot: the text (P if ASCII, as the sidecar's listings are; up to 4 P for
+  UTF-8 with characters past U+FFFF), its strings (up to 4 P likewise) and the values, at most
+  280 bytes per counted item (measured, the worst shape: one-key objects nested with distinct
+  keys; the sidecar's 10,000-row page costs 62 bytes per item). Smaller answers are parsed on
+  the event loop, one at a time, at most 44 bytes per byte (2.8 MiB each).
+- R x W: the merges of the R fan-outs running at once (one per distinct request in progress, and
+  the probe): W is at most twice `limit` rows for connections (~3.4 KiB each parsed), the union
+  of the peers' rows for clients and upgrade-readiness; a peer adds at most I items to it.
+- K: the answer cache's bytes; the peer failure cache is at most --cache-entries small entries.
+
+tests/test_aggregate_bounds.py measures VmHWM against this with a peer that streams tiny rows
+and one that answers just under the item budget in the costliest shape (docs/aggregator.md).
 """
 
 from __future__ import annotations
@@ -29,15 +55,17 @@ import socket
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import quote, urlsplit
 
 import httpx
 from fastapi import Depends, FastAPI, HTTPException, Path, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CollectorRegistry, Histogram, make_asgi_app
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import Field
 from starlette.routing import Route
@@ -71,6 +99,7 @@ from exporter.api import encode as _encode
 from exporter.auth import ApiToken, BearerAuth, TokenError, read_token
 from exporter.docs_ui import install as install_docs
 from exporter.health import CaptureSource, Health, HealthMerger, check_health
+from exporter.httpbounds import HttpGuard, HttpGuardCollector, RequestLimiter, metrics_endpoint
 from exporter.textsafe import visible
 from exporter.webpage import install as install_page
 
@@ -84,7 +113,21 @@ ErrorKind = Literal["timeout", "connect", "unauthorized", "http_status", "too_la
 ERROR_KINDS: tuple[str, ...] = get_args(ErrorKind)
 ENDPOINTS = ("connections", "connection", "clients", "brokers", "upgrade_readiness", "health", "peers", "probe")
 _DETAIL_CHARS = 200  # of a peer's error detail quoted in ours, escaped
-_PARSE_IN_THREAD = 64 << 10  # bytes: larger answers are parsed off the event loop
+_PARSE_IN_THREAD = 64 << 10  # bytes: larger answers are parsed off the event loop, in a parse slot
+# Kinds of failure that are the peer's, whatever it is asked: cached for the peer. The others
+# (too_large, invalid, http_status) are of one answer: cached for that path and query.
+_PEER_WIDE = frozenset({"connect", "timeout", "unauthorized"})
+#: The bounds an answer may be refused by: the `bound` label of
+#: kafka_census_aggregate_peer_answers_refused_total.
+REFUSAL_BOUNDS = ("peer_max_mb", "peer_max_items")
+_FIRST_HIT = {
+    "peer_max_mb": "peer {peer}: an answer passed --peer-max-mb ({mb} MiB): dropped",
+    "peer_max_items": "peer {peer}: an answer passed --peer-max-items ({items:,} JSON values) while it was read: "
+                      "dropped before it was parsed",
+    "cache_max_mb": "the answer cache reached --cache-max-mb ({cache_mb} MiB): the oldest answers were dropped",
+    "failure_cached": "peer {peer} failed ({kind}): callers get that failure, marked cached, for "
+                      "--peer-failure-seconds ({failure_s:g} s) without asking it again",
+}
 
 
 def now_iso(ts: float | None) -> str | None:
@@ -172,6 +215,8 @@ class Peer:
     latency: float | None = None
     errors: Counter = field(default_factory=Counter)
     cut_bytes: int = 0
+    refused: Counter = field(default_factory=Counter)  # REFUSAL_BOUNDS -> answers
+    failures_cached: Counter = field(default_factory=Counter)  # kind -> callers answered from the failure cache
 
     def state(self) -> dict:
         return {"peer": self.name, "url": self.url, "source": self.source, "up": self.up,
@@ -253,6 +298,70 @@ class Peers:
                 "error": self.dns_error, "addresses": self.dns_addresses}
 
 
+# --- the item budget ------------------------------------------------------------------------
+
+_EXACT_PIECE = 1 << 20  # bytes recounted at once when the quick count switches to the exact one
+
+
+def _structural(data: bytes) -> int:
+    return data.count(b",") + data.count(b"{") + data.count(b"[")
+
+
+class ItemBudget:
+    """An upper bound on the JSON values of an answer, counted in its bytes as they arrive,
+    before anything is parsed: every value but a document's first follows a `[`, a `{` (the
+    first of a container) or a `,`, so their count outside strings bounds what json would
+    build (one more than it, at most); invalid JSON stops json at the first bad byte, and
+    what comes before it is counted exactly.
+
+    Quick count first: `,{[` anywhere, three C scans a chunk (a 10 MB page: ~5 ms against a
+    ~100 ms parse). It over-counts what strings hold, which only errs on the safe side, until it
+    passes the budget: a sidecar's page may hold 10,000 client ids of commas that a client chose.
+    Then the answer so far is recounted exactly, and the rest likewise: `\\\\` and `\\"` pairs
+    removed, the rest split at `"`, and only what is outside strings counted (still C scans; the
+    state carried between chunks is one bit, "inside a string", and at most one backslash)."""
+
+    __slots__ = ("limit", "count", "exact", "in_string", "carry")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+        self.exact = False
+        self.in_string = False
+        self.carry = b""
+
+    def add(self, chunk: bytes, whole: bytes | bytearray) -> bool:
+        """Count `chunk`, the last part of `whole` (all read so far); True once over the limit."""
+        if not self.exact:
+            self.count += _structural(chunk)
+            if self.count <= self.limit:
+                return False
+            self.exact, self.count = True, 0
+            view = memoryview(whole)
+            try:
+                for i in range(0, len(whole), _EXACT_PIECE):
+                    self._exact(bytes(view[i:i + _EXACT_PIECE]))
+                    if self.count > self.limit:
+                        break
+            finally:
+                view.release()  # a bytearray with an export cannot grow
+        else:
+            self._exact(chunk)
+        return self.count > self.limit
+
+    def _exact(self, piece: bytes) -> None:
+        data = self.carry + piece
+        kept = data.rstrip(b"\\")
+        # A run of backslashes at the end: its pairs are escaped backslashes; an odd one escapes
+        # the next piece's first byte.
+        self.carry = b"\\" if (len(data) - len(kept)) % 2 else b""
+        parts = kept.replace(b"\\\\", b"").replace(b'\\"', b"").split(b'"')
+        outside = parts[1::2] if self.in_string else parts[0::2]
+        if len(parts) % 2 == 0:  # an odd number of quotes
+            self.in_string = not self.in_string
+        self.count += _structural(b"".join(outside))
+
+
 # --- the fan-out ----------------------------------------------------------------------------
 
 class PeerFailure(Exception):
@@ -299,23 +408,96 @@ class PeerToken:
         return f"PeerToken(path={self.path!r})"
 
 
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    until: float  # clock() time the entry expires
+    at: float  # clock() time of the failure
+    kind: str
+    message: str
+    status: int | None
+    token: bytes | None  # the peer token an `unauthorized` was answered to
+
+
+async def _in_thread(fn: Callable, *args, pool: ThreadPoolExecutor | None = None):
+    """`fn(*args)` in a worker thread (of `pool`, else the loop's default executor). A cancelled
+    caller still waits for the thread to end before it goes on: a thread cannot be stopped, and
+    what it holds (a parsed answer) belongs to the caller's slot until it does; so callers that
+    hang up never stack parses."""
+    fut = asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        while not fut.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([fut])
+        if not fut.cancelled():
+            fut.exception()  # retrieved: no "never retrieved" warning
+        raise
+
+
+def _parse_answer(box: list, check: Callable) -> Any:
+    """The answer in `box` (its only reference, taken out: the bytes go once decoded), parsed and
+    checked. Raises PeerFailure(invalid), outside any `except` and once its locals are gone: an
+    exception's traceback (and its context's) would keep the text or the parsed answer alive
+    for as long as the fan-out keeps the failure, outside the parse slot."""
+    raw = box.pop()
+    reason = ""
+    try:
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass")
+    except (UnicodeDecodeError, LookupError):
+        text, reason = "", "the answer is not JSON (not UTF-8 text)"
+    del raw
+    try:
+        body = json.loads(text) if not reason else None
+    except (ValueError, RecursionError):  # RecursionError: nested past Python's recursion limit
+        body, reason = None, "the answer is not JSON"
+    del text
+    if not reason:
+        try:
+            check(body)
+        except merge.InvalidAnswer as exc:
+            reason = f"not a kafka-census answer: {exc}"
+    if not reason:
+        return body
+    del body
+    raise PeerFailure("invalid", reason)
+
+
 class Aggregator:
     def __init__(self, peers: Peers, *, timeout: float = 5.0, max_bytes: int = 32 << 20, concurrency: int = 16,
                  peer_token: PeerToken | None = None, cache_seconds: float = 3.0, cache_entries: int = 128,
+                 # exporter.aggregate's DEFAULT_* (imported from there, they would close an import
+                 # ring through the command; tests/test_aggregate_bounds.py holds them equal)
+                 max_items: int = 2_500_000, parse_concurrency: int = 1,
+                 failure_seconds: float = 3.0,
+                 cache_max_bytes: int = 64 << 20,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.peers = peers
         self.timeout = timeout
         self.max_bytes = max_bytes
+        self.max_items = max_items
         self.concurrency = concurrency
+        self.parse_concurrency = parse_concurrency
         self.peer_token = peer_token
         self.cache_seconds = cache_seconds
         self.cache_entries = cache_entries
+        self.cache_max_bytes = cache_max_bytes
+        self.failure_seconds = failure_seconds
         self.clock = clock
         self.cache: OrderedDict[tuple, tuple[float, int, bytes, dict]] = OrderedDict()
+        self.cache_bytes = 0  # of the bodies in `cache`
+        self.cache_evictions: Counter = Counter()  # "entries" / "bytes" -> answers dropped or never stored
+        # (peer,) or (peer, path, params) -> its last failure; at most cache_entries, oldest first out
+        self.failures: OrderedDict[tuple, _Failure] = OrderedDict()
         self.inflight: dict[tuple, asyncio.Future] = {}
         self.answers: Counter = Counter()  # (endpoint, outcome)
         self.client: httpx.AsyncClient | None = None
         self._sem: asyncio.Semaphore | None = None
+        self._parse_sem: asyncio.Semaphore | None = None
+        # Large answers are parsed on these threads only: the memory malloc keeps after a parse
+        # stays in their arenas, not in one per worker thread the loop's executor happens to use.
+        self._parse_pool: ThreadPoolExecutor | None = None
+        self._said: set[str] = set()
         self.fanout_seconds = Histogram(
             "kafka_census_aggregate_fanout_duration_seconds", "Time to ask every peer and merge, by endpoint",
             ["endpoint"], registry=None,
@@ -329,10 +511,23 @@ class Aggregator:
                                         limits=httpx.Limits(max_connections=self.concurrency,
                                                             max_keepalive_connections=self.concurrency))
         self._sem = asyncio.Semaphore(self.concurrency)
+        self._parse_sem = asyncio.Semaphore(self.parse_concurrency)
+        self._parse_pool = ThreadPoolExecutor(self.parse_concurrency, thread_name_prefix="peer-parse")
 
     async def close(self) -> None:
         if self.client is not None:
             await self.client.aclose()
+        if self._parse_pool is not None:
+            self._parse_pool.shutdown(wait=False, cancel_futures=True)
+
+    def _hit(self, what: str, peer: Peer | None = None, kind: str = "") -> None:
+        """Log the first time each bound is hit (every hit is counted where it happens)."""
+        if what in self._said:
+            return
+        self._said.add(what)
+        log.warning("%s; counted in /metrics (logged once)", _FIRST_HIT[what].format(
+            peer=visible(peer.name) if peer else "", kind=kind, mb=self.max_bytes >> 20, items=self.max_items,
+            cache_mb=self.cache_max_bytes >> 20, failure_s=self.failure_seconds))
 
     # --- one peer ---------------------------------------------------------------------------
 
@@ -344,34 +539,61 @@ class Aggregator:
             headers["Authorization"] = "Bearer " + self.peer_token.value.decode("ascii")
         return headers
 
-    async def _read(self, peer: Peer, path: str, params: list[tuple[str, str]]) -> bytes:
+    async def _read(self, peer: Peer, path: str, params: list[tuple[str, str]]) -> bytearray:
         assert self.client is not None, "Aggregator.start() first"
-        async with self.client.stream("GET", peer.url + path, params=tuple(params), headers=self._headers()) as resp:
-            if resp.status_code != 200:
-                detail = await self._detail(resp)
-                if resp.status_code in (401, 403):
-                    raise PeerFailure("unauthorized", f"HTTP {resp.status_code}: the peer refused the token "
-                                      "(--peer-token-file)", resp.status_code)
-                raise PeerFailure("http_status", f"HTTP {resp.status_code}{detail}", resp.status_code)
-            encoding = resp.headers.get("content-encoding", "identity").strip().lower()
-            if encoding not in ("", "identity"):
-                raise PeerFailure("invalid", "a compressed answer (Content-Encoding), which was not asked for")
-            declared = resp.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-                self._cut(peer, 0)
-                raise PeerFailure("too_large", f"the answer is {int(declared)} bytes, over --peer-max-mb "
-                                  f"({self.max_bytes >> 20} MiB)")
-            buf = bytearray()
+        request = self.client.build_request("GET", peer.url + path, params=tuple(params), headers=self._headers())
+        resp = await self.client.send(request, stream=True)
+        try:
+            return await self._body(peer, resp)
+        finally:
+            await resp.aclose()
+            # An httpx.Response and its stream refer to each other: a cycle that would keep the
+            # closed connection, and what its socket had buffered (up to 8 MiB under uvloop: libuv
+            # reads 32 x 256 KB a wakeup), until the cyclic GC runs. Broken, they go with the answer.
+            resp.stream = httpx.ByteStream(b"")
+
+    async def _body(self, peer: Peer, resp: httpx.Response) -> bytearray:
+        """The answer's bytes, within --peer-max-mb and --peer-max-items. Raises PeerFailure."""
+        if resp.status_code != 200:
+            detail = await self._detail(resp)
+            if resp.status_code in (401, 403):
+                raise PeerFailure("unauthorized", f"HTTP {resp.status_code}: the peer refused the token "
+                                  "(--peer-token-file)", resp.status_code)
+            raise PeerFailure("http_status", f"HTTP {resp.status_code}{detail}", resp.status_code)
+        encoding = resp.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise PeerFailure("invalid", "a compressed answer (Content-Encoding), which was not asked for")
+        declared = resp.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            self._refuse(peer, "peer_max_mb", 0)
+            raise PeerFailure("too_large", f"the answer is {int(declared)} bytes, over --peer-max-mb "
+                              f"({self.max_bytes >> 20} MiB)")
+        buf = bytearray()
+        items = ItemBudget(self.max_items)
+        chunk = b""
+        try:
             async for chunk in resp.aiter_raw():
                 buf += chunk
                 if len(buf) > self.max_bytes:
-                    self._cut(peer, len(buf))
-                    raise PeerFailure("too_large", f"the answer passed --peer-max-mb ({self.max_bytes >> 20} MiB); "
-                                      f"{len(buf)} bytes read and dropped")
-            return bytes(buf)
+                    self._refuse(peer, "peer_max_mb", len(buf))
+                    raise PeerFailure("too_large", f"the answer passed --peer-max-mb ({self.max_bytes >> 20} "
+                                      f"MiB); {len(buf)} bytes read and dropped")
+                if items.add(chunk, buf):
+                    self._refuse(peer, "peer_max_items", len(buf))
+                    raise PeerFailure("too_large", f"the answer passed --peer-max-items ({self.max_items:,} "
+                                      f"JSON values) after {len(buf)} bytes; dropped before it was parsed")
+        except BaseException:
+            # The exception's traceback holds this frame, and the failure lives as long as its
+            # fan-out: without this the bytes would too, outside their peer slot.
+            buf.clear()
+            chunk = b""  # noqa: F841 (the frame outlives this: it is in the traceback)
+            raise
+        return buf
 
-    def _cut(self, peer: Peer, nbytes: int) -> None:
+    def _refuse(self, peer: Peer, bound: str, nbytes: int) -> None:
         peer.cut_bytes += nbytes
+        peer.refused[bound] += 1
+        self._hit(bound, peer)
 
     @staticmethod
     async def _detail(resp: httpx.Response) -> str:
@@ -388,15 +610,67 @@ class Aggregator:
             return ""
         return f": {visible(detail[:_DETAIL_CHARS])}" if isinstance(detail, str) else ""
 
-    async def ask(self, peer: Peer, path: str, params: list[tuple[str, str]], check: Callable) -> dict:
-        """One peer's checked answer; its state updated either way. Raises PeerFailure."""
-        assert self._sem is not None, "Aggregator.start() first"
+    # --- the failure cache ------------------------------------------------------------------
+
+    def _failure_keys(self, peer: Peer, path: str, params: list[tuple[str, str]]) -> tuple[tuple, tuple]:
+        return (peer.name,), (peer.name, path, tuple(params))
+
+    def cached_failure(self, peer: Peer, path: str, params: list[tuple[str, str]]) -> PeerFailure | None:
+        """The peer's failure from the last --peer-failure-seconds, for this query or for any,
+        counted; None when it is to be asked."""
+        if not self.failures:
+            return None
+        now = self.clock()
+        for key in self._failure_keys(peer, path, params):
+            hit = self.failures.get(key)
+            if hit is None:
+                continue
+            if hit.until <= now or (hit.kind == "unauthorized" and self.peer_token is not None
+                                    and hit.token != self.peer_token.value):  # a new token (SIGHUP): ask
+                del self.failures[key]
+                continue
+            peer.failures_cached[hit.kind] += 1
+            return PeerFailure(hit.kind, f"{hit.message} (cached: failed {now - hit.at:.1f} s ago; asked again "
+                               f"after --peer-failure-seconds)", hit.status)
+        return None
+
+    def _remember_failure(self, peer: Peer, path: str, params: list[tuple[str, str]], exc: PeerFailure) -> None:
+        if self.failure_seconds <= 0:
+            return
+        wide, one = self._failure_keys(peer, path, params)
+        key = wide if exc.kind in _PEER_WIDE else one
+        now = self.clock()
+        token = self.peer_token.value if self.peer_token is not None and exc.kind == "unauthorized" else None
+        self.failures.pop(key, None)
+        self.failures[key] = _Failure(now + self.failure_seconds, now, exc.kind, str(exc), exc.status, token)
+        while len(self.failures) > self.cache_entries:
+            self.failures.popitem(last=False)
+        self._hit("failure_cached", peer, exc.kind)
+
+    # --- asking -----------------------------------------------------------------------------
+
+    async def ask(self, peer: Peer, path: str, params: list[tuple[str, str]], check: Callable, use=None):
+        """One peer's checked answer, or `await use(answer)` when given, run before the answer's
+        slots are let go (so the parsed answer never outlives its bound); the peer's state updated
+        either way. Raises PeerFailure: from the failure cache, without asking, when the peer
+        failed within --peer-failure-seconds."""
+        assert self._sem is not None and self._parse_sem is not None, "Aggregator.start() first"
+        failure = self.cached_failure(peer, path, params)
+        if failure is not None:
+            raise failure
         async with self._sem:
+            failure = self.cached_failure(peer, path, params)  # it failed while this waited for a slot
+            if failure is not None:
+                raise failure
             started = self.clock()
             peer.last_attempt = time.time()
             try:
                 try:
-                    data = await asyncio.wait_for(self._read(peer, path, params), self.timeout)
+                    # asyncio.timeout, not wait_for: wait_for runs the read as a task, and its failure
+                    # would then sit in a reference cycle (task, exception, traceback, frame) with the
+                    # read's buffers until the cyclic GC, far outside the slot.
+                    async with asyncio.timeout(self.timeout):
+                        data = await self._read(peer, path, params)
                 except TimeoutError:
                     raise PeerFailure("timeout", f"no whole answer within --peer-timeout ({self.timeout:g} s)") \
                         from None
@@ -409,82 +683,123 @@ class Aggregator:
                     raise PeerFailure("invalid", f"not an HTTP answer: {_reason(exc)}") from None
                 except httpx.HTTPError as exc:
                     raise PeerFailure("connect", f"the exchange failed: {_reason(exc)}") from None
-                try:
-                    body = await asyncio.to_thread(json.loads, data) if len(data) > _PARSE_IN_THREAD \
-                        else json.loads(data)
-                except (ValueError, RecursionError):
-                    raise PeerFailure("invalid", "the answer is not JSON") from None
-                try:
-                    check(body)
-                except merge.InvalidAnswer as exc:
-                    raise PeerFailure("invalid", f"not a kafka-census answer: {exc}") from None
             except PeerFailure as exc:
-                if peer.up:  # whole answers cached before: never served once a peer is seen missing
-                    self.cache.clear()
-                peer.up = False
-                # 404 on one connection is an answer, not the peer failing
-                if exc.status != 404:
-                    peer.error, peer.kind = str(exc), exc.kind
-                    peer.errors[exc.kind] += 1
-                else:
-                    peer.up, peer.error, peer.kind, peer.last_answer = True, None, None, time.time()
-                peer.latency = self.clock() - started
+                self._failed(peer, path, params, exc, started)
                 raise
-            peer.up, peer.error, peer.kind = True, None, None
-            peer.last_answer = time.time()
-            peer.latency = self.clock() - started
-            return body
+            # A large answer is parsed (and used) in a parse slot, held until the use is done: at
+            # most --peer-parse-concurrency parsed answers exist at once. A small one is parsed on
+            # the loop (one at a time) and held by its peer slot only.
+            large = len(data) > _PARSE_IN_THREAD
+            async with self._parse_sem if large else contextlib.nullcontext():
+                box = [data]
+                del data
+                try:
+                    body = await _in_thread(_parse_answer, box, check, pool=self._parse_pool) if large \
+                        else _parse_answer(box, check)
+                except PeerFailure as exc:
+                    self._failed(peer, path, params, exc, started)
+                    raise
+                peer.up, peer.error, peer.kind = True, None, None
+                peer.last_answer = time.time()
+                peer.latency = self.clock() - started
+                return body if use is None else await use(body)
+
+    def _failed(self, peer: Peer, path: str, params: list[tuple[str, str]], exc: PeerFailure, started: float) -> None:
+        if peer.up:  # whole answers cached before: never served once a peer is seen missing
+            self._cache_clear()
+        peer.up = False
+        # 404 on one connection is an answer, not the peer failing: neither counted nor cached
+        if exc.status != 404:
+            peer.error, peer.kind = str(exc), exc.kind
+            peer.errors[exc.kind] += 1
+            self._remember_failure(peer, path, params, exc)
+        else:
+            peer.up, peer.error, peer.kind, peer.last_answer = True, None, None, time.time()
+        peer.latency = self.clock() - started
 
     # --- every peer -------------------------------------------------------------------------
 
     async def fan_out(self, endpoint: str, path: str, params: list[tuple[str, str]], check: Callable,
                       merger) -> Outcome:
-        """Ask every current peer at once; `merger.add(peer, body)` as each answers (so the
-        merge keeps what it needs, not every page). Over-limit DNS peers are missing too."""
+        """Ask every current peer at once; `merger.add(peer, body)` as each answers, inside the
+        answer's slots (so the merge keeps what it needs, and no page waits for it outside its
+        bound). Over-limit DNS peers are missing too."""
         started = self.clock()
         peers = self.peers.current()
         missing = [{"peer": p.name, "url": p.url, "kind": "over_max_peers",
                     "error": f"not asked: over --max-peers ({self.peers.max_peers})"} for p in self.peers.over_limit]
+        lock = asyncio.Lock()  # one merge at a time: a merger is not thread-safe
+
+        async def add(name: str, body: dict) -> None:
+            async with lock:
+                # in a worker thread, so that sorting a page of 10k rows never stalls the loop
+                await _in_thread(merger.add, name, body)
+
         async def one(peer: Peer):
             try:
-                return peer, await self.ask(peer, path, params, check), None
-            except PeerFailure as exc:
-                return peer, None, exc
+                await self.ask(peer, path, params, check, use=partial(add, peer.name))
+                return peer, None
+            except PeerFailure as exc:  # kept without its traceback, which holds the frames it left
+                return peer, PeerFailure(exc.kind, str(exc), exc.status)
 
         tasks = [asyncio.ensure_future(one(p)) for p in peers]
         answered = 0
         try:
             for next_done in asyncio.as_completed(tasks):
-                peer, body, exc = await next_done
+                peer, exc = await next_done
                 if exc is not None:
                     missing.append({"peer": peer.name, "url": peer.url, "kind": exc.kind, "error": str(exc)})
                     continue
-                # Merged now, so the page is dropped before the next arrives; in a worker thread, so
-                # that sorting a page of 10k rows never stalls the loop's other exchanges.
-                await asyncio.to_thread(merger.add, peer.name, body)
                 answered += 1
         finally:
             for t in tasks:  # the caller went away: no peer exchange outlives the request
                 t.cancel()
         self.fanout_seconds.labels(endpoint).observe(self.clock() - started)
         missing.sort(key=lambda m: m["peer"])
-        return Outcome(await asyncio.to_thread(merger.result) if answered else None, len(peers), missing)
+        return Outcome(await _in_thread(merger.result) if answered else None, len(peers), missing)
 
-    # --- the cache --------------------------------------------------------------------------
+    # --- the answer cache -------------------------------------------------------------------
+
+    def _cache_drop(self, key: tuple) -> None:
+        entry = self.cache.pop(key, None)
+        if entry is not None:
+            self.cache_bytes -= len(entry[2])
+
+    def _cache_clear(self) -> None:
+        self.cache.clear()
+        self.cache_bytes = 0
+
+    def _cache_put(self, key: tuple, status: int, body: bytes, headers: dict) -> None:
+        """Keep a whole answer for cache_seconds; the oldest go first past --cache-entries or
+        --cache-max-mb, and an answer larger than --cache-max-mb is not kept (counted as evicted)."""
+        self._cache_drop(key)
+        if len(body) > self.cache_max_bytes:
+            self.cache_evictions["bytes"] += 1
+            self._hit("cache_max_mb")
+            return
+        self.cache[key] = (self.clock() + self.cache_seconds, status, body, headers)
+        self.cache_bytes += len(body)
+        while len(self.cache) > self.cache_entries:
+            self._cache_drop(next(iter(self.cache)))
+            self.cache_evictions["entries"] += 1
+        while self.cache_bytes > self.cache_max_bytes:
+            self._cache_drop(next(iter(self.cache)))
+            self.cache_evictions["bytes"] += 1
+            self._hit("cache_max_mb")
 
     async def cached(self, key: tuple, compute) -> tuple[int, bytes, dict, bool]:
         """(status, body, headers, hit): a whole answer from the last `cache_seconds`, or one
         fan-out shared by every identical request that arrives while it runs."""
         if self.peers.changed:
             self.peers.changed = False
-            self.cache.clear()
+            self._cache_clear()
         if self.cache_seconds > 0:
             hit = self.cache.get(key)
             if hit is not None:
                 if hit[0] > self.clock():
                     self.cache.move_to_end(key)
                     return hit[1], hit[2], hit[3], True
-                del self.cache[key]
+                self._cache_drop(key)
         waiting = self.inflight.get(key)
         if waiting is not None:
             with contextlib.suppress(asyncio.CancelledError):  # its request went away: ask ourselves
@@ -505,10 +820,7 @@ class Aggregator:
             self.inflight.pop(key, None)
         fut.set_result((status, body, headers))
         if whole and status == 200 and self.cache_seconds > 0:
-            self.cache[key] = (self.clock() + self.cache_seconds, status, body, headers)
-            self.cache.move_to_end(key)
-            while len(self.cache) > self.cache_entries:
-                self.cache.popitem(last=False)
+            self._cache_put(key, status, body, headers)
         return status, body, headers, False
 
 
@@ -647,15 +959,28 @@ class AggregateCollector:
         errors = CounterMetricFamily("kafka_census_aggregate_peer_errors", "Failed exchanges with a peer, by kind",
                                      labels=["peer", "kind"])
         cut = CounterMetricFamily("kafka_census_aggregate_peer_cut_bytes",
-                                  "Bytes read from a peer's answers over --peer-max-mb and dropped", labels=["peer"])
+                                  "Bytes read from a peer's answers refused by --peer-max-mb or --peer-max-items, "
+                                  "and dropped", labels=["peer"])
+        refused = CounterMetricFamily("kafka_census_aggregate_peer_answers_refused",
+                                      "A peer's answers dropped while read, by the bound they passed (peer_max_mb, "
+                                      "peer_max_items): kind too_large", labels=["peer", "bound"])
+        cached = CounterMetricFamily("kafka_census_aggregate_peer_failures_cached",
+                                     "Times a peer was not asked because it failed within --peer-failure-seconds: "
+                                     "the caller got that failure, by kind", labels=["peer", "kind"])
         for p in sorted(current, key=lambda p: p.name):
             up.add_metric([p.name], 1.0 if p.up else 0.0)
             for kind, n in sorted(p.errors.items()):
                 errors.add_metric([p.name, kind], n)
             cut.add_metric([p.name], p.cut_bytes)
+            for bound in REFUSAL_BOUNDS:
+                refused.add_metric([p.name, bound], p.refused[bound])
+            for kind, n in sorted(p.failures_cached.items()):
+                cached.add_metric([p.name, kind], n)
         yield up
         yield errors
         yield cut
+        yield refused
+        yield cached
         known = GaugeMetricFamily("kafka_census_aggregate_peers", "Peers asked, by where they come from",
                                   labels=["source"])
         known.add_metric(["static"], len(peers.static))
@@ -675,6 +1000,16 @@ class AggregateCollector:
             dns.add_metric([result], peers.dns_lookups[result])
         yield dns
         yield GaugeMetricFamily("kafka_census_aggregate_cache_entries", "Answers in the cache", value=len(agg.cache))
+        yield GaugeMetricFamily("kafka_census_aggregate_cache_bytes", "Bytes of the answers in the cache "
+                                "(at most --cache-max-mb)", value=agg.cache_bytes)
+        evicted = CounterMetricFamily("kafka_census_aggregate_cache_evictions",
+                                      "Answers dropped from the cache before they expired, or not stored, by the "
+                                      "bound (entries: --cache-entries, bytes: --cache-max-mb)", labels=["reason"])
+        for reason in ("entries", "bytes"):
+            evicted.add_metric([reason], agg.cache_evictions[reason])
+        yield evicted
+        yield GaugeMetricFamily("kafka_census_aggregate_peer_failure_cache_entries",
+                                "Peer failures remembered (at most --cache-entries)", value=len(agg.failures))
         yield from agg.fanout_seconds.collect()
 
 
@@ -706,13 +1041,17 @@ def _body_bytes(body: dict) -> bytes:
 
 
 def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken | None = None,
-               metrics_auth: bool = False, lifespan=None) -> FastAPI:
+               metrics_auth: bool = False, lifespan=None, guard: HttpGuard | None = None) -> FastAPI:
+    """The aggregator's application. `guard` (exporter.httpbounds, shared with its uvicorn
+    server): the request caps, the response budget and its counters, as on a sidecar."""
     if metrics_auth and api_token is None:
         raise ValueError("metrics_auth needs api_token")
+    guard = guard or HttpGuard()
     app = FastAPI(title="kafka-census aggregate", version=version, docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json", lifespan=lifespan,
                   description="The kafka-census REST API over every peer (sidecar): the union of their answers, "
                               "marked partial when a peer did not answer.")
+    app.add_middleware(RequestLimiter, guard=guard)  # innermost: a 401 never takes a slot
     if api_token is not None:
         open_paths = OPEN_PATHS if metrics_auth else OPEN_PATHS | {"/metrics"}
         app.add_middleware(BearerAuth, token=api_token, open_paths=open_paths)
@@ -721,16 +1060,17 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
     install_docs(app)  # /docs without a CDN (exporter.docs_ui)
     prom = CollectorRegistry(auto_describe=False)
     prom.register(AggregateCollector(agg))
-    app.router.routes.append(Route("/metrics", endpoint=AsgiEndpoint(make_asgi_app(registry=prom)),
+    prom.register(HttpGuardCollector(guard))
+    app.router.routes.append(Route("/metrics", endpoint=AsgiEndpoint(metrics_endpoint(prom)),
                                    include_in_schema=False))
 
     @app.get("/healthz", response_model=Status, tags=["health"], summary="The process is up")
-    def healthz() -> dict:
+    async def healthz() -> dict:
         return {"status": "ok"}
 
     @app.get("/readyz", response_model=Status, tags=["health"], summary="At least one peer is known",
              responses={503: {"model": Status, "description": "No peer known yet"}})
-    def readyz():
+    async def readyz():
         if agg.peers.current():
             return {"status": "ok"}
         return JSONResponse({"status": "not ready"}, status_code=503)
@@ -789,9 +1129,13 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
         if peer is None:
             raise HTTPException(404, f"no peer {name!r} (ids are PEER/ID; GET /api/v1/peers lists the peers)")
         started = agg.clock()
+
+        async def row_bytes(body: dict) -> bytes:  # inside the answer's slot: only these bytes leave it
+            return _body_bytes(merge.peer_row(peer.name, body))
+
         try:
-            body = await agg.ask(peer, API_PREFIX + "/connections/" + quote(orig, safe=""), [],
-                                 merge.check_connection)
+            data = await agg.ask(peer, API_PREFIX + "/connections/" + quote(orig, safe=""), [],
+                                 merge.check_connection, use=row_bytes)
         except PeerFailure as exc:
             if exc.status == 404:
                 raise HTTPException(404, f"no connection {orig!r} on peer {name} (open or recently closed)") \
@@ -805,7 +1149,7 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
         finally:
             agg.fanout_seconds.labels("connection").observe(agg.clock() - started)
         agg.answers[("connection", "whole")] += 1
-        return Response(_body_bytes(merge.peer_row(peer.name, body)), media_type="application/json",
+        return Response(data, media_type="application/json",
                         headers={HEADER_PARTIAL: "false", HEADER_PEERS: "1/1"})
 
     @app.get(API_PREFIX + "/clients", response_model=AggClientList, tags=["clients"],
@@ -835,7 +1179,8 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
              summary="Capture health over every peer: counters summed, sources listed per peer",
              responses=_FANOUT_ERRORS)
     async def capture_health(request: Request) -> Response:
-        return await serve(request, "health", API_PREFIX + "/health", [], check_health, HealthMerger)
+        return await serve(request, "health", API_PREFIX + "/health", [], check_health,
+                           lambda: HealthMerger(http=guard.health))
 
     @app.get(API_PREFIX + "/peers", response_model=PeerList, tags=["peers"],
              summary="Every peer, asked now: up, last answer, last error")

@@ -179,7 +179,10 @@ def check_health(body: Any) -> None:
 class HealthMerger:
     """Every counter summed over the peers; capture sources listed per peer (`peer` added)."""
 
-    def __init__(self) -> None:
+    def __init__(self, http=None) -> None:
+        """`http()`: the aggregator's own HTTP side (exporter.httpbounds' `HttpGuard.health`);
+        the peers' are theirs and not merged."""
+        self.http = http
         self.sources: list[dict] = []
         self.decode_errors: dict[str, int] = {}
         self.desyncs: dict[str, int] = {}
@@ -207,4 +210,6 @@ class HealthMerger:
         body["dropped_by_bounds"] = {k: dict(sorted(v.items())) if isinstance(v, dict) else v
                                      for k, v in self.bounds.items()}
         body["capture"] = sources
+        if self.http is not None:
+            body["http"] = self.http()
         return body

@@ -253,7 +253,8 @@ def test_paths_the_docs_name_exist():
 # pytest/hypothesis, Tansu and this file. Anything else spelled --like-this must be kafka-census's.
 OTHER_PROGRAMS_FLAGS = {"--set", "--show-only", "--cycles", "--in-sample", "--load", "--nice", "--pingpong-only",
                         "--clients", "--rounds", "--list", "--only", "--hypothesis-seed", "--authentication",
-                        "--write"}
+                        "--write", "--polite", "--callers", "--requests", "--messages", "--connections",
+                        "--proxy-args", "--max-seconds"}
 
 
 def _kafka_census_flags() -> set[str]:
