@@ -45,7 +45,7 @@ log = logging.getLogger("kafka-census")
 DEFAULT_HTTP_MAX_CONNECTIONS = 128  # Prometheus, the kubelet, an aggregator and a few people need ~10
 DEFAULT_HTTP_HEADER_TIMEOUT = 10.0  # seconds from connect (or from the first byte after idling) to a whole head
 DEFAULT_HTTP_IDLE_TIMEOUT = 30.0  # a keep-alive connection between requests; a client that reads nothing
-DEFAULT_HTTP_MAX_REQUESTS = 4  # API requests at once (each a worker thread); /healthz and /readyz never count
+DEFAULT_HTTP_MAX_REQUESTS = 8  # API requests at once: the incident page asks up to 8 at a time; probes never count
 DEFAULT_HTTP_MAX_SCRAPES = 2  # /metrics at once, apart from the API's: a flood of listings never starves scrapes
 DEFAULT_HTTP_MAX_RESPONSE_MB = 16  # a 10,000-row page of 256-character client ids is ~11 MB
 DEFAULT_HTTP_CPU_SHARE = 0.25  # of the wall clock that building API answers and scrapes may take, all together
@@ -180,8 +180,9 @@ class Pacer:
     at a time work, and after a step of `t` seconds no worker starts the next before
     t x (1 - share) / share has passed, the GIL free meanwhile. share 1 turns pacing off."""
 
-    def __init__(self, share: float = DEFAULT_HTTP_CPU_SHARE) -> None:
+    def __init__(self, share: float = DEFAULT_HTTP_CPU_SHARE, *, clock=time.monotonic, sleep=time.sleep) -> None:
         self.share = share
+        self._clock, self._sleep = clock, sleep
         self._lock = threading.Lock()
         self._next = 0.0
         self._started = 0.0
@@ -192,17 +193,17 @@ class Pacer:
         if self.share >= 1:
             return self
         self._lock.acquire()
-        wait = self._next - time.monotonic()
+        wait = self._next - self._clock()
         if wait > 0:
-            time.sleep(wait)
+            self._sleep(wait)
             self.waited += wait
-        self._started = time.monotonic()
+        self._started = self._clock()
         return self
 
     def __exit__(self, *exc) -> None:
         if self.share >= 1:
             return
-        now = time.monotonic()
+        now = self._clock()
         self._next = now + (now - self._started) * (1 - self.share) / self.share
         self.steps += 1
         self._lock.release()

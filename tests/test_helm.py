@@ -1581,7 +1581,7 @@ def test_aggregator_wiring_runs(tmp_path):
 # --- the HTTP side's bounds (issue 25) ----------------------------------------------------------
 
 HTTP_LIMIT_FLAGS = {"http_max_connections": 128, "http_header_timeout": 10.0, "http_idle_timeout": 30.0,
-                    "http_max_requests": 4, "http_max_scrapes": 2, "http_max_response_mb": 16, "http_cpu_share": 0.25}
+                    "http_max_requests": 8, "http_max_scrapes": 2, "http_max_response_mb": 16, "http_cpu_share": 0.25}
 
 
 @pytest.mark.parametrize("mode", ["daemonset", "sidecar", "proxy", "aggregator-proxy"])

@@ -129,7 +129,8 @@ def test_the_proxy_delivers_while_the_api_serves_its_maximum_of_heavy_queries(ta
     a counted 503 with Retry-After, and the memory the burst took is given back within the
     stated bound (6 answers x 16 MiB)."""
     _, listen = tansu
-    with start_proxy(tansu) as proxy:
+    with start_proxy(tansu, "--http-max-requests", "4", "--http-max-scrapes", "2",
+                     "--http-max-response-mb", "16") as proxy:
         pid = proxy.proc.pid
         assert fill_connections("127.0.0.1", listen, 3000) == 3000
         assert produce(f"127.0.0.1:{listen}", "http-bounds-warm", 100)["delivered"] == 100

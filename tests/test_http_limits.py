@@ -197,28 +197,38 @@ def test_the_first_hit_of_each_bound_is_logged_once(caplog):
 # --- pacing ---------------------------------------------------------------------------------
 
 def test_the_pacer_holds_work_to_its_share_across_threads():
-    """Four threads each doing steps of busy work: the steps' total time over the wall clock
-    stays near the share (asserted on what the pacer counted: it slept for the rest)."""
-    pacer = Pacer(0.25)
-    work = []
+    """On a fake clock: after a step of t seconds the next step, whichever thread takes it,
+    starts t x (1 - share) / share later; over four threads' steps the work is the share of the
+    clock's time. (The real clock and threads: bench.http_flood.)"""
+    now = [0.0]
+    sleeps = []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    pacer = Pacer(0.25, clock=lambda: now[0], sleep=sleep)
+    durations = [0.001 * (1 + i % 3) for i in range(40)]
+    lock = threading.Lock()
+    queue = list(durations)
 
     def worker():
-        for _ in range(10):
+        while True:
             with pacer:
-                started = time.monotonic()
-                while time.monotonic() - started < 0.002:
-                    pass
-                work.append(time.monotonic() - started)
+                with lock:
+                    if not queue:
+                        return
+                    now[0] += queue.pop(0)  # a step's work
 
     threads = [threading.Thread(target=worker) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
-    assert pacer.steps == 40
-    # after each step of t, the next waits t x 3: the sleeps are at least 3x the work (less
-    # the first step's, which waited for nothing)
-    assert pacer.waited >= 3 * (sum(work) - max(work)) * 0.9
+    assert pacer.steps >= 40
+    assert sleeps == pytest.approx([3 * d for d in durations][:len(sleeps)])
+    assert len(sleeps) >= 39  # every step after the first waited for the one before
+    assert sum(durations) / now[0] == pytest.approx(0.25, rel=0.1)
 
 
 def test_share_one_is_no_pacing():

@@ -127,11 +127,17 @@ async function api(path) {
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (token) headers.Authorization = 'Bearer ' + token;
   let resp;
-  try {
-    resp = await fetch(path, { headers, cache: 'no-store', credentials: 'omit', redirect: 'error' });
-  } catch (e) {
-    cycle.statuses.push(0);
-    throw new ApiError(0, 'unreachable: no answer from this census (' + e.message + ')');
+  // A census at its --http-max-requests answers 503 with Retry-After: ask again after it (twice at most).
+  for (let attempt = 0; ; attempt++) {
+    try {
+      resp = await fetch(path, { headers, cache: 'no-store', credentials: 'omit', redirect: 'error' });
+    } catch (e) {
+      cycle.statuses.push(0);
+      throw new ApiError(0, 'unreachable: no answer from this census (' + e.message + ')');
+    }
+    const wait = Number(resp.headers.get('Retry-After'));
+    if (resp.status !== 503 || !(wait > 0) || attempt >= 2) break;
+    await new Promise((done) => setTimeout(done, Math.min(wait, 5) * 1000));
   }
   cycle.statuses.push(resp.status);
   let body = null;
