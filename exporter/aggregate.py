@@ -32,7 +32,7 @@ DEFAULT_CACHE_ENTRIES = 128
 # synthetic rows, exporter.api's encoding) holds 558,555: 56 a row, at most 89; x 4.5 headroom
 # = 2.5M. Its densest rows run 10-19 bytes an item, so a real answer reaches this only near
 # --peer-max-mb; tiny hostile rows (`{},` 1.5 bytes an item) stop here after ~4 MB, before a
-# parse that would cost up to 280 bytes an item.
+# parse that would cost up to 300 bytes an item.
 DEFAULT_PEER_MAX_ITEMS = 2_500_000
 # Large answers parsed and merged at once: the parse holds the GIL, so a second slot would hold a
 # second parsed answer in memory without finishing sooner.

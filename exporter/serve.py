@@ -227,10 +227,13 @@ def run_server(server: uvicorn.Server, sock: socket.socket, reloaders: Reloaders
 
 class Service:
     def __init__(self, registry, *, version: str, compat=(), event_log=None, state=None, api_token=None,
-                 metrics_auth: bool = False, hot_path: str = "unknown", http_limits: HttpLimits | None = None) -> None:
+                 metrics_auth: bool = False, hot_path: str = "unknown", http_limits: HttpLimits | None = None,
+                 fd_budget: str | None = None) -> None:
         """`api_token` (exporter.auth.ApiToken): the REST API needs it as a bearer token, and
         SIGHUP re-reads its file; `metrics_auth`: /metrics needs it too. `http_limits`: the
-        serving port's bounds (exporter.httpbounds; the defaults when None)."""
+        serving port's bounds (exporter.httpbounds; the defaults when None); `fd_budget`: the
+        open-files split they were checked against, logged when serving starts."""
+        self.fd_budget = fd_budget
         self.registry = registry
         self.guard = HttpGuard(http_limits)
         self.api_token = api_token
@@ -262,6 +265,8 @@ class Service:
         self.reloaders.run()
 
     def _log_access(self, sock: socket.socket) -> None:
+        if self.fd_budget is not None:
+            log.info("%s", self.fd_budget)
         host, port = sock.getsockname()[:2]
         where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         if self.api_token is None:

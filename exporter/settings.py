@@ -297,7 +297,7 @@ _AGGREGATE_SETTINGS = (
     _S("peer_concurrency", parse_int, _aggregate.DEFAULT_PEER_CONCURRENCY, "peers asked at once; the answers being "
        "read hold at most N x --peer-max-mb"),
     _S("peer_parse_concurrency", parse_int, _aggregate.DEFAULT_PEER_PARSE_CONCURRENCY, "large peer answers "
-       "(over 64 KiB) parsed and merged at once; each may hold 8 x --peer-max-mb + 280 bytes x --peer-max-items "
+       "(over 64 KiB) parsed and merged at once; each may hold 8 x --peer-max-mb + 300 bytes x --peer-max-items "
        "(parsing holds Python's interpreter lock: more only hold more)"),
     _S("peer_failure_seconds", parse_float, _aggregate.DEFAULT_PEER_FAILURE_SECONDS, "a peer that failed is not "
        "asked again for this long: callers get its failure, marked cached (connect, timeout, unauthorized: for "

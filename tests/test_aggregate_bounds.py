@@ -334,16 +334,16 @@ FLAGS = {"--peer-max-mb": 32, "--peer-max-items": 200_000, "--peer-concurrency":
          "--cache-max-mb": 16, "--peer-failure-seconds": 600, "--peer-timeout": 60, "--peer-probe-interval": 0,
          "--http-max-requests": 64}
 M0 = 100 * MIB  # the process at rest: 72 MiB measured (Python 3.11, FastAPI, httpx)
-BYTES_PER_ITEM = 280  # parsed, at most: the costliest shape measured
-SMALL_PARSED = 44 * 64 * KIB  # an answer under 64 KiB, parsed on the event loop (44 bytes a byte at most)
-MERGE_SMALL = 3 * MIB  # one fan-out's merge of the sidecar's small pages, its result and its bytes
+PER_PEER_SLOT = 11 * MIB  # beside the answer's bytes: the socket's read-ahead (8 MiB) or a small parse (3 MiB)
+BYTES_PER_ITEM = 300  # of RSS, parsed, at most: 287 measured for the costliest shapes
+MERGE_SMALL = 3 * MIB  # W: one fan-out's merge of the sidecar's small pages, its result and its bytes
 
 
 def formula(fanouts: int) -> int:
     """RSS bound (bytes) of exporter.aggregate_app's docstring for FLAGS, `fanouts` at once."""
     p, i = FLAGS["--peer-max-mb"] * MIB, FLAGS["--peer-max-items"]
     c, s, k = FLAGS["--peer-concurrency"], FLAGS["--peer-parse-concurrency"], FLAGS["--cache-max-mb"] * MIB
-    return int(M0 + c * (1.125 * p + SMALL_PARSED) + s * (8 * p + BYTES_PER_ITEM * i) + fanouts * MERGE_SMALL + k)
+    return int(M0 + c * (1.125 * p + PER_PEER_SLOT) + s * (8 * p + BYTES_PER_ITEM * i) + fanouts * MERGE_SMALL + k)
 
 
 def tiny_rows(total: int = 31 * MIB) -> list[bytes]:
@@ -355,8 +355,8 @@ def tiny_rows(total: int = 31 * MIB) -> list[bytes]:
 
 def costly(items: int) -> bytes:
     """A valid listing of just under `items` values, every one a one-key object nested with a key
-    no other uses (280 bytes an item once parsed: the json memo, the dict, the key): parsed, then
-    refused by the shape check (kind invalid)."""
+    no other uses (~287 bytes of RSS an item once parsed: the json memo, the dict, the key):
+    parsed, then refused by the shape check (kind invalid)."""
     depth, rows, key = 500, [], 0
     room = items - 10
     while room > depth:

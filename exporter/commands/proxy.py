@@ -109,7 +109,7 @@ def proxied_bound(args: argparse.Namespace) -> tuple[int, dict]:
     wanted = args.max_connections
     if args.http:
         limits, budget = http_limits(args, proxied=wanted)
-        service_kw = {"http_limits": limits}
+        service_kw = {"http_limits": limits, "fd_budget": budget.describe()}
     else:
         try:
             budget = fd_budget(0, wanted)

@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--http serves only with --serve (replay lists the connections otherwise)")
     access = api_access(args)
     if args.serve:
-        access["http_limits"] = http_limits(args)[0]
+        limits, budget = http_limits(args)
+        access.update(http_limits=limits, fd_budget=budget.describe())
     listener_map = listeners(args)
     registry = ConnectionRegistry(max_closed=10**9, closed_ttl=float("inf"),  # a file is finite: keep all
                                   **registry_bounds(args))
