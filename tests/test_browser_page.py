@@ -173,6 +173,9 @@ def test_the_page_renders_the_census_and_the_connections(browser, census):
     assert "principal" not in headings  # no listed connection authenticated: the column is left out
     health = api(census.base, "/api/v1/health")
     assert f"{health['packets']:,} packets" in text_of(b, "#health")
+    # the HTTP side's card: its connections and what its bounds refused (the census's own counts)
+    http = health["http"]
+    assert f"of {http['max_connections']:,} connections open" in text_of(b, "#http-card")
     verdict = api(census.base, "/api/v1/upgrade-readiness")
     assert text_of(b, "#verdict").startswith("READY" if verdict["ready"] else "NOT READY")
     targets = b.driver.execute_script("return [...document.querySelectorAll('#target option')].map(o => o.value)")

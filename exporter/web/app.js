@@ -349,6 +349,14 @@ function renderHealth(h) {
     counts('dropped by bounds', Object.fromEntries(boundPairs)),
     el('div', { class: 'card' + (h.kernel_dropped ? ' warn' : '') }, el('h3', {}, `kernel drops: ${num(h.kernel_dropped)}`)),
   ];
+  if (h.http) {  // this process's HTTP side: what its bounds refused (docs/hardening.md)
+    const refused = { ...h.http.connections_closed_by_bound,
+      ...Object.fromEntries(Object.entries(h.http.requests_shed).map(([c, n]) => [`503 ${c}`, n])),
+      'responses cut': h.http.responses_cut };
+    const card = counts(`HTTP refused or closed (${num(h.http.connections_open)} of ${num(h.http.max_connections)} connections open)`, refused);
+    card.id = 'http-card';
+    cards.push(card);
+  }
   const sources = el('table', { id: 'sources-table' }, el('thead', {}, el('tr', {}, aggregator ? el('th', {}, 'peer') : null,
     el('th', {}, 'source'), el('th', { class: 'num' }, 'packets'), el('th', { class: 'num' }, 'bytes'),
     el('th', { class: 'num' }, 'gaps'), el('th', { class: 'num' }, 'flows open'), el('th', { class: 'num' }, 'flows evicted'),
