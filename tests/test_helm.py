@@ -1234,7 +1234,7 @@ def test_aggregator_renders_in_every_mode(mode):
     assert spec["automountServiceAccountToken"] is False and "hostNetwork" not in spec
     assert spec["serviceAccountName"] in {s["metadata"]["name"] for s in of_kind(docs, "ServiceAccount")}
     assert c["resources"] == values["aggregator"].get("resources", {"requests": {"cpu": "50m", "memory": "128Mi"},
-                                                                     "limits": {"memory": "512Mi"}})
+                                                                     "limits": {"memory": "1Gi"}})
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "census-http"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "census-http"}
     assert c["ports"] == [{"name": "census-http", "containerPort": 9595, "protocol": "TCP"}]
@@ -1460,31 +1460,47 @@ def test_aggregator_is_off_by_default_and_opt_out_is_explicit():
     assert "volumeMounts" not in c
 
 
+def aggregator_worst_case_mib(limit_mib: int, p: int = 16, items: int = 1_000_000, s: int = 1, k: int = 32,
+                              max_requests: int = 2) -> int:
+    """How many peers fit the aggregator's worst case (docs/aggregator.md), in MiB: what the
+    chart's derivation computes, written out once more here."""
+    parse = s * (8 * p + -(-300 * items // 2**20))
+    room = limit_mib - (100 + k + parse + (max_requests + 1) * 80)
+    return min(max(room, 0) // (-(-9 * p // 8) + 11), 16)
+
+
 def test_aggregator_flags_and_the_answers_it_holds_fit_its_memory():
-    """--peer-concurrency follows aggregator.resources.limits.memory: (limit - 128 MiB) / (3 x
-    peerMaxMB), at most 16; an explicit one that cannot fit, or a limit that holds no answer, is
-    refused. The other settings reach the CLI as given."""
+    """--peer-concurrency follows aggregator.resources.limits.memory by the aggregator's worst-case
+    formula (100 MiB + cache + parsing + merges + 1.125 P + 11 per peer asked), at most 16; an
+    explicit one that cannot fit, or a limit that holds no peer, is refused. The other settings
+    reach the CLI as given."""
     def agg_args(**aggregator) -> list[str]:
         docs = manifests(render(mode_values("daemonset", aggregator={"enabled": True, **aggregator})))
         args = aggregator_parts(docs)[3]["args"]
         parse_cli(args)
         return args
-    assert flag_value(agg_args(), "--peer-concurrency") == (512 - 128) // (3 * 32) == 4
-    assert flag_value(agg_args(peerMaxMB=16, resources={"limits": {"memory": "1Gi"}}), "--peer-concurrency") == 16
-    assert flag_value(agg_args(peerMaxMB=8), "--peer-concurrency") == 16
-    assert flag_value(agg_args(peerMaxMB=64), "--peer-concurrency") == 2
+    assert flag_value(agg_args(), "--peer-concurrency") == aggregator_worst_case_mib(1024) == 8
+    assert {"--peer-max-mb=16", "--peer-max-items=1000000", "--cache-max-mb=32", "--http-max-requests=2"} <= \
+        set(agg_args())
+    assert flag_value(agg_args(resources={"limits": {"memory": "2Gi"}}), "--peer-concurrency") == 16
+    assert flag_value(agg_args(peerMaxMB=8, peerMaxItems=500_000), "--peer-concurrency") == \
+        aggregator_worst_case_mib(1024, p=8, items=500_000)
+    assert flag_value(agg_args(httpLimits={"maxRequests": 4}), "--peer-concurrency") == \
+        aggregator_worst_case_mib(1024, max_requests=4)
     assert flag_value(agg_args(peerConcurrency=3), "--peer-concurrency") == 3
     assert flag_value(agg_args(resources={"limits": None}), "--peer-concurrency") is None
     with pytest.raises(helm_python.HelmRenderError, match=re.escape(
-            "aggregator.peerConcurrency 5 does not fit: aggregator.resources.limits.memory 512 MiB less 128") +
-            ".*at most 4"):
-        render(mode_values("daemonset", aggregator={"enabled": True, "peerConcurrency": 5}))
+            "aggregator.peerConcurrency 9 does not fit: aggregator.resources.limits.memory 1024 MiB less") +
+            ".*at most 8"):
+        render(mode_values("daemonset", aggregator={"enabled": True, "peerConcurrency": 9}))
     with pytest.raises(helm_python.HelmRenderError, match="the aggregator cannot hold one peer's answer"):
-        render(mode_values("daemonset", aggregator={"enabled": True, "resources": {"limits": {"memory": "200Mi"}}}))
+        render(mode_values("daemonset", aggregator={"enabled": True, "resources": {"limits": {"memory": "512Mi"}}}))
     args = agg_args(maxPeers=500, peerMaxMB=16, cacheSeconds=0, peerTimeoutSeconds=2.5, dnsIntervalSeconds=10,
-                    clusterDomain="corp.internal", extraArgs=["--log-level=debug"])
+                    peerParseConcurrency=1, peerFailureSeconds=5, clusterDomain="corp.internal",
+                    extraArgs=["--log-level=debug"])
     assert {"--max-peers=500", "--peer-max-mb=16", "--cache-seconds=0", "--peer-timeout=2.5",
-            "--peers-dns-interval=10", "--log-level=debug"} <= set(args)
+            "--peers-dns-interval=10", "--peer-parse-concurrency=1", "--peer-failure-seconds=5",
+            "--log-level=debug"} <= set(args)
     assert f"--peers-dns={RELEASE}-kafka-census-peers.{NAMESPACE}.svc.corp.internal:9595" in args
 
 
@@ -1609,7 +1625,9 @@ def test_every_serving_container_gets_the_http_bounds(mode):
         assert containers, mode
         for c in containers:
             args = parse_cli(c["args"])
-            assert {k: getattr(args, k) for k in HTTP_LIMIT_FLAGS} == want, (mode, c["name"])
+            # the aggregator's own: aggregator.httpLimits (maxRequests 2) over http.limits
+            expected = {**want, "http_max_requests": 2} if args.command == "aggregate" else want
+            assert {k: getattr(args, k) for k in HTTP_LIMIT_FLAGS} == expected, (mode, c["name"])
 
 
 def test_schema_rejects_bad_http_limits():

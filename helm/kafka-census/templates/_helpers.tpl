@@ -292,12 +292,12 @@ default 64) must fit: a full emptyDir gets the pod evicted.
 {{- with .Values.compatMetrics }}
 - {{ printf "--compat-metrics=%s" (join "," .) | quote }}
 {{- end }}
-{{ include "kafka-census.httpLimitArgs" . }}
+{{ include "kafka-census.httpLimitArgs" .Values.http.limits }}
 {{- end }}
 
-{{/* The HTTP side's bounds (http.limits): every mode and the aggregator. */}}
+{{/* The HTTP side's bounds, from a dict of http.limits' keys: every mode and the aggregator. */}}
 {{- define "kafka-census.httpLimitArgs" -}}
-{{- with .Values.http.limits -}}
+{{- with . -}}
 - {{ printf "--http-max-connections=%d" (int .maxConnections) | quote }}
 - {{ printf "--http-header-timeout=%v" .headerTimeoutSeconds | quote }}
 - {{ printf "--http-idle-timeout=%v" .idleTimeoutSeconds | quote }}
@@ -597,31 +597,46 @@ proxies' policy is on by default), so null means on.
 {{- if and .Values.aggregator.enabled (not (eq (toString .Values.networkPolicy.enabled) "false")) }}true{{ end }}
 {{- end }}
 
+{{/* The aggregator's HTTP bounds: http.limits with aggregator.httpLimits over it (YAML). */}}
+{{- define "kafka-census.aggregator.httpLimits" -}}
+{{- mergeOverwrite (deepCopy .Values.http.limits) (.Values.aggregator.httpLimits | default dict) | toYaml }}
+{{- end }}
+
 {{/*
---peer-concurrency: aggregator.peerConcurrency, or derived from aggregator.resources.limits.memory:
-the limit less 128 MiB (interpreter, FastAPI, httpx, the answer cache) holds the answers in
-flight, each up to peerMaxMB (CLI default 32) of bytes and about twice that decoded: 3 x
-peerMaxMB each, at most 16 (the CLI default). Empty without a memory limit (the CLI default).
-A value, or a limit, that cannot hold one answer fails the release.
+--peer-concurrency: aggregator.peerConcurrency, or derived from aggregator.resources.limits.memory
+by the aggregator's worst-case formula (docs/aggregator.md), in MiB, with P = peerMaxMB (CLI
+default 32), I = peerMaxItems (2,500,000), S = peerParseConcurrency (1), K = cacheMaxMB (64),
+R = the aggregator's --http-max-requests + 1 (the probe) and W = 80 (one 10,000-row merge,
+measured over 3 peers):
+    limit >= 100 + K + S x (8 P + 300 B x I) + R x W + C x (1.125 P + 11)
+C is what is left over its per-peer cost, at most 16 (the CLI default). Empty without a memory
+limit (the CLI default). A value, or a limit, that cannot hold one peer fails the release.
 */}}
 {{- define "kafka-census.aggregator.peerConcurrency" -}}
-{{- $explicit := .Values.aggregator.peerConcurrency }}
-{{- $maxMB := int (default 32 .Values.aggregator.peerMaxMB) }}
-{{- $limit := dig "limits" "memory" "" (.Values.aggregator.resources | default dict) }}
+{{- $a := .Values.aggregator }}
+{{- $explicit := $a.peerConcurrency }}
+{{- $limit := dig "limits" "memory" "" ($a.resources | default dict) }}
 {{- if $limit }}
 {{- $limitMiB := include "kafka-census.mebibytes" (list "aggregator.resources.limits.memory" $limit) | int }}
-{{- $room := sub $limitMiB 128 | int }}
-{{- $per := mul $maxMB 3 | int }}
-{{- $fits := div $room $per | int }}
-{{- $why := printf "aggregator.resources.limits.memory %d MiB less 128 (interpreter, libraries, cache) leaves %d MiB for the answers in flight, at 3 x aggregator.peerMaxMB (%d) = %d MiB each" $limitMiB $room $maxMB $per }}
+{{- $p := int (default 32 $a.peerMaxMB) }}
+{{- $items := int (default 2500000 $a.peerMaxItems) }}
+{{- $s := int (default 1 $a.peerParseConcurrency) }}
+{{- $k := int (default 64 $a.cacheMaxMB) }}
+{{- $r := add1 (int (get (include "kafka-census.aggregator.httpLimits" . | fromYaml) "maxRequests")) | int }}
+{{- $parse := mul $s (add (mul 8 $p) (div (add (mul 300 $items) 1048575) 1048576)) | int }}
+{{- $fixed := add 100 $k $parse (mul $r 80) | int }}
+{{- $room := sub $limitMiB $fixed | int }}
+{{- $per := add (div (add (mul 9 $p) 7) 8) 11 | int }}
+{{- $fits := div (max $room 0) $per | int }}
+{{- $why := printf "aggregator.resources.limits.memory %d MiB less %d (100 at rest, cacheMaxMB %d, %d for parsing: peerParseConcurrency %d x (8 x peerMaxMB %d + 300 B x peerMaxItems %d), %d for merges: (--http-max-requests + 1) %d x 80) leaves %d MiB for the peers asked at once, at 1.125 x peerMaxMB + 11 = %d MiB each" $limitMiB $fixed $k $parse $s $p $items (mul $r 80) $r $room $per }}
 {{- if not (kindIs "invalid" $explicit) }}
 {{- if gt (int $explicit) $fits }}
-{{- fail (printf "aggregator.peerConcurrency %d does not fit: %s; at most %d: raise the limit or lower aggregator.peerMaxMB" (int $explicit) $why (max $fits 0)) }}
+{{- fail (printf "aggregator.peerConcurrency %d does not fit: %s; at most %d: raise the limit or lower those values" (int $explicit) $why $fits) }}
 {{- end }}
 {{- int $explicit }}
 {{- else }}
 {{- if lt $fits 1 }}
-{{- fail (printf "the aggregator cannot hold one peer's answer: %s; raise the limit or lower aggregator.peerMaxMB" $why) }}
+{{- fail (printf "the aggregator cannot hold one peer's answer: %s; raise the limit or lower those values" $why) }}
 {{- end }}
 {{- min $fits 16 }}
 {{- end }}
