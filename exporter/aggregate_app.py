@@ -98,15 +98,22 @@ from exporter.api import (
     client_query,
     connection_query,
     document_bearer,
+    json_body,
     upgrade_target,
 )
 from exporter.api import Connection as _Connection
 from exporter.api import Model as _Model
-from exporter.api import encode as _encode
 from exporter.auth import ApiToken, BearerAuth, TokenError, read_token
 from exporter.docs_ui import install as install_docs
 from exporter.health import CaptureSource, Health, HealthMerger, check_health
-from exporter.httpbounds import HttpGuard, HttpGuardCollector, RequestLimiter, metrics_endpoint
+from exporter.httpbounds import (
+    DEFAULT_HTTP_MAX_RESPONSE_MB,
+    HEADER_CUT,
+    HttpGuard,
+    HttpGuardCollector,
+    RequestLimiter,
+    metrics_endpoint,
+)
 from exporter.textsafe import visible
 from exporter.webpage import install as install_page
 
@@ -1040,16 +1047,28 @@ def _fanout_headers(outcome: Outcome) -> dict:
     return headers
 
 
-def _body_bytes(body: dict) -> bytes:
-    # api._json's chunked encoding, as bytes to cache
-    parts = []
-    for key, value in body.items():
-        if isinstance(value, list) and len(value) > 256:
-            rows = ",".join(_encode(value[i:i + 256])[1:-1] for i in range(0, len(value), 256))
-            parts.append(f"{_encode(key)}:[{rows}]")
-        else:
-            parts.append(f"{_encode(key)}:{_encode(value)}")
-    return ("{" + ",".join(parts) + "}").encode()
+def _body_bytes(body: dict, max_bytes: int = DEFAULT_HTTP_MAX_RESPONSE_MB << 20) -> bytes:
+    """api._json's chunked encoding within --http-max-response-mb (a list past it cut, the
+    body's `cut` saying so), as bytes to cache."""
+    return b"".join(json_body(body, max_bytes).parts)
+
+
+class _CutNoting:
+    """A merger that also keeps which peers cut their answer at their --http-max-response-mb
+    (their `cut`, escaped and shortened): the merged answer says so too."""
+
+    def __init__(self, merger) -> None:
+        self.merger = merger
+        self.cuts: list[str] = []
+
+    def add(self, peer: str, body: dict) -> None:
+        cut = body.get("cut") if isinstance(body, dict) else None
+        if isinstance(cut, str):
+            self.cuts.append(f"{peer}: {visible(cut[:_DETAIL_CHARS])}")
+        self.merger.add(peer, body)
+
+    def result(self):
+        return self.merger.result()
 
 
 def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken | None = None,
@@ -1098,7 +1117,8 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
         key = (path, tuple(sorted(params)))
 
         async def compute():
-            outcome = await agg.fan_out(endpoint, path, params, check, make_merger())
+            merger = _CutNoting(make_merger())
+            outcome = await agg.fan_out(endpoint, path, params, check, merger)
             headers = _fanout_headers(outcome)
             if outcome.body is None:
                 agg.answers[(endpoint, "failed")] += 1
@@ -1108,8 +1128,13 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
             if finish is not None:
                 finish(body, outcome)
             agg.answers[(endpoint, "partial" if outcome.partial else "whole")] += 1
-            data = await asyncio.to_thread(_body_bytes, {**body, **_fanout_fields(outcome)})
-            return 200, data, headers, not outcome.partial
+            full = {**body, **_fanout_fields(outcome)}
+            full.pop("cut", None)  # a merger's own never: the peers' cuts are said below
+            notes = ["peers cut their answers: " + "; ".join(merger.cuts)] if merger.cuts else []
+            out = await asyncio.to_thread(json_body, full, guard.limits.max_response_bytes, guard, notes)
+            if HEADER_CUT in out.headers:
+                headers = {**headers, HEADER_CUT: "1"}
+            return 200, b"".join(out.parts), headers, not outcome.partial
 
         status, body, headers, hit = await agg.cached(key, compute)
         if hit:

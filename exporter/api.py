@@ -11,7 +11,7 @@ takes the registry's lock, never writes to the registry and imports nothing from
 A REST request must not stall the capture (issue 13): the registry holds its lock only to copy,
 in chunks, and filters, orders and builds dicts on the copy. `order_by` has at most one term per
 field (a repeated field is dropped: it cannot change the order; more terms than fields is 422
-before any work). The listings are returned as pre-serialized JSON (`_json`): the routes keep
+before any work). The listings are returned as pre-serialized JSON (`json_body`): the routes keep
 their `response_model` for the OpenAPI document, but FastAPI does not validate every row on every
 request (3-8x the cost of json.dumps at 10k rows); tests/test_api.py holds the registry's
 objects to the models, field for field, and schemathesis holds the responses to the schema.
@@ -233,7 +233,8 @@ class BodyBuilder:
         self.max_bytes = max_bytes
         self.pacer = pacer or Pacer(1.0)
         self.parts: list[bytes] = []
-        self.cuts: list[str] = []
+        self.cuts: list[str] = []  # lists this budget cut: "N of M key"
+        self.notes: list[str] = []  # cuts made before this answer (the aggregator: its peers')
 
     def _add(self, data: bytes) -> None:
         self.parts.append(data)
@@ -276,27 +277,29 @@ class BodyBuilder:
 
     @property
     def cut(self) -> str | None:
-        if not self.cuts:
-            return None
-        return (f"the response reached --http-max-response-mb ({self.max_bytes >> 20} MiB): "
-                f"{', '.join(self.cuts)} listed; narrow the query (filters, limit)")
+        said = [f"the response reached --http-max-response-mb ({self.max_bytes >> 20} MiB): "
+                f"{', '.join(self.cuts)} listed; narrow the query (filters, limit)"] if self.cuts else []
+        return "; ".join(said + self.notes) or None
 
     def response(self, guard=None) -> PartsResponse:
         headers = None
-        if self.cuts:
+        if self.cuts or self.notes:
             self.field("cut", self.cut)
             headers = {HEADER_CUT: "1"}
-            if guard is not None:
+            if guard is not None and self.cuts:
                 guard.response_cut()
         self._add(b"}" if self.parts else b"{}")
         return PartsResponse(self.parts, headers)
 
 
-def _json(body: dict, max_bytes: int = DEFAULT_HTTP_MAX_RESPONSE_MB << 20, guard=None) -> Response:
+def json_body(body: dict, max_bytes: int = DEFAULT_HTTP_MAX_RESPONSE_MB << 20, guard=None,
+              notes: Iterable[str] = ()) -> PartsResponse:
     """`body` as the response, serialized by json (no per-row pydantic validation), its long
-    lists a chunk of rows per encoder call and cut at `max_bytes` (BodyBuilder). ASCII-only
-    output: the same JSON values whatever the strings hold."""
+    lists a chunk of rows per encoder call and cut at `max_bytes` (BodyBuilder; `notes`: cuts
+    made before, said in the same `cut`). ASCII-only output: the same JSON values whatever the
+    strings hold."""
     out = BodyBuilder(max_bytes, guard.pacer if guard is not None else None)
+    out.notes.extend(notes)
     for key, value in body.items():
         if isinstance(value, list) and value and isinstance(value[0], dict):
             out.rows(key, (value[i:i + _ROWS_PER_ENCODE] for i in range(0, len(value), _ROWS_PER_ENCODE)),
@@ -666,7 +669,7 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
     def list_clients(wanted: Annotated[dict[str, str], Depends(client_query)]) -> Response:
         rows = registry.clients(wanted)
         overflow = registry.census_overflow  # an int: read whole, no lock needed
-        return _json({"clients": rows, "total": len(rows), "census_overflow": overflow}, max_bytes, guard)
+        return json_body({"clients": rows, "total": len(rows), "census_overflow": overflow}, max_bytes, guard)
 
     @app.get(API_PREFIX + "/brokers", response_model=BrokerList, tags=["brokers"],
              summary="Brokers' API version ranges and features, from their ApiVersions responses")
@@ -676,13 +679,13 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
     @app.get(API_PREFIX + "/upgrade-readiness", response_model=UpgradeReadiness, tags=["upgrade"],
              summary="Who uses API versions that the target broker version removes", responses=_ERRORS_400)
     def upgrade_readiness(target: Annotated[str, Depends(upgrade_target)]) -> Response:
-        return _json(registry.upgrade_readiness(target), max_bytes, guard)
+        return json_body(registry.upgrade_readiness(target), max_bytes, guard)
 
     @app.get(API_PREFIX + "/health", response_model=Health, tags=["health"],
              summary="Capture health: packets, drops by reason, decode errors, desyncs, what the bounds dropped")
     def capture_health() -> Response:
         # snapshot(): the copy /metrics is built from (the lock held only to copy)
-        return _json({**health_body(registry.snapshot()), "http": guard.health()}, max_bytes)
+        return json_body({**health_body(registry.snapshot()), "http": guard.health()}, max_bytes)
 
     install_page(app)  # the incident page at / (exporter/web)
 

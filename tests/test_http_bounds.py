@@ -12,6 +12,7 @@ The in-process half (the cut, the 503s, the pacer, the open-files split): tests/
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 
 import pytest
@@ -202,3 +203,38 @@ def test_under_a_small_open_files_limit_http_cannot_take_the_proxys_descriptors(
         finally:
             for s in socks:
                 s.close()
+
+
+# --- the aggregator: its peers' cuts and its own --------------------------------------------
+
+def test_the_aggregator_says_its_peers_cuts_and_cuts_at_its_own_budget():
+    """Two sidecars (the real REST app, 3,000 connections with 256-character client ids each,
+    --http-max-response-mb 1: each cuts its page) behind the real aggregator with its own
+    --http-max-response-mb 1: the merged page is within 1 MiB, says both peers' cuts and its
+    own in `cut`, sets X-Kafka-Census-Cut, and the aggregator counts its own cut."""
+    from exporter.api import create_app
+    from exporter.httpbounds import HttpGuard, HttpLimits
+    from tests.test_aggregate_peers import Agg, Served
+    from tests.test_http_limits import big_registry
+
+    sidecars = [Served(create_app(big_registry(3000), guard=HttpGuard(HttpLimits(max_response_bytes=MiB))))
+                for _ in range(2)]
+    try:
+        with Agg([s.name for s in sidecars], "--http-max-response-mb", "1") as agg:
+            status, headers, body = agg.request("/api/v1/connections?limit=10000&order_by=client_id%20desc")
+            headers = {k.lower(): v for k, v in headers.items()}
+            assert status == 200 and len(body) <= MiB
+            assert headers["x-kafka-census-cut"] == "1"
+            answer = json.loads(body)
+            assert answer["cut"].startswith("the response reached --http-max-response-mb (1 MiB)")
+            assert "peers cut their answers: " in answer["cut"]
+            assert all(s.name in answer["cut"] for s in sidecars)
+            assert 0 < len(answer["connections"]) < answer["total"] == 6000
+            assert agg.samples("kafka_census_http_responses_cut_total")[()] == 1
+            # a page within every budget is whole
+            status, headers, body = agg.request("/api/v1/connections?limit=10")
+            assert status == 200 and "x-kafka-census-cut" not in {k.lower() for k in headers}
+            assert "cut" not in json.loads(body)
+    finally:
+        for s in sidecars:
+            s.stop()
