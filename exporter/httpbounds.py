@@ -176,9 +176,11 @@ class Pacer:
     it, and the proxy's event loop waits for it after every poll: with a listing being encoded
     in a worker thread, each turn of the proxy's loop cost up to 5 ms (measured: produce
     throughput through the proxy fell to x0.09 while 50 callers asked for 10k-row pages).
-    Work is done in steps (a chunk of rows: ~1 ms); `with pacer:` around a step lets one worker
-    at a time work, and after a step of `t` seconds no worker starts the next before
-    t x (1 - share) / share has passed, the GIL free meanwhile. share 1 turns pacing off."""
+    Work is done in steps (a chunk of rows: ~1 ms; the registry's copies, `ConnectionRegistry.pace`);
+    `with pacer:` around a step lets one worker at a time work, and after a step of `t` seconds
+    no worker starts the next before t x (1 - share) / share has passed, the GIL free meanwhile.
+    A step inside a step (a chunk's copy inside its encoding) counts once. share 1 turns pacing
+    off."""
 
     def __init__(self, share: float = DEFAULT_HTTP_CPU_SHARE, *, clock=time.monotonic, sleep=time.sleep) -> None:
         self.share = share
@@ -188,9 +190,14 @@ class Pacer:
         self._started = 0.0
         self.steps = 0
         self.waited = 0.0  # seconds workers slept for the share, in all
+        self._local = threading.local()  # a step inside a step (the registry's copy in a chunk) is one
 
     def __enter__(self) -> Pacer:
         if self.share >= 1:
+            return self
+        depth = getattr(self._local, "depth", 0)
+        self._local.depth = depth + 1
+        if depth:
             return self
         self._lock.acquire()
         wait = self._next - self._clock()
@@ -202,6 +209,9 @@ class Pacer:
 
     def __exit__(self, *exc) -> None:
         if self.share >= 1:
+            return
+        self._local.depth -= 1
+        if self._local.depth:
             return
         now = self._clock()
         self._next = now + (now - self._started) * (1 - self.share) / self.share

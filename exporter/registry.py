@@ -61,6 +61,7 @@ Model:
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import re
 import threading
@@ -741,6 +742,9 @@ class ConnectionRegistry:
         # of records per hold), never while they filter, sort or serialize (issue 13).
         self._lock = threading.RLock()
         self._apply_waiting = False  # apply() is blocked on the lock: a reader lets it in before its next chunk
+        # Each chunk a reader copies is one step of this context manager: the serving process's
+        # exporter.httpbounds.Pacer holds readers to their share of the interpreter.
+        self.pace: contextlib.AbstractContextManager = contextlib.nullcontext()
         self.apply_lock_waits = 0  # applies that found the lock held by a reader
         self.apply_lock_wait_max = 0.0  # seconds: the longest of those waits
         self.apply_lock_wait_seconds = 0.0  # seconds: all of them together
@@ -927,7 +931,7 @@ class ConnectionRegistry:
         out: list = []
         lock = self._lock
         for start in range(0, len(items), per_hold):
-            with lock:
+            with self.pace, lock:
                 if whole:
                     out.append(copy(items[start:start + per_hold]))
                 else:

@@ -236,6 +236,7 @@ class Service:
         self.fd_budget = fd_budget
         self.registry = registry
         self.guard = HttpGuard(http_limits)
+        registry.pace = self.guard.pacer  # its readers' copies are paced steps too
         self.api_token = api_token
         self.metrics_auth = metrics_auth
         self.reloaders = Reloaders()

@@ -262,3 +262,36 @@ def test_fd_budget_gives_http_its_share_before_the_proxy(monkeypatch):
     assert fd_budget(128, 10).proxied == 10
     with pytest.raises(ValueError, match="--http-max-connections 900"):
         fd_budget(900, 10)
+
+
+def test_a_step_inside_a_step_counts_once():
+    now = [0.0]
+    sleeps = []
+    pacer = Pacer(0.5, clock=lambda: now[0], sleep=lambda s: (sleeps.append(s), now.__setitem__(0, now[0] + s)))
+    with pacer:
+        now[0] += 0.001
+        with pacer:  # the registry's copy inside a chunk's encoding: no second wait, no lock taken twice
+            now[0] += 0.002
+    with pacer:
+        pass
+    assert pacer.steps == 2 and sleeps == [pytest.approx(0.003)]
+
+
+def test_the_registry_copies_are_paced_steps():
+    """A listing's copies under the registry's lock are steps of its `pace` (the Service sets
+    its pacer there): counted here with a pacer whose share lets everything through at once."""
+    reg = big_registry(2000)
+    steps = []
+
+    class Counting:
+        def __enter__(self):
+            steps.append(1)
+
+        def __exit__(self, *exc):
+            return None
+
+    reg.pace = Counting()
+    chunks, total = reg.query(limit=2000)
+    rows = sum(len(c) for c in chunks)
+    assert rows == total == 2000
+    assert len(steps) >= 2000 // 512 * 2, "the column copy and the page copy, a chunk per step"
