@@ -116,6 +116,8 @@ def proxied_bound(args: argparse.Namespace) -> tuple[int, dict]:
         except ValueError as exc:
             raise StartError(str(exc)) from None
         service_kw = {}
+    # Explicit is where the value came from, not whether it equals the default: an operator's
+    # --max-connections 100000 the open-files limit cannot hold is warned about like any other.
     explicit = getattr(args, "setting_origins", {}).get("max_connections", DEFAULT) != DEFAULT
     if budget.proxied < wanted and explicit:
         print(f"warning: the open-files limit ({budget.limit}) allows {budget.proxied} proxied connections, not "
@@ -134,8 +136,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--connect-timeout must be positive and --max-connections at least 1")
     if args.max_buffer_mb < 1:
         raise UsageError("--max-buffer-mb must be at least 1")
-    # Explicit is where the value came from, not whether it equals the default: an operator's
-    # --max-connections 100000 the open-files limit cannot hold is warned about like any other.
     access = api_access(args)
     max_connections, service_kw = proxied_bound(args)
     sock = bind_http(args) if args.http else None
