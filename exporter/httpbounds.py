@@ -5,9 +5,11 @@ and scrapes, the response budget: their defaults, which exporter.settings declar
 (one serving port's counters and the connections it holds, shared by the uvicorn protocol that
 enforces the connection bounds, exporter.serve's, and the middleware here), `RequestLimiter`
 (ASGI: the probes pass at once, /metrics and the rest each have a cap, past it 503 with
-Retry-After), `metrics_endpoint` (/metrics exposed off the event loop), `HttpGuardCollector`
-(the counters in /metrics) and `fd_budget` (the open-files limit split between the proxy's
-Kafka connections, HTTP and the rest, checked at start).
+Retry-After), `Pacer` and `PacedCollector` (building answers held to a share of the wall clock,
+so that the capture or proxy thread gets the interpreter lock), `metrics_endpoint` (/metrics
+exposed off the event loop), `HttpGuardCollector` (the counters in /metrics), giving the heap
+back once no request runs (`HttpGuard.give_back`), and `fd_budget` (the open-files limit split
+between the proxy's Kafka connections, HTTP and the rest, checked at start).
 
 Why these and not uvicorn's own: uvicorn starts its keep-alive timer only after a response (a
 connection that never sends a byte is held forever), has no header-read timeout, and its
@@ -22,8 +24,9 @@ said in the body's `cut` and the X-Kafka-Census-Cut header); at most `max_reques
 requests and `max_scrapes` scrapes run at once, so the responses being built hold at most
 (max_requests + max_scrapes) x max_response_bytes, whatever the callers do.
 
-Imports the standard library and prometheus_client's metric families only; must not import
-uvicorn, FastAPI or the registry (exporter.settings takes the defaults from here).
+Imports the standard library and prometheus_client's metric families only (ctypes, for
+malloc_trim, at its first use); must not import uvicorn, FastAPI or the registry
+(exporter.settings takes the defaults from here).
 """
 
 from __future__ import annotations
@@ -62,20 +65,6 @@ HTTP_BACKLOG = 128
 
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 
-
-def _malloc_trim(pad: int) -> None:
-    """glibc's malloc_trim from the process's own symbols (nothing where the C library has none:
-    musl, macOS). Looked up at the first call, not at import (every CLI command imports this)."""
-    global _trim
-    if _trim is None:
-        import ctypes
-
-        _trim = getattr(ctypes.CDLL(None), "malloc_trim", False)
-    if _trim:
-        _trim(pad)
-
-
-_trim: Any = None
 HEADER_CUT = "X-Kafka-Census-Cut"
 
 #: What closes or refuses a connection: the reason label of
@@ -270,6 +259,23 @@ class PacedCollector:
 
     def collect(self):
         yield from self.pacer.iterate(self.collector.collect())
+
+
+# --- the heap -------------------------------------------------------------------------------
+
+def _malloc_trim(pad: int) -> None:
+    """glibc's malloc_trim from the process's own symbols (nothing where the C library has none:
+    musl, macOS). Looked up at the first call, not at import (every CLI command imports this)."""
+    global _trim
+    if _trim is None:
+        import ctypes
+
+        _trim = getattr(ctypes.CDLL(None), "malloc_trim", False)
+    if _trim:
+        _trim(pad)
+
+
+_trim: Any = None
 
 
 # --- requests -------------------------------------------------------------------------------

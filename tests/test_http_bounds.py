@@ -151,7 +151,9 @@ def test_the_proxy_delivers_while_the_api_serves_its_maximum_of_heavy_queries(ta
         assert set(flood.statuses) <= {200, 503} and flood.statuses[200] > 0
         shed = proxy.samples("kafka_census_http_requests_shed_total")
         assert shed[(("class", "api"),)] + shed[(("class", "metrics"),)] == flood.statuses[503]
-        limits_bytes = (4 + 2) * 16 * MiB
+        from exporter.httpbounds import HttpLimits
+
+        limits_bytes = HttpLimits(max_requests=4, max_scrapes=2, max_response_bytes=16 * MiB).memory_bound
         wait_for("the burst's memory to be given back",
                  lambda: rss_kib(pid) * 1024 <= rss_before * 1024 + limits_bytes, timeout=30)
         assert proxy.get("/api/v1/health")["http"]["requests_shed"]["api"] == shed[(("class", "api"),)]
