@@ -315,7 +315,9 @@ def test_docs_are_listed_in_the_readme():
 def test_nothing_refers_to_files_outside_the_repository():
     """No file of the repository (code, comments, tests, docs, Makefile, chart) names the
     development machines' reference directory or its notes: what `make regen` needs from outside
-    is named as an input with its version (docs/dependencies.md)."""
+    is named as an input with its version (docs/dependencies.md). The one exception is .ci/run,
+    which points the generators' variables at that directory where CI lays it beside the clone,
+    so that the drift checks run there instead of skipping."""
     found, read = [], 0
     for directory, subdirs, files in os.walk(ROOT):
         subdirs[:] = [d for d in subdirs if d not in SKIP_DIRS]
@@ -328,7 +330,8 @@ def test_nothing_refers_to_files_outside_the_repository():
             except (UnicodeDecodeError, OSError):
                 continue
             read += 1
-            found += [f"{path.relative_to(ROOT)}: {word}" for word in OUTSIDE if word in text]
+            allowed = {OUTSIDE[2]} if path == ROOT / ".ci" / "run" else set()
+            found += [f"{path.relative_to(ROOT)}: {word}" for word in OUTSIDE if word in text and word not in allowed]
     assert read > 200
     assert not found, found
 
