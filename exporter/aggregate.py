@@ -129,7 +129,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     if args.api_token_file and args.allow_unauthenticated:
         raise UsageError("--allow-unauthenticated and --api-token-file contradict each other: give one")
     access = api_access(args)
-    limits = http_limits(args)[0]
+    limits = http_limits(args)[0]["http_limits"]
 
     from exporter.aggregate_app import Aggregator, Peers, PeerToken
     from exporter.auth import TokenError

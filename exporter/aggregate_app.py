@@ -107,7 +107,6 @@ from exporter.auth import ApiToken, BearerAuth, TokenError, read_token
 from exporter.docs_ui import install as install_docs
 from exporter.health import CaptureSource, Health, HealthMerger, check_health
 from exporter.httpbounds import (
-    DEFAULT_HTTP_MAX_RESPONSE_MB,
     HEADER_CUT,
     HttpGuard,
     HttpGuardCollector,
@@ -1047,10 +1046,10 @@ def _fanout_headers(outcome: Outcome) -> dict:
     return headers
 
 
-def _body_bytes(body: dict, max_bytes: int = DEFAULT_HTTP_MAX_RESPONSE_MB << 20) -> bytes:
-    """api._json's chunked encoding within --http-max-response-mb (a list past it cut, the
-    body's `cut` saying so), as bytes to cache."""
-    return b"".join(json_body(body, max_bytes).parts)
+def _body_bytes(body: dict) -> bytes:
+    """api.json_body's chunked encoding of a small answer (one connection, an error, the
+    peers), as bytes; the merged listings go through json_body with the budget and the guard."""
+    return b"".join(json_body(body).parts)
 
 
 class _CutNoting:
@@ -1129,7 +1128,6 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
                 finish(body, outcome)
             agg.answers[(endpoint, "partial" if outcome.partial else "whole")] += 1
             full = {**body, **_fanout_fields(outcome)}
-            full.pop("cut", None)  # a merger's own never: the peers' cuts are said below
             notes = ["peers cut their answers: " + "; ".join(merger.cuts)] if merger.cuts else []
             out = await asyncio.to_thread(json_body, full, guard.limits.max_response_bytes, guard, notes)
             if HEADER_CUT in out.headers:

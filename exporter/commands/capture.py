@@ -80,8 +80,7 @@ def run(args: argparse.Namespace) -> int:
     tracking = tracker_options(args)
     access = api_access(args)
     if args.http:
-        limits, budget = http_limits(args)
-        access.update(http_limits=limits, fd_budget=budget.describe())
+        access.update(http_limits(args)[0])
     sock = bind_http(args) if args.http else None
     registry = live_registry(args)
     state = open_state(args, registry)

@@ -51,11 +51,12 @@ def bind_http(args: argparse.Namespace):
     return sock
 
 
-def http_limits(args: argparse.Namespace, *, proxied: int = 0) -> tuple[HttpLimits, FdBudget]:
-    """The HTTP side's bounds (--http-max-connections ... --http-max-response-mb), checked, and
-    the open-files limit split between HTTP, `proxied` Kafka connections wanted (the proxy's)
-    and the rest: a value out of range is UsageError, a limit that cannot hold the HTTP cap
-    StartError. The Service logs the split once it serves (`fd_budget`)."""
+def http_limits(args: argparse.Namespace, *, proxied: int = 0) -> tuple[dict, FdBudget]:
+    """The HTTP side's bounds (--http-max-connections ... --http-cpu-share), checked, and the
+    open-files limit split between HTTP, `proxied` Kafka connections wanted (the proxy's) and
+    the rest: a value out of range is UsageError, a limit that cannot hold the HTTP cap
+    StartError. Returns the `Service` arguments (`http_limits`, and `fd_budget`, the split it
+    logs once it serves) and the split."""
     limits = HttpLimits(max_connections=args.http_max_connections, header_timeout=args.http_header_timeout,
                         idle_timeout=args.http_idle_timeout, max_requests=args.http_max_requests,
                         max_scrapes=args.http_max_scrapes, max_response_bytes=args.http_max_response_mb << 20,
@@ -68,7 +69,7 @@ def http_limits(args: argparse.Namespace, *, proxied: int = 0) -> tuple[HttpLimi
         budget = fd_budget(limits.max_connections, proxied)
     except ValueError as exc:
         raise StartError(str(exc)) from None
-    return limits, budget
+    return {"http_limits": limits, "fd_budget": budget.describe()}, budget
 
 
 def announce(http: str, what: str) -> None:

@@ -108,8 +108,7 @@ def proxied_bound(args: argparse.Namespace) -> tuple[int, dict]:
     (none without --http)."""
     wanted = args.max_connections
     if args.http:
-        limits, budget = http_limits(args, proxied=wanted)
-        service_kw = {"http_limits": limits, "fd_budget": budget.describe()}
+        service_kw, budget = http_limits(args, proxied=wanted)
     else:
         try:
             budget = fd_budget(0, wanted)

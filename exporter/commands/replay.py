@@ -45,8 +45,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--http serves only with --serve (replay lists the connections otherwise)")
     access = api_access(args)
     if args.serve:
-        limits, budget = http_limits(args)
-        access.update(http_limits=limits, fd_budget=budget.describe())
+        access.update(http_limits(args)[0])
     listener_map = listeners(args)
     registry = ConnectionRegistry(max_closed=10**9, closed_ttl=float("inf"),  # a file is finite: keep all
                                   **registry_bounds(args))
