@@ -44,6 +44,12 @@ _WIDE_FACTOR = 0.8  # the range spans more than half of the library's known rele
 # none of the observed APIs stops counting as an alternative: several coinciding exact versions
 # from a library not recorded with those APIs are unlikely, one or two are not.
 _DOMINANT_EXACT = 3
+# Open world (issue 26): exact versions the chosen release must pin to be named without its
+# library's default client_id. Leaving each library out of the table, the most exact versions an
+# unrecorded library shared with a recorded one was 3 (aiokafka and kafka-python: one protocol
+# code base), so 4; bench.fingerprint_eval --library-out holds it at 0 wrong names.
+MIN_EXACT = 4
+MAX_CANDIDATES = 4  # libraries listed as the evidence of an unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +70,14 @@ class Inference:
     confidence: float  # 0..1; infer() returns None below THRESHOLD
     evidence: tuple[str, ...]
     min_compatible: str | None  # first release of that library compatible with Kafka 4.0; None unknown
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """No name: why, and the libraries whose recorded releases could have sent this."""
+
+    reason: str
+    candidates: tuple[str, ...]  # "sarama * (api 0 v0, api 3 v0)"; at most MAX_CANDIDATES
 
 
 def _vkey(v: str) -> tuple:
@@ -175,15 +189,17 @@ class Fingerprints:
             parts.append(f"<{releases[j + 1]}")
         return ",".join(parts) or "*"
 
-    def infer(self, obs: Observation) -> Inference | None:
+    def assess(self, obs: Observation) -> Inference | Unknown:
+        """The inference, or why there is none and which libraries could have sent this (see the
+        module doc: the open-world rule)."""
         pairs = sorted(set(obs.requests) | set(obs.first_requests))
         pairs = [p for p in pairs if p[0] != 18]  # ApiVersions is judged by its first version
-        by_lib: dict[str, list[tuple[int, float, list[str]]]] = {}
+        by_lib: dict[str, list[tuple[int, float, list[str], int]]] = {}
         reach: dict[str, tuple[int, int]] = {}  # library -> (most APIs overlapped, most exact) by one row
         for i, row in enumerate(self.rows):
             fit = self.fit(i, obs, pairs)
             if fit is not None:
-                by_lib.setdefault(row.library, []).append((i, fit[0], fit[1]))
+                by_lib.setdefault(row.library, []).append((i, fit[0], fit[1], fit[3]))
                 o, e = reach.get(row.library, (0, 0))
                 reach[row.library] = (max(o, fit[2]), max(e, fit[3]))
         cid_lib = self.default_client_id_of(obs.client_id)
@@ -192,7 +208,7 @@ class Fingerprints:
             # (kafka-python-2.3.0, kafkajs, "... (github.com/segmentio/kafka-go)") still does: a
             # release not in the table. Java's producer-N names no library, so not Java.
             if cid_lib is None or cid_lib == JAVA or cid_lib not in self.releases or not pairs:
-                return None
+                return Unknown("no recorded release sends these versions", ())
             return Inference(name=cid_lib, version_range="*", confidence=round(1.0 - 0.5 ** _CLIENT_ID, 3),
                              evidence=(f"default client_id {(obs.client_id or '')[:40]!r}",
                                        "no recorded release sends these versions"),
@@ -202,10 +218,11 @@ class Fingerprints:
             # (an incomplete row says nothing) gives way to one that pins several of them exactly.
             by_lib = {lib: fits for lib, fits in by_lib.items() if reach[lib][0] > 0}
         if cid_lib is not None and cid_lib not in by_lib:
-            return None  # the client_id is another library's default: the versions do not say it
+            return Unknown(f"the client_id is {cid_lib}'s default, the versions are not its",
+                           self._candidates(by_lib))
         if len(by_lib) > 1:
             if cid_lib is None:
-                return None  # several libraries fit
+                return Unknown("several libraries fit", self._candidates(by_lib))
             by_lib = {cid_lib: by_lib[cid_lib]}
         ((library, fits),) = by_lib.items()
         best = max(fits, key=lambda f: f[1])
@@ -216,19 +233,40 @@ class Fingerprints:
             evidence.append(f"default client_id {(obs.client_id or '')[:40]!r}")
         elif library == JAVA:
             points -= _JAVA_DISCOUNT
-        matched = [v for i, _, _ in fits for v in self.rows[i].versions]
+        matched = [v for i, *_ in fits for v in self.rows[i].versions]
         complete = self.rows[best[0]].complete
         confidence = 1.0 - 0.5 ** max(points, 0.0)
         releases = self.releases[library]
         if len(releases) >= 4 and len(set(matched)) * 2 > len(releases):
             confidence *= _WIDE_FACTOR
         if confidence < THRESHOLD:
-            return None
+            return Unknown(f"confidence {confidence:.2f} < {THRESHOLD}", self._candidates(by_lib))
+        # Open world: the table knows some libraries; a vector is its library's only when it pins
+        # more exact versions than an unrecorded library was seen to share (module doc).
+        if best[3] < MIN_EXACT and not (cid_lib == library and library != JAVA):
+            return Unknown(f"{best[3]} exact version{'s' * (best[3] != 1)}, {MIN_EXACT} needed "
+                           "without the library's default client_id", self._candidates(by_lib))
         if not complete:
             evidence.append("matches recorded " + ", ".join(sorted(set(matched), key=_vkey)))
         return Inference(name=library, version_range=self.range_of(library, matched, complete),
                          confidence=round(confidence, 3), evidence=tuple(evidence[:8]),
                          min_compatible=self.min_compatible.get(library))
+
+    def _candidates(self, by_lib: Mapping[str, list[tuple[int, float, list[str], int]]]) -> tuple[str, ...]:
+        """Each library that fits, its range and what pinned it: "sarama * (api 0 v0, api 3 v0)",
+        most exact versions first; at most MAX_CANDIDATES."""
+        out = []
+        for library, fits in by_lib.items():
+            best = max(fits, key=lambda f: (f[3], f[1]))
+            matched = [v for i, *_ in fits for v in self.rows[i].versions]
+            what = ", ".join(e.split(" (")[0] for e in best[2] if e.startswith("api ")) or "no exact version"
+            out.append((-best[3], library, f"{library} {self.range_of(library, matched, self.rows[best[0]].complete)}"
+                                           f" ({what})"))
+        return tuple(text for *_, text in sorted(out)[:MAX_CANDIDATES])
+
+    def infer(self, obs: Observation) -> Inference | None:
+        found = self.assess(obs)
+        return found if isinstance(found, Inference) else None
 
 
 TABLE = Fingerprints(_table.ROWS, _table.RELEASES, _table.MIN_COMPATIBLE, _table.DEFAULT_CLIENT_IDS)
@@ -237,6 +275,11 @@ TABLE = Fingerprints(_table.ROWS, _table.RELEASES, _table.MIN_COMPATIBLE, _table
 def infer(obs: Observation) -> Inference | None:
     """The most likely library and release range of an unannounced client, or None (see the module doc)."""
     return TABLE.infer(obs)
+
+
+def assess(obs: Observation) -> Inference | Unknown:
+    """infer(), or why not and the candidates (the registry keeps them as evidence of an unknown)."""
+    return TABLE.assess(obs)
 
 
 def range_contains(version_range: str, version: str) -> bool:
