@@ -85,6 +85,8 @@ from exporter.api import (
     Broker,
     BrokerList,
     BrowserSafeHeaders,
+    ChurningClient,
+    ChurnList,
     Client,
     ClientList,
     ClientUsingRemoved,
@@ -124,7 +126,8 @@ HEADER_MISSING = "X-Kafka-Census-Missing-Peers"
 HEADER_CACHE = "X-Kafka-Census-Cache"
 ErrorKind = Literal["timeout", "connect", "unauthorized", "http_status", "too_large", "invalid", "over_max_peers"]
 ERROR_KINDS: tuple[str, ...] = get_args(ErrorKind)
-ENDPOINTS = ("connections", "connection", "clients", "brokers", "upgrade_readiness", "health", "peers", "probe")
+ENDPOINTS = ("connections", "connection", "clients", "churn", "brokers", "upgrade_readiness", "health", "peers",
+             "probe")
 _DETAIL_CHARS = 200  # of a peer's error detail quoted in ours, escaped
 _PARSE_IN_THREAD = 64 << 10  # bytes: larger answers are parsed off the event loop, in a parse slot
 # Kinds of failure that are the peer's, whatever it is asked: cached for the peer. The others
@@ -888,6 +891,20 @@ class AggClientList(ClientList, _Fanout):
     clients: list[AggClient]  # type: ignore[assignment]
 
 
+class AggChurningClient(ChurningClient):
+    peers: list[str] = _PEERS
+
+
+class AggChurnList(ChurnList, _Fanout):
+    churning: list[AggChurningClient] = Field(  # type: ignore[assignment]
+        description="Merged by client address and client_id over the peers that listed it: rates and totals "
+                    "summed (a peer lists a client only at or over its own threshold), highest rate first")
+    threshold_per_minute: float = Field(gt=0, description="The lowest of the peers' --churn-threshold-per-minute")
+    tracked_clients: int = Field(ge=0, description="Summed over the peers (a client two peers track counts twice)")
+    max_tracked_clients: int = Field(ge=0, description="The peers' --max-churn-clients, summed")
+    evicted: int = Field(ge=0, description="Summed over the peers")
+
+
 class AggBroker(Broker):
     peer: str = _PEER
 
@@ -1194,6 +1211,12 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
         params = list(wanted.items())
         return await serve(request, "clients", API_PREFIX + "/clients", params, merge.check_clients,
                            merge.ClientsMerger)
+
+    @app.get(API_PREFIX + "/churn", response_model=AggChurnList, tags=["clients"],
+             summary="Clients opening connections at or over the churn threshold, over every peer, merged by "
+                     "client address and client_id", responses=_FANOUT_ERRORS)
+    async def list_churn(request: Request) -> Response:
+        return await serve(request, "churn", API_PREFIX + "/churn", [], merge.check_churn, merge.ChurnMerger)
 
     @app.get(API_PREFIX + "/brokers", response_model=AggBrokerList, tags=["brokers"],
              summary="Every peer's brokers (API ranges, features), each with its peer", responses=_FANOUT_ERRORS)

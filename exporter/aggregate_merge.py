@@ -5,7 +5,8 @@ has the types the merge needs; anything else is the peer's `invalid` answer, nev
 traceback or a row silently dropped) and the mergers: connections (ids prefixed with the
 peer, ordered again by the sidecar's rules and cut to the limit whenever the union passes
 twice it, so at most 2 x `limit` rows are kept whatever the number of peers), census rows (merged by their key, counts
-summed), brokers (listed per peer), upgrade readiness (each part merged as its listing).
+summed), churning clients (merged by client address and client_id, rates summed), brokers (listed
+per peer), upgrade readiness (each part merged as its listing).
 
 Used by exporter.aggregate_app; imports only the standard library and the connection object's
 field declarations (exporter.connection_fields, itself standard library only): a merge is a
@@ -85,6 +86,12 @@ def check_connection(row: Any, where: str = "connection") -> None:
     idle = row.get("idle_seconds", 0)
     if not (idle is None or _is_num(idle)):
         raise InvalidAnswer(f"{where}: idle_seconds is not a number")
+    _check_inferred(row.get("inferred_software"))
+    unknown = row.get("fingerprint_unknown")  # absent from a sidecar older than issue 26
+    if unknown is not None and not (isinstance(unknown, dict) and isinstance(unknown.get("reason"), str)
+                                    and isinstance(c := unknown.get("candidates"), list)
+                                    and all(isinstance(x, str) for x in c)):
+        raise InvalidAnswer(f"{where}: a bad fingerprint_unknown")
 
 
 def check_connections(body: Any, limit: int | None = None) -> None:
@@ -135,6 +142,24 @@ def check_brokers(body: Any) -> None:
     for row in _list_of(body, "brokers"):
         if not isinstance(row, dict) or not isinstance(row.get("broker"), str):
             raise InvalidAnswer("broker: not an object with a string broker")
+
+
+def check_churn(body: Any) -> None:
+    for row in _list_of(body, "churning"):
+        if not (isinstance(row, dict) and isinstance(row.get("client_address"), str)
+                and _opt_str(row.get("client_id", 0)) and isinstance(row.get("first_seen"), str)
+                and isinstance(row.get("last_seen"), str)):
+            raise InvalidAnswer("churning: not an object with a client_address, client_id, first_seen and last_seen")
+        rate, total = row.get("connections_per_minute"), row.get("connections_total")
+        if not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate >= 0
+                and isinstance(total, int) and not isinstance(total, bool) and total >= 0):
+            raise InvalidAnswer("churning: a bad connections_per_minute or connections_total")
+    threshold = body.get("threshold_per_minute")
+    if not (_is_num(threshold) and threshold > 0):
+        raise InvalidAnswer("threshold_per_minute is not a positive number")
+    for name in ("tracked_clients", "max_tracked_clients", "evicted"):
+        if not (_is_int(body.get(name)) and body[name] >= 0):
+            raise InvalidAnswer(f"{name} is not a count")
 
 
 def check_upgrade(body: Any) -> None:
@@ -309,6 +334,55 @@ class ClientsMerger:
     def result(self) -> dict:
         rows = self.merged()
         return {"clients": rows, "total": len(rows), "census_overflow": self.census_overflow}
+
+
+# --- churning clients --------------------------------------------------------------------
+
+class ChurnMerger:
+    """Churning clients merged by (client address, client_id): two sidecars that saw the same
+    client each saw some of its connections, so rates and totals are summed, first_seen is the
+    earliest and last_seen the latest, and the peers that listed it are named. A sidecar lists a
+    client only at or over its own threshold, so a client under it on every sidecar but over it
+    in sum is not listed, and a merged rate counts only the sidecars that listed it. The
+    threshold is the lowest of the peers' (every merged rate is at least it); tracked clients,
+    their bound and evictions are summed. Bounded as the census merge: by the peers' answers
+    (each within --peer-max-items), one row per key."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple, dict] = {}
+        self.threshold: float | None = None
+        self.tracked = self.max_tracked = self.evicted = 0
+
+    def add(self, peer: str, body: dict) -> None:
+        threshold = body["threshold_per_minute"]
+        self.threshold = threshold if self.threshold is None else min(self.threshold, threshold)
+        self.tracked += body["tracked_clients"]
+        self.max_tracked += body["max_tracked_clients"]
+        self.evicted += body["evicted"]
+        for row in body["churning"]:
+            key = (row["client_address"], row.get("client_id"))
+            have = self.rows.get(key)
+            if have is None:  # only the checked keys: a peer's extra fields never reach the answer
+                self.rows[key] = {"client_address": key[0], "client_id": key[1],
+                                  "connections_per_minute": row["connections_per_minute"],
+                                  "connections_total": row["connections_total"], "first_seen": row["first_seen"],
+                                  "last_seen": row["last_seen"], "peers": [peer]}
+                continue
+            have["connections_per_minute"] = round(have["connections_per_minute"] + row["connections_per_minute"], 1)
+            have["connections_total"] += row["connections_total"]
+            have["first_seen"] = min(have["first_seen"], row["first_seen"])
+            have["last_seen"] = max(have["last_seen"], row["last_seen"])
+            if peer not in have["peers"]:
+                have["peers"].append(peer)
+
+    def result(self) -> dict:
+        for row in self.rows.values():
+            row["peers"].sort()  # the order the peers answered in is chance
+        # The sidecar's order: highest rate first, then address and client_id.
+        rows = sorted(self.rows.values(), key=lambda r: (-r["connections_per_minute"], r["client_address"],
+                                                         r["client_id"] is not None, r["client_id"] or ""))
+        return {"churning": rows, "total": len(rows), "threshold_per_minute": self.threshold,
+                "tracked_clients": self.tracked, "max_tracked_clients": self.max_tracked, "evicted": self.evicted}
 
 
 # --- brokers ------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The read-only REST API: connections, the client census, brokers and upgrade readiness.
+"""The read-only REST API: connections, the client census, churning clients, brokers, upgrade readiness.
 
 Owns `create_app`, the FastAPI application served next to `/metrics`, the query strings of its
 listings (`connection_query`, `client_query`: FastAPI dependencies the aggregator's routes take
@@ -362,6 +362,15 @@ class InferredSoftware(Model):
     sibling_connection_id: str | None = Field(description="The connection that announced it (sibling only)")
 
 
+class FingerprintUnknown(Model):
+    """Why a fingerprint named no one (issue 26): a vector that libraries the census has no recording of
+    may send too. The candidates are evidence, not a name; they are never counted as an identity."""
+
+    reason: str = Field(examples=["2 exact versions, 4 needed without the library's default client_id"])
+    candidates: list[str] = Field(max_length=4, examples=[["sarama * (api 0 v0, api 3 v0)"]],
+                                  description="Recorded libraries that could have sent this, with what pinned them")
+
+
 class FirstRequest(Model):
     api: str
     api_key: Count
@@ -370,7 +379,7 @@ class FirstRequest(Model):
 
 _KIND_TYPES = {"string": str, "state": Literal["open", "closed"], "timestamp": Timestamp, "port": Port, "count": Count,
                "seconds": float, "requests": list[RequestCount], "first_requests": list[FirstRequest],
-               "inferred_software": InferredSoftware}
+               "inferred_software": InferredSoftware, "fingerprint_unknown": FingerprintUnknown}
 _KIND_BOUNDS = {"seconds": {"ge": 0}}  # on the field, so that null stays allowed beside the bound
 
 
@@ -506,6 +515,30 @@ class UpgradeReadiness(Model):
         description="The census rows below, grouped by software (announced or inferred), client_id and principal")
     connections: list[ConnectionUsingRemoved]
     clients: list[ClientUsingRemoved]
+    cut: str | None = _CUT
+
+
+class ChurningClient(Model):
+    """A client opening connections at or over --churn-threshold-per-minute now (issue 26): a
+    reconnect loop. Keyed by client address and client_id, as the connections named them."""
+
+    client_address: str
+    client_id: str | None = Field(description="null: connections that closed without sending one (TLS hides it, "
+                                  "or no request)")
+    connections_per_minute: float = Field(ge=0, description="Connections opened in the last 60 seconds (a "
+                                          "sliding-window estimate, rounded to 0.1)")
+    connections_total: Count = Field(description="Connections counted since the client was first tracked")
+    first_seen: Timestamp = Field(description="When the first connection counted opened")
+    last_seen: Timestamp = Field(description="When the last connection counted opened")
+
+
+class ChurnList(Model):
+    churning: list[ChurningClient] = Field(description="Highest rate first; at most --max-churn-clients")
+    total: Count = Field(description="Clients churning now")
+    threshold_per_minute: float = Field(gt=0, description="--churn-threshold-per-minute")
+    tracked_clients: Count = Field(description="Clients whose connection rate is tracked")
+    max_tracked_clients: Count = Field(description="--max-churn-clients")
+    evicted: Count = Field(description="Clients forgotten at --max-churn-clients, the least recently seen first")
     cut: str | None = _CUT
 
 
@@ -670,6 +703,11 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         rows = registry.clients(wanted)
         overflow = registry.census_overflow  # an int: read whole, no lock needed
         return json_body({"clients": rows, "total": len(rows), "census_overflow": overflow}, max_bytes, guard)
+
+    @app.get(API_PREFIX + "/churn", response_model=ChurnList, tags=["clients"],
+             summary="Clients opening connections at or over --churn-threshold-per-minute now (reconnect loops)")
+    def list_churn() -> Response:
+        return json_body(registry.churn(), max_bytes, guard)
 
     @app.get(API_PREFIX + "/brokers", response_model=BrokerList, tags=["brokers"],
              summary="Brokers' API version ranges and features, from their ApiVersions responses")

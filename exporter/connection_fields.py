@@ -23,11 +23,11 @@ from dataclasses import dataclass
 #   state      "open" or "closed"               count      an integer >= 0
 #   timestamp  RFC 3339 UTC with microseconds   seconds    a number >= 0
 #   requests   [RequestCount]                   first_requests   [FirstRequest]
-#   inferred_software  an InferredSoftware object
+#   inferred_software  an InferredSoftware object      fingerprint_unknown  a FingerprintUnknown object
 KINDS = ("string", "state", "timestamp", "port", "count", "seconds", "requests", "first_requests",
-         "inferred_software")
+         "inferred_software", "fingerprint_unknown")
 JSON_TYPES = {"string": str, "state": str, "timestamp": str, "port": int, "count": int, "seconds": float,
-              "requests": list, "first_requests": list, "inferred_software": dict}
+              "requests": list, "first_requests": list, "inferred_software": dict, "fingerprint_unknown": dict}
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,9 @@ CONNECTION_FIELDS: tuple[ConnectionField, ...] = (
     _F("inferred_software", "inferred_software", "inferred", nullable=True,
        description="Set only when the connection announced no software name (identity_source sibling or "
                    "fingerprint)"),
+    _F("fingerprint_unknown", "fingerprint_unknown", "unnamed", nullable=True,
+       description="Set when the connection's fingerprint named no one though some recorded library could "
+                   "have sent it: why not, and those candidates (evidence of an unknown, never a name)"),
     _F("api_versions_request_version", "count", "api_versions_request_version", nullable=True,
        description="Version of the first ApiVersions request the connection sent; null: none"),
     _F("first_requests", "first_requests", "first_requests",

@@ -219,10 +219,10 @@ class Fingerprints:
             by_lib = {lib: fits for lib, fits in by_lib.items() if reach[lib][0] > 0}
         if cid_lib is not None and cid_lib not in by_lib:
             return Unknown(f"the client_id is {cid_lib}'s default, the versions are not its",
-                           self._candidates(by_lib))
+                           self._candidates(by_lib, pairs))
         if len(by_lib) > 1:
             if cid_lib is None:
-                return Unknown("several libraries fit", self._candidates(by_lib))
+                return Unknown("several libraries fit", self._candidates(by_lib, pairs))
             by_lib = {cid_lib: by_lib[cid_lib]}
         ((library, fits),) = by_lib.items()
         best = max(fits, key=lambda f: f[1])
@@ -240,21 +240,25 @@ class Fingerprints:
         if len(releases) >= 4 and len(set(matched)) * 2 > len(releases):
             confidence *= _WIDE_FACTOR
         if confidence < THRESHOLD:
-            return Unknown(f"confidence {confidence:.2f} < {THRESHOLD}", self._candidates(by_lib))
+            return Unknown(f"confidence {confidence:.2f} < {THRESHOLD}", self._candidates(by_lib, pairs))
         # Open world: the table knows some libraries; a vector is its library's only when it pins
         # more exact versions than an unrecorded library was seen to share (module doc).
         if best[3] < MIN_EXACT and not (cid_lib == library and library != JAVA):
             return Unknown(f"{best[3]} exact version{'s' * (best[3] != 1)}, {MIN_EXACT} needed "
-                           "without the library's default client_id", self._candidates(by_lib))
+                           "without the library's default client_id", self._candidates(by_lib, pairs))
         if not complete:
             evidence.append("matches recorded " + ", ".join(sorted(set(matched), key=_vkey)))
         return Inference(name=library, version_range=self.range_of(library, matched, complete),
                          confidence=round(confidence, 3), evidence=tuple(evidence[:8]),
                          min_compatible=self.min_compatible.get(library))
 
-    def _candidates(self, by_lib: Mapping[str, list[tuple[int, float, list[str], int]]]) -> tuple[str, ...]:
+    def _candidates(self, by_lib: Mapping[str, list[tuple[int, float, list[str], int]]],
+                    pairs: list[tuple[int, int]]) -> tuple[str, ...]:
         """Each library that fits, its range and what pinned it: "sarama * (api 0 v0, api 3 v0)",
-        most exact versions first; at most MAX_CANDIDATES."""
+        most exact versions first; at most MAX_CANDIDATES. None for a connection that sent nothing
+        but ApiVersions: almost every library fits that, and listing them says nothing."""
+        if not pairs:
+            return ()
         out = []
         for library, fits in by_lib.items():
             best = max(fits, key=lambda f: (f[3], f[1]))

@@ -57,6 +57,8 @@ class DroppedByBound(_Model):
     truncated_strings: Count = Field(description="Wire strings cut to 256 characters")
     series_folded: dict[str, Count] = Field(description="Increments folded into 'other' by --max-series, by family")
     broker_answers_dropped: dict[str, Count] = Field(description="Brokers' answers or entries not kept, by what")
+    churn_clients_evicted: Count = Field(description="Clients whose connection rate was forgotten at "
+                                         "--max-churn-clients (the least recently seen first)")
 
 
 class HttpHealth(_Model):
@@ -95,8 +97,9 @@ class Health(_Model):
 _SOURCE_INTS = ("packets", "bytes", "gaps", "gap_bytes", "flows_open", "flows_evicted", "tls_flows")
 _SOURCE_OPT_INTS = ("kernel_received", "kernel_dropped", "kernel_if_dropped")
 _BOUND_INTS = ("untracked_connections", "forgotten_closed_connections", "flows_evicted", "census_overflow",
-               "software_label_overflow", "truncated_strings")
+               "software_label_overflow", "truncated_strings", "churn_clients_evicted")
 _BOUND_DICTS = ("series_folded", "broker_answers_dropped")
+_BOUND_INTS_ADDED = ("churn_clients_evicted",)  # since issue 26: absent from older sidecars' answers
 
 
 def _sum_into(into: dict[str, int], more: dict[str, int]) -> None:
@@ -135,7 +138,8 @@ def health_body(snapshot: Any) -> dict:
         "census_overflow": snapshot.census_overflow, "software_label_overflow": snapshot.software_overflow,
         "truncated_strings": snapshot.truncated_strings,
         "series_folded": dict(sorted(snapshot.series_folded.items())),
-        "broker_answers_dropped": dict(sorted(snapshot.broker_drops.items()))}
+        "broker_answers_dropped": dict(sorted(snapshot.broker_drops.items())),
+        "churn_clients_evicted": snapshot.churn_clients_evicted}
     body["capture"] = sources
     return body
 
@@ -160,6 +164,9 @@ def check_health(body: Any) -> None:
     bounds = body.get("dropped_by_bounds")
     if not isinstance(bounds, dict):
         raise InvalidAnswer("health: no dropped_by_bounds object")
+    for key in _BOUND_INTS_ADDED:
+        # a sidecar older than the count lacks it: a rolling upgrade must not make its answers invalid
+        bounds.setdefault(key, 0)
     for key in _BOUND_INTS:
         if not _count(bounds.get(key)):
             raise InvalidAnswer(f"health: dropped_by_bounds.{key} is not a count")

@@ -1,4 +1,4 @@
-"""The incident CLI: `kafka-census connections|clients|upgrade-readiness` (issue 16).
+"""The incident CLI: `kafka-census connections|clients|churn|upgrade-readiness` (issue 16).
 
 Owns: the HTTP client side of the REST API (one sidecar or an aggregator), terminal tables
 (columns that fit, `wide`, `json`), `--watch`, and the exit codes of these commands. Must not
@@ -76,6 +76,10 @@ examples:
 examples:
   kafka-census clients --software-name librdkafka
   kafka-census clients --identity-source fingerprint -o wide""",
+    "churn": """\
+examples:
+  kafka-census churn
+  kafka-census churn --watch 5 -o wide""",
     "upgrade-readiness": """\
 examples:
   kafka-census upgrade-readiness --target 4.0 -o wide
@@ -420,6 +424,17 @@ CLIENT_COLUMNS = [
     ("LAST-SEEN-AT", lambda r, now: _text(r.get("last_seen")), False),
 ]
 
+CHURN_COLUMNS = [
+    ("CLIENT", lambda r, now: _text(r.get("client_address")), True),
+    ("CLIENT-ID", lambda r, now: _text(r.get("client_id")), True),
+    ("PER-MINUTE", lambda r, now: _text(r.get("connections_per_minute")), True),
+    ("TOTAL", lambda r, now: _text(r.get("connections_total")), True),
+    ("LAST-SEEN", lambda r, now: _age(r.get("last_seen"), now), True),
+    ("FIRST-SEEN", lambda r, now: _age(r.get("first_seen"), now), True),
+    ("FIRST-SEEN-AT", lambda r, now: _text(r.get("first_seen")), False),
+    ("LAST-SEEN-AT", lambda r, now: _text(r.get("last_seen")), False),
+]
+
 _INFERRED_SOURCES = ("sibling", "fingerprint")
 UPGRADE_COLUMNS = [
     ("SOFTWARE", lambda r, now: software(r.get("software_name"), r.get("software_version"),
@@ -622,6 +637,18 @@ def _frame_clients(answer: Answer, args, width, now) -> tuple[list[str], list[st
     return lines, notes + more
 
 
+def _frame_churn(answer: Answer, args, width, now) -> tuple[list[str], list[str]]:
+    rows = _list(answer.body, "churning", "churn")
+    threshold = answer.body.get("threshold_per_minute")
+    evicted = answer.body.get("evicted")
+    notes = [f"note: {evicted} clients were forgotten at --max-churn-clients (the least recently seen first)"] \
+        if isinstance(evicted, int) and evicted > 0 else []
+    if not rows:
+        return [], notes + [f"note: no client opens {_text(threshold)} connections a minute or more"]
+    lines, more = rows_table(CHURN_COLUMNS, rows, args.output, width, now)
+    return lines, notes + more
+
+
 def _frame_upgrade(answer: Answer, args, width, now) -> tuple[list[str], list[str]]:
     from exporter.textsafe import visible
 
@@ -642,6 +669,7 @@ def _frame_upgrade(answer: Answer, args, width, now) -> tuple[list[str], list[st
 COMMANDS = {  # command -> (path, filters, frame builder)
     "connections": (API_PREFIX + "/connections", CONNECTION_FILTERS, _frame_connections),
     "clients": (API_PREFIX + "/clients", CLIENT_FILTERS, _frame_clients),
+    "churn": (API_PREFIX + "/churn", {}, _frame_churn),
     "upgrade-readiness": (API_PREFIX + "/upgrade-readiness", {"target": "target"}, _frame_upgrade),
 }
 
@@ -727,7 +755,7 @@ def _watch(args: argparse.Namespace, base: str, token: str | None) -> int:
 
 
 def cmd_incident(args: argparse.Namespace) -> int:
-    """`connections`, `clients`, `upgrade-readiness`: one request (or --watch), one table."""
+    """`connections`, `clients`, `churn`, `upgrade-readiness`: one request (or --watch), one table."""
     try:
         if args.watch is not None and not (args.watch > 0 and args.watch != float("inf")):
             raise Failure(EXIT_USAGE, "--watch must be a positive number of seconds")
@@ -796,7 +824,7 @@ def _identity_filters(p: argparse.ArgumentParser, identity_choices=None) -> None
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """Register `connections`, `clients` and `upgrade-readiness`."""
+    """Register `connections`, `clients`, `churn` and `upgrade-readiness`."""
     fmt = argparse.RawDescriptionHelpFormatter
     con = sub.add_parser(
         "connections", help="list connections (open and recently closed) from a sidecar or an aggregator",
@@ -822,6 +850,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     _common(cli)
     _identity_filters(cli, ("announced", "sibling", "fingerprint", "none"))
     cli.set_defaults(func=cmd_incident)
+
+    churn = sub.add_parser(
+        "churn", help="clients opening connections in a loop (at or over the server's --churn-threshold-per-minute)",
+        formatter_class=fmt, epilog=EXAMPLES["churn"] + "\n\n" + EXIT_CODES_HELP,
+        description="GET /api/v1/churn: the clients (client address and client_id) opening connections\n"
+                    "at or over the server's threshold over the last minute, highest rate first.")
+    _common(churn)
+    churn.set_defaults(func=cmd_incident)
 
     upg = sub.add_parser(
         "upgrade-readiness", help="who uses API versions a target broker version removes",

@@ -156,6 +156,11 @@ class CensusCollector:
         yield _counter("fingerprint_skipped", "Fingerprint inferences not run, by reason: 'budget', past "
                        "--max-fingerprints-per-second (the connection is tried again later).", ["reason"],
                        s.fingerprint_skipped)
+        yield _gauge("churning_clients", "Clients (client address and client_id) opening connections at or over "
+                     "--churn-threshold-per-minute now: reconnect loops (GET /api/v1/churn lists them).", [],
+                     {(): s.churning_clients})
+        yield _counter("churn_clients_evicted", "Clients the connection-rate tracker forgot, the least recently "
+                       "seen first, because --max-churn-clients were tracked.", [], {(): s.churn_clients_evicted})
         yield _counter("forgotten_closed_connections", "Recently closed connections dropped at the count bound.",
                        [], {(): s.forgotten_connections})
         yield _counter("truncated_strings", "Strings from the wire (client_id, principal, software, TLS subject) "

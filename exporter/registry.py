@@ -8,7 +8,8 @@ reads (`snapshot`, a `MetricsSnapshot`). Its lock is private and no serving modu
 records (`open`, `closed`: tests and bench/ size them): every reading method copies what it needs.
 Imports only `capture.events` (the event contract), the generated API table (reference data,
 the upgrade targets too), `exporter.connection_fields` (the connection object's declaration),
-`exporter.fingerprint` (a pure module: infer() names an unannounced client) and
+`exporter.churn` (a pure module: connections a minute per client),
+`exporter.fingerprint` (a pure module: assess() names an unannounced client, or says why not) and
 `exporter.rollup`'s `FingerprintBasis` (the event a registry rebuilt from an event log takes a
 connection's first requests from), never capture's internals; nothing here knows about HTTP or
 Prometheus.
@@ -40,17 +41,23 @@ Model:
 - Identity not announced on a connection (issue 15) is kept apart from the KIP-511 fields, in
   `inferred` (REST `inferred_software`) and its own gauge: "sibling", the software a connection
   of the same client address and client_id announced (open, or seen within `sibling_window`
-  seconds before this one opened), else "fingerprint", exporter.fingerprint.infer() on what the
-  connection sent, else a fingerprinted sibling's. Decided only at sync points (`_sync`: events
+  seconds before this one opened), else "fingerprint", exporter.fingerprint.assess() on what the
+  connection sent. A fingerprint never spreads to a sibling (issue 26: one wrong inference would
+  be multiplied by a reconnect loop); when it names no one, its reason and candidate libraries
+  stay as `unnamed` (REST `fingerprint_unknown`). Decided only at sync points (`_sync`: events
   a tally is handed over before), so tally mode and one event per request agree; bounded: one
   index entry per (address, client_id), at most `max_open`, and at most MAX_INFER_CALLS + 1
   infer() calls per connection, and at most `max_fingerprints_per_second` in all per second of
   `now()` (`--max-fingerprints-per-second`; past it a connection is tried again at its next sync
   point, sweep or close, counted in `fingerprint_skipped["budget"]`).
 - An open connection with no announced identity waits under its (address, client_id)
-  (`_waiting`, at most MAX_WAITING_PER_KEY per key, `max_open` keys): when a sibling announces or
-  is fingerprinted at a sync point, the waiting ones take its identity at that event (at most
+  (`_waiting`, at most MAX_WAITING_PER_KEY per key, `max_open` keys): when a sibling announces
+  at a sync point, the waiting ones take its identity at that event (at most
   MAX_NAMED_PER_EVENT of them per event), not at their own next one.
+- Reconnect storms (issue 26): connections per (client address, client_id) over the last minute
+  (`exporter/churn.py`, at most `max_churn_clients` clients, the least recently seen forgotten
+  first and counted), each connection counted once, at its first client_id or at its close;
+  `churn()` lists the clients at or over the threshold.
 - A saved inferred identity (state file) comes back as "restored_sibling" /
   "restored_fingerprint" in `inferred` and its gauge, never in the software fields.
 - A registry rebuilt from a schema 2 event log gets each connection's first requests from the
@@ -95,13 +102,13 @@ from capture.events import (
     TrafficUpdate,
 )
 from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4, UPGRADE_TARGETS
+from exporter.churn import DEFAULT_CHURN_THRESHOLD_PER_MINUTE, DEFAULT_MAX_CHURN_CLIENTS, ChurnTracker
+from exporter.churn import listing as _churn_listing
 from exporter.connection_fields import FIELDS, ORDER_BY, STRING_ORDER
 
-# The fingerprint's own bounds: the first requests it reads, and the confidence below which it
-# names no one (a fingerprinted sibling's identity is taken at that floor).
-from exporter.fingerprint import MAX_FIRST_REQUESTS, Observation
-from exporter.fingerprint import THRESHOLD as SIBLING_OF_FINGERPRINT_CONFIDENCE
-from exporter.fingerprint import infer as _infer
+# The fingerprint's own bounds: the first requests it reads, the candidates of an unknown it lists.
+from exporter.fingerprint import MAX_CANDIDATES, MAX_FIRST_REQUESTS, Inference, Observation
+from exporter.fingerprint import assess as _assess
 from exporter.rollup import FingerprintBasis
 
 DEFAULT_MAX_OPEN = 100_000
@@ -125,7 +132,6 @@ MAX_EVIDENCE = 8  # evidence strings kept of one inference
 # at its next sync point or sweep, and at its close, when the next second's budget allows.
 DEFAULT_MAX_FINGERPRINTS_PER_SECOND = 200
 FINGERPRINT_SKIP_REASONS = ("budget",)
-MAX_FINGERPRINTED_SIBLINGS = 4  # fingerprinted connections kept per (client address, client_id) to name others
 # Open connections without an announced identity waiting, per (client address, client_id), for a
 # sibling to be identified (`_name_waiting` names them then, not at their own next sync point),
 # and how many of them one event may name: the work per event is bounded whatever the wire does.
@@ -243,7 +249,7 @@ class ConnectionRecord:
                  "sasl_mechanism", "sasl_outcome", "first_seen", "last_seen", "closed_at", "bytes_from_client",
                  "bytes_from_broker", "requests", "decode_errors", "desyncs", "restored", "restored_identity_version",
                  "api_versions_request_version", "first_requests", "pending_requests", "inferred", "inferred_labels",
-                 "infer_calls", "infer_basis", "announce_pending")
+                 "unnamed", "infer_calls", "infer_basis", "announce_pending")
 
     def __init__(self, ev: ConnectionOpened) -> None:
         self.id = ev.conn_id
@@ -295,6 +301,9 @@ class ConnectionRecord:
         # the reference). inferred_labels: its (listener, name, range) key of the inferred gauge.
         self.inferred: dict | None = None
         self.inferred_labels: tuple | None = None
+        # Its last fingerprint named no one (issue 26): (why, the candidate libraries), kept as
+        # evidence of an unknown, bounded like an inference's evidence; None otherwise.
+        self.unnamed: tuple[str, tuple[str, ...]] | None = None
         self.infer_calls = 0
         self.infer_basis: tuple | None = None  # what the last infer() call saw
         # Announced software before any client_id: it names its siblings once a request gives
@@ -338,6 +347,8 @@ class ConnectionRecord:
             "desyncs": self.desyncs,
             "requests": request_counts(self.requests),
             "inferred_software": inferred_software(self.inferred),
+            "fingerprint_unknown": None if self.unnamed is None else
+            {"reason": self.unnamed[0], "candidates": list(self.unnamed[1])},
             "api_versions_request_version": self.api_versions_request_version,
             "first_requests": first_requests(self.first_requests),
         }
@@ -489,6 +500,8 @@ class MetricsSnapshot:
     broker_drops: dict[str, int]  # BROKER_DROPS -> answers or entries not kept
     fingerprint_calls: int  # fingerprint.infer() calls
     fingerprint_skipped: dict[str, int]  # reason -> infer() calls not made (budget)
+    churning_clients: int  # (client address, client_id) at or over the churn threshold now
+    churn_clients_evicted: int  # clients the churn tracker forgot at --max-churn-clients
 
 
 def _named(key_type, table: dict) -> dict:
@@ -737,7 +750,9 @@ class ConnectionRegistry:
                  closed_ttl: float = DEFAULT_CLOSED_TTL, max_software_labels: int = DEFAULT_MAX_SOFTWARE_LABELS,
                  max_census_rows: int = DEFAULT_MAX_CENSUS_ROWS, max_series: int = DEFAULT_MAX_SERIES,
                  max_brokers: int = DEFAULT_MAX_BROKERS, sibling_window: float = DEFAULT_SIBLING_WINDOW,
-                 max_fingerprints_per_second: int = DEFAULT_MAX_FINGERPRINTS_PER_SECOND, clock=None) -> None:
+                 max_fingerprints_per_second: int = DEFAULT_MAX_FINGERPRINTS_PER_SECOND,
+                 max_churn_clients: int = DEFAULT_MAX_CHURN_CLIENTS,
+                 churn_threshold_per_minute: float = DEFAULT_CHURN_THRESHOLD_PER_MINUTE, clock=None) -> None:
         # Held by apply() for one event, and by readers only to copy (`_copied`: a bounded chunk
         # of records per hold), never while they filter, sort or serialize (issue 13).
         self._lock = threading.RLock()
@@ -811,7 +826,6 @@ class ConnectionRegistry:
         # index keeps no record alive past those bounds.
         self.sibling_window = sibling_window
         self._announced: OrderedDict[tuple, str] = OrderedDict()
-        self._fingerprinted: OrderedDict[tuple, list[str]] = OrderedDict()  # same bounds, see above
         self._waiting: OrderedDict[tuple, list[str]] = OrderedDict()  # `_wait`: at most max_open keys
         self.sibling_identities = 0  # connections that took a sibling's identity
         self.infer_calls = 0  # fingerprint.infer() calls, all connections (each bounded by MAX_INFER_CALLS + 1)
@@ -824,6 +838,10 @@ class ConnectionRegistry:
         # kafka_census_connections_inferred, under the series budget like the main gauge.
         self._inferred_gauge: Counter = Counter()
         self._broker_max: dict[str, dict[int, int]] = {}  # "LISTENER:PORT" -> api_key -> max version (fingerprint)
+        # Issue 26: connections per (client address, client_id) over the last minute, at most
+        # `max_churn_clients` clients (exporter/churn.py); each connection noted once, at `_client_id`
+        # or `_closed_ev`.
+        self._churn = ChurnTracker(max_churn_clients, churn_threshold_per_minute)
         self._handlers: dict[type, Callable[[Any], None]] = {
             ConnectionOpened: self._opened_ev, RequestSeen: self._request, ResponseSeen: self._response,
             RequestTally: self._tally,
@@ -1081,6 +1099,21 @@ class ConnectionRegistry:
             out = [r for r in out if _client_matches(r, filters)]
         return out
 
+    def churn(self) -> dict:
+        """GET /api/v1/churn: the clients opening connections at or over the churn threshold now,
+        highest rate first (at most `max_churn_clients`), and the tracker's counts. One hold copies
+        plain values of the clients near the threshold only (about a millisecond at 4,096 churning);
+        ordered and formatted with the lock free."""
+        with self._lock:
+            tracker = self._churn
+            rows = tracker.churning_rows(self.now())
+            counts = {"threshold_per_minute": tracker.threshold, "tracked_clients": len(tracker),
+                      "max_tracked_clients": tracker.max_clients, "evicted": tracker.evicted}
+        churning = _churn_listing(rows)
+        for row in churning:
+            row["first_seen"], row["last_seen"] = iso_time(row["first_seen"]), iso_time(row["last_seen"])
+        return {"churning": churning, "total": len(churning), **counts}
+
     def brokers(self) -> list[dict]:
         with self._lock:
             return [dict(b, api_ranges=[dict(r) for r in b["api_ranges"]], features=[dict(f) for f in b["features"]])
@@ -1133,7 +1166,8 @@ class ConnectionRegistry:
                 apply_lock_wait_seconds=self.apply_lock_wait_seconds, apply_lock_wait_max=self.apply_lock_wait_max,
                 census_overflow=self.census_overflow, series=self._series, max_series=self.max_series,
                 series_folded=dict(self.series_folded), broker_drops=dict(self.broker_drops),
-                fingerprint_calls=self.infer_calls, fingerprint_skipped=dict(self.fingerprint_skipped))
+                fingerprint_calls=self.infer_calls, fingerprint_skipped=dict(self.fingerprint_skipped),
+                churning_clients=self._churn.count_churning(self.now()), churn_clients_evicted=self._churn.evicted)
         gauge, inferred, closed, requests, deprecated, api_versions, acks, sasl = tables
         return MetricsSnapshot(
             connections=_named(ConnectionSeries, gauge), connections_inferred=_named(InferredSeries, inferred),
@@ -1219,11 +1253,11 @@ class ConnectionRegistry:
         name, version_range = self._cut(saved["name"]), self._cut(saved["version_range"])
         evidence = tuple(self._cut(e) for e in saved["evidence"] if e != RESTORED_EVIDENCE)[:MAX_EVIDENCE - 1]
         self._set_inferred(rec, {
-            "source": source, "announced": False, "name": name, "version_range": version_range,
+            "source": source, "name": name, "version_range": version_range,
             "confidence": float(saved["confidence"]),
             "evidence": evidence + (RESTORED_EVIDENCE,),
             "min_compatible": self._cut(saved.get("min_compatible")),
-            "sibling_connection_id": self._cut(saved.get("sibling_connection_id")), "of": None,
+            "sibling_connection_id": self._cut(saved.get("sibling_connection_id")),
         }, (name if len(name) <= MAX_SOFTWARE_LABEL_LEN else OTHER,
             version_range if len(version_range) <= MAX_SOFTWARE_LABEL_LEN else OTHER))
 
@@ -1269,6 +1303,10 @@ class ConnectionRegistry:
             client_id = cut
         # A sibling is looked up at the next sync point (`_sync`), not here: a tally gives only
         # the run's last client_id, and the two modes must name the same sibling.
+        if rec.client_id is None and not rec.mid_stream:
+            # Its first: the connection counts for churn, as opened at first_seen (one joined
+            # mid-stream was opened before the capture saw it: a restart is no reconnect storm).
+            self._churn.note(rec.client_address, client_id, rec.first_seen)
         rec.client_id = client_id
         if rec.announce_pending:
             rec.announce_pending = False
@@ -1366,8 +1404,10 @@ class ConnectionRegistry:
                     else:
                         rec.announce_pending = True
             self._gauge[(rec.listener, *rec.labels)] += 1
-            if rec.software_name is not None and rec.inferred is not None:  # the wire's word ends any inference
-                self._set_inferred(rec, None)
+            if rec.software_name is not None:  # the wire's word ends any inference
+                rec.unnamed = None
+                if rec.inferred is not None:
+                    self._set_inferred(rec, None)
         self._count_request(rec, request)
         self._sync(rec)
 
@@ -1500,31 +1540,20 @@ class ConnectionRegistry:
         if rec.software_name is not None or rec.restored:  # announced (or restored): nothing to infer
             if not sweep and self._waiting and rec.client_id is not None and rec.software_name is not None \
                     and self._announced.get((rec.client_address, rec.client_id)) == rec.id:
-                self._name_waiting(rec, announced=True)
+                self._name_waiting(rec)
             return
-        # Precedence: a sibling that announced its software; this connection's own fingerprint;
-        # a sibling's fingerprint (kafkajs announces nothing on any connection, and its fetch
-        # connections send too little to fingerprint on their own).
+        # Precedence: a sibling that announced its software; this connection's own fingerprint.
+        # A fingerprint is never a sibling's (issue 26): an inference spread to every connection
+        # of its client would multiply one wrong decision by a reconnect loop.
         inferred = rec.inferred
-        if inferred is not None and inferred["source"] == "sibling" and inferred["announced"]:
+        if inferred is not None and inferred["source"] == "sibling":
             return
         if self._sibling(rec):
             return
         self._fingerprint(rec, closing)
-        inferred = rec.inferred
-        # Not at a traffic sweep: the sweep reports the connections in an order that varies from
-        # run to run, and another connection's fingerprint may change within it. At any other
-        # event (packet-ordered) every sibling's state is settled.
-        if not sweep and (inferred is None or inferred["source"] == "sibling"):
-            self._sibling(rec, fingerprinted=True)
-        if rec.client_id is not None:
-            inferred = rec.inferred
-            # Its siblings are named only at a sync point other than a sweep (see above); it waits
-            # for one from any (at a sweep its tally was handed over: its client_id is settled).
-            if not sweep and self._waiting and inferred is not None and inferred["source"] == "fingerprint":
-                self._name_waiting(rec, announced=False)
-            if not closing:
-                self._wait(rec)
+        # It waits for a sibling to announce (at a sweep its tally was handed over: its client_id is settled).
+        if rec.client_id is not None and not closing:
+            self._wait(rec)
 
     def _wait(self, rec: ConnectionRecord) -> None:
         """`rec` (open, no announced identity of its own or of a sibling) waits for a sibling of its
@@ -1532,7 +1561,7 @@ class ConnectionRegistry:
         `max_open` keys (the oldest key dropped first); one leaves at its close, or when found
         closed or named."""
         inferred = rec.inferred
-        if inferred is not None and inferred["source"] == "sibling" and inferred["announced"]:
+        if inferred is not None and inferred["source"] == "sibling":
             return  # nothing better can come
         key = (rec.client_address, rec.client_id)
         waiting = self._waiting
@@ -1544,66 +1573,32 @@ class ConnectionRegistry:
         elif rec.id not in ids and len(ids) < MAX_WAITING_PER_KEY:
             ids.append(rec.id)
 
-    def _name_waiting(self, rec: ConnectionRecord, announced: bool) -> None:
-        """`rec` is identified at a sync point (`announced`: its KIP-511 fields; else its
-        fingerprint): the open connections waiting under its key take it as their sibling now,
-        with `_sync`'s precedence (an announced sibling over anything, a fingerprinted one only
-        over none or another sibling's). Only the sibling lookup runs for them, never their own
-        fold or fingerprint (their requests may still be in a tally). At most MAX_NAMED_PER_EVENT
-        per event; the others are first in line at the next."""
+    def _name_waiting(self, rec: ConnectionRecord) -> None:
+        """`rec` announced its software at a sync point: the open connections waiting under its key
+        take it as their sibling now. Only the sibling lookup runs for them, never their own fold or
+        fingerprint (their requests may still be in a tally). At most MAX_NAMED_PER_EVENT per event;
+        the others are first in line at the next."""
         key = (rec.client_address, rec.client_id)
         ids = self._waiting.get(key)
         if not ids:
             return
         later: list[str] = []
-        done: list[str] = []
         budget = MAX_NAMED_PER_EVENT
         get = self.open.get
         for wid in ids:
             w = get(wid)
-            if w is None or w.software_name is not None or w.restored:
+            if w is None or w is rec or w.software_name is not None or w.restored:
                 continue  # closed, or announced or restored since: no longer waiting
-            if w is rec:
-                done.append(wid)
-                continue
             if budget == 0:
                 later.append(wid)
                 continue
             budget -= 1
-            if announced:
-                self._sibling(w, key=key)
-            else:
-                inf = w.inferred
-                if inf is None or (inf["source"] == "sibling" and not inf["announced"]):
-                    self._sibling(w, fingerprinted=True, key=key)
-            inf = w.inferred
-            if not (inf is not None and inf["source"] == "sibling" and inf["announced"]):
-                done.append(wid)
-        if later or done:
-            self._waiting[key] = later + done
+            if not self._sibling(w, key=key):
+                later.append(wid)
+        if later:
+            self._waiting[key] = later
         else:
             del self._waiting[key]
-
-    def _fingerprinted_sibling(self, rec: ConnectionRecord) -> None:
-        """`rec` was fingerprinted: a candidate sibling for its client's connections that send
-        too little to fingerprint. At most MAX_FINGERPRINTED_SIBLINGS per (address, client_id),
-        chosen among at lookup by confidence then age (never by arrival order)."""
-        key = (rec.client_address, rec.client_id)
-        table = self._fingerprinted
-        known = table.get(key)
-        if known is None:
-            table[key] = [rec.id]
-            if len(table) > self.max_open:
-                table.popitem(last=False)
-            return
-        if rec.id in known:
-            return
-        if len(known) >= MAX_FINGERPRINTED_SIBLINGS:  # drop those that no longer can be one
-            get = self.open.get
-            known[:] = [i for i in known if (s := get(i)) is not None and s.inferred is not None
-                        and s.inferred["source"] == "fingerprint"]
-        if len(known) < MAX_FINGERPRINTED_SIBLINGS:
-            known.append(rec.id)
 
     def _record(self, conn_id: str) -> ConnectionRecord | None:
         return self.open.get(conn_id) or self.closed.get(conn_id)
@@ -1617,59 +1612,34 @@ class ConnectionRegistry:
         if len(announced) > self.max_open:
             announced.popitem(last=False)
 
-    def _sibling(self, rec: ConnectionRecord, fingerprinted: bool = False, key: tuple | None = None) -> bool:
-        """Give `rec` (no software fields) the identity of the connection that announced one
-        (`fingerprinted`: or was fingerprinted) from the same client address and client_id, if it
-        is open or spoke at most `sibling_window` seconds before `rec` opened (packet time, so a
-        replay gives what the live capture gave). `key`: the (address, client_id) `rec` waits
-        under (`_name_waiting`), as of its last sync point."""
+    def _sibling(self, rec: ConnectionRecord, key: tuple | None = None) -> bool:
+        """Give `rec` (no software fields) the identity of the connection that announced one from
+        the same client address and client_id, if it is open or spoke at most `sibling_window`
+        seconds before `rec` opened (packet time, so a replay gives what the live capture gave).
+        `key`: the (address, client_id) `rec` waits under (`_name_waiting`), as of its last sync
+        point. Only an announced identity spreads: never a fingerprint (`_sync`)."""
         if key is None:
             if rec.client_id is None:
                 return False
             key = (rec.client_address, rec.client_id)
-        window = self.sibling_window
-        if not fingerprinted:
-            sib_id = self._announced.get(key)
-            sib = None if sib_id is None else self._record(sib_id)
-            if sib is None or sib is rec or sib.software_name is None:
-                return False
-            if sib.closed_at is not None and rec.first_seen - sib.last_seen > window:
-                return False
-        else:
-            candidates = [s for i in self._fingerprinted.get(key, ()) if (s := self._record(i)) is not None
-                          and s is not rec and s.inferred is not None
-                          and s.inferred["source"] == "fingerprint"
-                          and (s.closed_at is None or rec.first_seen - s.last_seen <= window)]
-            if not candidates:
-                return False
-            # (the ignore: every candidate's `inferred` is a dict, checked above)
-            sib = min(candidates, key=lambda s: (-s.inferred["confidence"], s.first_seen, s.id))  # type: ignore[index]
-        announced = sib.software_name is not None
-        theirs = sib.inferred  # None only for an announced sibling
+        sib_id = self._announced.get(key)
+        sib = None if sib_id is None else self._record(sib_id)
+        if sib is None or sib is rec or sib.software_name is None:
+            return False
+        if sib.closed_at is not None and rec.first_seen - sib.last_seen > self.sibling_window:
+            return False
         inferred = rec.inferred
-        if inferred is not None and inferred["sibling_connection_id"] == sib.id and (announced or (
-                theirs is not None and inferred["of"] == (theirs["name"], theirs["version_range"]))):
+        if inferred is not None and inferred["sibling_connection_id"] == sib.id:
             return True
-        if announced:
-            name, version = sib.software_name, sib.software_version or UNKNOWN
-            # not 1: behind a NAT another process may share the address and the client_id
-            confidence, min_compatible, labels = 0.9, None, sib.labels
-            evidence = (f"connection {sib.id} from the same client address and client_id announced "
-                        f"{name} {version} (ApiVersions v{sib.identity_version})",)
-        else:
-            assert theirs is not None and sib.inferred_labels is not None  # set together, at inference
-            # Only the name and range are taken: an open sibling's confidence and evidence still
-            # change with each sweep (its own row has them); the fingerprint's threshold is the floor.
-            name, version = theirs["name"], theirs["version_range"]
-            confidence, min_compatible, labels = SIBLING_OF_FINGERPRINT_CONFIDENCE, theirs["min_compatible"], \
-                sib.inferred_labels[1:]
-            evidence = (f"connection {sib.id} from the same client address and client_id was fingerprinted as "
-                        f"{name} {version}",)
+        name, version = sib.software_name, sib.software_version or UNKNOWN
+        rec.unnamed = None
         self._set_inferred(rec, {
-            "source": "sibling", "announced": announced, "name": name, "version_range": version,
-            "confidence": confidence, "evidence": evidence, "min_compatible": min_compatible,
-            "sibling_connection_id": sib.id, "of": None if announced else (name, version),
-        }, labels)
+            # not 1: behind a NAT another process may share the address and the client_id
+            "source": "sibling", "name": name, "version_range": version, "confidence": 0.9,
+            "evidence": (f"connection {sib.id} from the same client address and client_id announced "
+                         f"{name} {version} (ApiVersions v{sib.identity_version})",),
+            "min_compatible": None, "sibling_connection_id": sib.id,
+        }, sib.labels)
         self.sibling_identities += 1
         return True
 
@@ -1705,21 +1675,25 @@ class ConnectionRegistry:
             first_requests=first, client_id=rec.client_id,
             broker_max=self._broker_max.get(f"{rec.listener}:{rec.broker_port}"))
         try:
-            found = _infer(obs)
+            found = _assess(obs)
         except Exception:  # a fault of the inference must not stop the capture: counted, no identity
             self._decode_errors["fingerprint"] += 1
             found = None
-        if found is None:
+        if not isinstance(found, Inference):
             if rec.inferred is not None and rec.inferred["source"] == "fingerprint":
                 # more evidence, less sure: a wrong name is worse than none
                 self._set_inferred(rec, None)
+            rec.unnamed = None if found is None or not found.candidates else (
+                str(found.reason)[:MAX_WIRE_STRING],
+                tuple(str(c)[:MAX_WIRE_STRING] for c in found.candidates[:MAX_CANDIDATES]))
             return
+        rec.unnamed = None
         name, version_range = str(found.name), str(found.version_range)
         self._set_inferred(rec, {
             "source": "fingerprint", "name": name[:MAX_WIRE_STRING], "version_range": version_range[:MAX_WIRE_STRING],
             "confidence": round(float(found.confidence), 3),
             "evidence": tuple(str(e)[:MAX_WIRE_STRING] for e in tuple(found.evidence)[:MAX_EVIDENCE]),
-            "min_compatible": found.min_compatible, "sibling_connection_id": None, "announced": False, "of": None,
+            "min_compatible": found.min_compatible, "sibling_connection_id": None,
         }, (name if len(name) <= MAX_SOFTWARE_LABEL_LEN else OTHER,
             version_range if len(version_range) <= MAX_SOFTWARE_LABEL_LEN else OTHER))
 
@@ -1746,8 +1720,6 @@ class ConnectionRegistry:
             return
         key = rec.inferred_labels = self._slot("connections_inferred", self._inferred_gauge, (rec.listener, *labels))
         self._inferred_gauge[key] += 1
-        if inferred["source"] == "fingerprint" and rec.client_id is not None:
-            self._fingerprinted_sibling(rec)
 
     def _logged_basis(self, ev: FingerprintBasis) -> None:
         """A registry rebuilt from a schema 2 event log: the connection's first_requests (and
@@ -1787,6 +1759,8 @@ class ConnectionRegistry:
             return
         self._sync(rec, closing=True)  # the last word: what the whole connection said
         del self.open[ev.conn_id]
+        if rec.client_id is None and not rec.mid_stream:  # never sent one (TLS, or no request): counted now
+            self._churn.note(rec.client_address, None, rec.first_seen)
         waiting = self._waiting.get((rec.client_address, rec.client_id)) if self._waiting else None
         if waiting is not None and rec.id in waiting:  # no longer waiting: keep no closed id alive
             waiting.remove(rec.id)

@@ -29,6 +29,7 @@ from capture import proxy as _proxy
 from capture.listeners import DEFAULT_LISTENER
 from capture.sources import LiveCapture
 from exporter import aggregate as _aggregate
+from exporter import churn as _churn
 from exporter import eventlog as _eventlog
 from exporter import httpbounds as _httpbounds
 from exporter import incident as _incident
@@ -221,6 +222,12 @@ _CLI_SETTINGS = (
     _S("max_fingerprints_per_second", parse_int, _registry.DEFAULT_MAX_FINGERPRINTS_PER_SECOND, "fingerprint "
        "inferences of unannounced connections per second (replay: per second of the file's time); past it a "
        "connection is tried again later, counted in kafka_census_fingerprint_skipped_total{reason=\"budget\"}"),
+    _S("churn_threshold_per_minute", parse_float, _churn.DEFAULT_CHURN_THRESHOLD_PER_MINUTE, "a client (client "
+       "address and client_id) opening this many connections a minute or more is listed as churning (GET "
+       "/api/v1/churn, the incident page, kafka_census_churning_clients): a reconnect loop"),
+    _S("max_churn_clients", parse_int, _churn.DEFAULT_MAX_CHURN_CLIENTS, "clients (client address and client_id) "
+       "whose connection rate is tracked; past it the least recently seen is forgotten, counted in "
+       "kafka_census_churn_clients_evicted_total"),
     _S("max_connections", parse_int, _registry.DEFAULT_MAX_OPEN, "bound of the live connection table (the proxy: "
        "of its connections too, within the open-files limit)"),
     _S("max_closed_connections", parse_int, _registry.DEFAULT_MAX_CLOSED, "recently closed connections kept for "

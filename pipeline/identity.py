@@ -14,10 +14,8 @@ executors). The same rules as the live registry (exporter/registry.py), on whole
   first requests: from the log's own record of them (schema 2 ConnectionRollup records carry
   `first_requests` as the registry folded them), else, for a schema 1 log, the first eight
   distinct pairs in the order the log has them; and the broker's maxima from the latest
-  ApiVersions answer of the same broker. Never for a connection joined mid-stream;
-- `sibling` again, of a fingerprint: else the fingerprint of a connection of the same address and
-  client_id within the window (the most confident, then the oldest), at the fingerprint's
-  threshold confidence (0.75);
+  ApiVersions answer of the same broker. Never for a connection joined mid-stream. A fingerprint
+  names only its own connection, never a sibling (issue 26);
 - `none`.
 
 Imports pyspark, the generated API table and `exporter.fingerprint` (a pure, standard-library
@@ -38,7 +36,6 @@ DEFAULT_WINDOW = 300.0  # exporter.registry.DEFAULT_SIBLING_WINDOW
 MAX_FIRST_REQUESTS = 8
 MAX_EVIDENCE = 8
 ANNOUNCED_SIBLING_CONFIDENCE = 0.9  # as the registry: not 1, a NAT may put two processes behind one address
-SIBLING_OF_FINGERPRINT_CONFIDENCE = 0.75
 _TABLE_PAIRS = frozenset((s.key, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1))
 
 INFERENCE = T.StructType([
@@ -103,7 +100,7 @@ def identities(facts: DataFrame, conns: DataFrame, reqs: DataFrame, window: floa
     df = (conns.join(per_conn.drop("answer_ts", "broker_max"), key, "left").join(seen, key, "left")
           .join(counts, key, "left").join(answers, ["source", "listener", "broker"], "left"))
     unannounced = F.col("client_software_name").isNull()
-    # Cached: the sibling searches below read it three times, and planning that many copies of
+    # Cached: the sibling search below reads it twice, and planning that many copies of
     # the joins above (and running the fingerprint UDF again for each) cost more than the data.
     df = df.withColumn("own", F.when(unannounced & (F.coalesce("mid_stream", F.lit(0)) == 0), _infer_udf(
         "logged_first", "seen", "counts", "avv", "client_id", "broker_max"))).cache()
@@ -123,44 +120,26 @@ def identities(facts: DataFrame, conns: DataFrame, reqs: DataFrame, window: floa
                    & (F.col("sib_last") >= F.col("first_seen") - window))
            .withColumn("rank", F.row_number().over(latest)).filter(F.col("rank") == 1)
            .select(*key, "sib_id", "sib_name", "sib_version", "sib_iv"))
-    # A fingerprinted sibling: the most confident, then the oldest, within the window.
-    printed = (df.filter(F.col("own").isNotNull() & F.col("client_id").isNotNull())
-               .select(*client, F.col("conn_id").alias("fp_id"), F.col("first_seen").alias("fp_first"),
-                       F.col("last_seen").alias("fp_last"), F.col("own").alias("fp")))
-    best = Window.partitionBy(*key).orderBy(F.desc("fp.confidence"), "fp_first", "fp_id")
-    fsib = (me.join(printed, client)
-            .filter((F.col("fp_id") != F.col("conn_id")) & (F.col("fp_first") <= F.col("last_seen"))
-                    & (F.col("fp_last") >= F.col("first_seen") - window))
-            .withColumn("rank", F.row_number().over(best)).filter(F.col("rank") == 1)
-            .select(*key, "fp_id", "fp"))
-    df = df.join(sib, key, "left").join(fsib, key, "left")
+    df = df.join(sib, key, "left")
 
     is_sib = unannounced & F.col("sib_id").isNotNull()
     is_own = unannounced & F.col("sib_id").isNull() & F.col("own").isNotNull()
-    is_fsib = unannounced & F.col("sib_id").isNull() & F.col("own").isNull() & F.col("fp_id").isNotNull()
 
-    def pick(sib_value, own_value, fsib_value):
-        return F.when(is_sib, sib_value).when(is_own, own_value).when(is_fsib, fsib_value)
+    def pick(sib_value, own_value):
+        return F.when(is_sib, sib_value).when(is_own, own_value)
 
     return df.select(
         *conns.columns,
         F.when(~unannounced, F.lit("announced")).when(is_sib, F.lit("sibling")).when(is_own, F.lit("fingerprint"))
-        .when(is_fsib, F.lit("sibling")).otherwise(F.lit("none")).alias("identity_source"),
-        pick(F.col("sib_name"), F.col("own.name"), F.col("fp.name")).alias("inferred_software_name"),
-        pick(F.coalesce("sib_version", F.lit("unknown")), F.col("own.version_range"), F.col("fp.version_range"))
-        .alias("inferred_version_range"),
-        pick(F.lit(ANNOUNCED_SIBLING_CONFIDENCE), F.col("own.confidence"), F.lit(SIBLING_OF_FINGERPRINT_CONFIDENCE))
-        .alias("inferred_confidence"),
-        pick(F.lit(None).cast("string"), F.col("own.min_compatible"), F.col("fp.min_compatible"))
-        .alias("min_compatible"),
+        .otherwise(F.lit("none")).alias("identity_source"),
+        pick(F.col("sib_name"), F.col("own.name")).alias("inferred_software_name"),
+        pick(F.coalesce("sib_version", F.lit("unknown")), F.col("own.version_range")).alias("inferred_version_range"),
+        pick(F.lit(ANNOUNCED_SIBLING_CONFIDENCE), F.col("own.confidence")).alias("inferred_confidence"),
+        pick(F.lit(None).cast("string"), F.col("own.min_compatible")).alias("min_compatible"),
         pick(F.array(F.concat(F.lit("connection "), F.col("sib_id"),
                               F.lit(" from the same client address and client_id announced "), F.col("sib_name"),
                               F.lit(" "), F.coalesce("sib_version", F.lit("unknown")),
                               F.lit(" (ApiVersions v"), F.col("sib_iv").cast("string"), F.lit(")"))),
-             F.col("own.evidence"),
-             F.array(F.concat(F.lit("connection "), F.col("fp_id"),
-                              F.lit(" from the same client address and client_id was fingerprinted as "),
-                              F.col("fp.name"), F.lit(" "), F.col("fp.version_range"))))
-        .alias("evidence"),
-        pick(F.col("sib_id"), F.lit(None).cast("string"), F.col("fp_id")).alias("sibling_conn_id"),
+             F.col("own.evidence")).alias("evidence"),
+        pick(F.col("sib_id"), F.lit(None).cast("string")).alias("sibling_conn_id"),
     )

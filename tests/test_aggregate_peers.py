@@ -592,10 +592,21 @@ def test_census_merge_sums_counts_and_keeps_rows_apart_by_key():
     {"connections": [_conn(1, id=5)], "total": 1}, {"connections": [_conn(1, client_port="80")], "total": 1},
     {"connections": [_conn(1, client_software_name=3)], "total": 1},
     {"connections": [_conn(1, idle_seconds="1")], "total": 1},
+    {"connections": [_conn(1, inferred_software={"name": 1})], "total": 1},
+    {"connections": [_conn(1, fingerprint_unknown={"reason": "r", "candidates": "sarama"})], "total": 1},
+    {"connections": [_conn(1, fingerprint_unknown={"reason": None, "candidates": []})], "total": 1},
 ])
 def test_a_connection_listing_of_the_wrong_shape_is_invalid(body):
     with pytest.raises(merge.InvalidAnswer):
         merge.check_connections(body)
+
+
+def test_fingerprint_unknown_passes_and_may_be_absent_from_an_older_sidecar():
+    unknown = {"reason": "2 exact versions", "candidates": ["sarama * (api 0 v0, api 3 v0)"]}
+    merge.check_connections({"connections": [_conn(1, fingerprint_unknown=unknown), _conn(2)], "total": 2})
+    older = _conn(3)
+    older.pop("fingerprint_unknown", None)
+    merge.check_connections({"connections": [older], "total": 1})
 
 
 def test_a_page_longer_than_the_limit_asked_is_invalid():

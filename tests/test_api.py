@@ -448,6 +448,7 @@ def test_unknown_upgrade_target_is_400_listing_known(client):
     (api.ConnectionUsingRemoved, lambda reg: reg.upgrade_readiness("4.0")["connections"][0]),
     (api.ClientUsingRemoved, lambda reg: reg.upgrade_readiness("4.0")["clients"][0]),
     (api.UpgradeReadiness, lambda reg: reg.upgrade_readiness("4.0")),
+    (api.ChurnList, lambda reg: reg.churn()),
 ])
 def test_models_match_registry_objects(registry, model, sample):
     obj = sample(registry)
@@ -481,7 +482,8 @@ def test_openapi_document(client):
     doc = client.get("/openapi.json").json()
     assert doc["info"]["title"] == "kafka-census"
     assert set(doc["paths"]) == {"/healthz", "/readyz", "/api/v1/connections", "/api/v1/connections/{conn_id}",
-                                 "/api/v1/clients", "/api/v1/brokers", "/api/v1/upgrade-readiness", "/api/v1/health"}
+                                 "/api/v1/clients", "/api/v1/churn", "/api/v1/brokers", "/api/v1/upgrade-readiness",
+                                 "/api/v1/health"}
     assert all(set(ops) == {"get"} for ops in doc["paths"].values())  # read-only
     schemas = doc["components"]["schemas"]
     assert {"Connection", "RequestCount", "Client", "Broker", "UpgradeReadiness", "Error"} <= set(schemas)
@@ -511,8 +513,8 @@ def test_readyz_follows_ready(registry):
 
 
 @pytest.mark.parametrize("path", ["/api/v1/connections", f"/api/v1/connections/{C1}", "/api/v1/connections/nope",
-                                  "/api/v1/clients", "/api/v1/brokers", "/api/v1/upgrade-readiness",
-                                  "/api/v1/upgrade-readiness?target=9"])
+                                  "/api/v1/clients", "/api/v1/churn", "/api/v1/brokers",
+                                  "/api/v1/upgrade-readiness", "/api/v1/upgrade-readiness?target=9"])
 def test_api_responses_are_not_cached_or_sniffed(client, path):
     r = client.get(path)
     assert r.headers["cache-control"] == "no-store"

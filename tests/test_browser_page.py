@@ -269,6 +269,21 @@ def test_a_heading_orders_and_an_id_opens_the_connection(browser, census):
 
 
 @keeps_artifacts
+def test_a_connection_left_unknown_shows_why_and_its_candidates(browser, census):
+    """Issue 26: a fingerprint that names no one keeps its reason and candidates as evidence."""
+    unknown = [c for c in api(census.base, "/api/v1/connections?state=all&limit=1000")["connections"]
+               if c["fingerprint_unknown"] and c["fingerprint_unknown"]["candidates"]]
+    assert unknown, "the recordings hold no connection left unknown with candidates"
+    conn = unknown[0]
+    b = browser
+    open_page(b, census, "refresh=0&state=all")
+    b.get(b.url(census, "/?refresh=0&state=all#conn=" + urllib.parse.quote(conn["id"], safe="")))
+    b.wait("the detail panel", lambda: text_of(b, "#detail-id") == conn["id"])
+    detail = text_of(b, "#detail")
+    assert "Not named" in detail and conn["fingerprint_unknown"]["reason"] in detail
+    assert all(c in detail for c in conn["fingerprint_unknown"]["candidates"]), detail
+
+
 def test_the_refresh_setting_is_in_the_url_and_refreshes(browser, census):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.select import Select

@@ -42,6 +42,7 @@ from capture.kafka.errors import Kind
 from capture.listeners import ListenerMap
 from capture.packets import ACK, PSH, SYN
 from exporter.api import create_app
+from exporter.churn import DEFAULT_CHURN_THRESHOLD_PER_MINUTE, DEFAULT_MAX_CHURN_CLIENTS
 from exporter.cli import build_parser, resolve_settings
 from exporter.commands.common import UsageError, live_registry, registry_bounds
 from exporter.metrics import CensusCollector
@@ -453,6 +454,10 @@ def test_only_an_accepted_valid_sasl_mechanism_is_stored(mechanism, error, store
         assert set(reg.snapshot().sasl) == {("PLAINTEXT", stored, "failure")}
 
 
+CHURN_DEFAULTS = {"max_churn_clients": DEFAULT_MAX_CHURN_CLIENTS,
+                  "churn_threshold_per_minute": DEFAULT_CHURN_THRESHOLD_PER_MINUTE}
+
+
 def test_bounds_are_settings_with_safe_defaults():
     parser = build_parser()
     args = parser.parse_args(["replay", "x.pcap"])
@@ -460,13 +465,15 @@ def test_bounds_are_settings_with_safe_defaults():
     assert registry_bounds(args) == {"max_series": DEFAULT_MAX_SERIES, "max_brokers": DEFAULT_MAX_BROKERS,
                                       "max_software_labels": DEFAULT_MAX_SOFTWARE_LABELS,
                                       "max_census_rows": DEFAULT_MAX_CENSUS_ROWS,
-                                      "max_fingerprints_per_second": DEFAULT_MAX_FINGERPRINTS_PER_SECOND}
+                                      "max_fingerprints_per_second": DEFAULT_MAX_FINGERPRINTS_PER_SECOND,
+                                      **CHURN_DEFAULTS}
     args = parser.parse_args(["replay", "x.pcap", "--max-series", "10"])
     resolve_settings(args, environ={"KAFKA_CENSUS_MAX_BROKERS": "3"})
     assert registry_bounds(args) == {"max_series": 10, "max_brokers": 3,
                                       "max_software_labels": DEFAULT_MAX_SOFTWARE_LABELS,
                                       "max_census_rows": DEFAULT_MAX_CENSUS_ROWS,
-                                      "max_fingerprints_per_second": DEFAULT_MAX_FINGERPRINTS_PER_SECOND}
+                                      "max_fingerprints_per_second": DEFAULT_MAX_FINGERPRINTS_PER_SECOND,
+                                      **CHURN_DEFAULTS}
     args = parser.parse_args(["replay", "x.pcap", "--max-software-labels", "0"])
     resolve_settings(args, environ={})
     with pytest.raises(UsageError, match="--max-software-labels must be at least 1"):

@@ -75,17 +75,19 @@ def test_demo_round_through_the_aggregator():
     def fetch_rows(client):
         return [r for r in found[client][2] if r["requests"].startswith("Fetch v")]
 
+    # kafkajs's Fetch connection sends one Fetch version: too little alone, and a fingerprint never
+    # spreads to a sibling (issue 26), so it stays unknown while another of its connections is named
     kafkajs = fetch_rows("kafkajs")
-    assert kafkajs and all(r["source"] == "sibling" and re.fullmatch(r"kafkajs \S+ \(inferred\)", r["software"])
-                           for r in kafkajs), found["kafkajs"]
+    assert kafkajs and all(r["source"] == "none" and r["software"] == "unknown" for r in kafkajs), found["kafkajs"]
+    assert any(r["source"] == "fingerprint" and re.fullmatch(r"kafkajs \S+ \(inferred\)", r["software"])
+               for r in found["kafkajs"][2]), found["kafkajs"]
     version = found["platformatic"][0]
     platformatic = fetch_rows("platformatic")
     assert platformatic and all(r["source"] == "sibling" and r["software"] == f"platformatic-kafka {version} (inferred)"
                                 for r in platformatic), found["platformatic"]
     _, _, aiokafka = found["aiokafka"]
-    assert all(re.fullmatch(r"aiokafka \S+ \(inferred\)", r["software"]) and r["source"] in ("fingerprint", "sibling")
-               for r in aiokafka), aiokafka
-    assert any(r["source"] == "fingerprint" for r in aiokafka), aiokafka
+    assert all(r["software"] == "unknown" or (re.fullmatch(r"aiokafka \S+ \(inferred\)", r["software"])
+                                              and r["source"] == "fingerprint") for r in aiokafka), aiokafka
     assert any(r["source"] == "fingerprint" and r["requests"].startswith("Fetch v") for r in aiokafka), aiokafka
 
     # the union: the aggregator lists every connection of both sidecars, whole

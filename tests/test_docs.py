@@ -254,7 +254,7 @@ def test_paths_the_docs_name_exist():
 OTHER_PROGRAMS_FLAGS = {"--set", "--show-only", "--cycles", "--in-sample", "--load", "--nice", "--pingpong-only",
                         "--clients", "--rounds", "--list", "--only", "--hypothesis-seed", "--authentication",
                         "--write", "--polite", "--callers", "--requests", "--messages", "--connections",
-                        "--proxy-args", "--max-seconds"}
+                        "--proxy-args", "--max-seconds", "--sweep"}
 
 
 def _kafka_census_flags() -> set[str]:

@@ -36,8 +36,8 @@ from exporter.rollup import MAX_FIRST_REQUESTS, FingerprintBasis, Rollup, rolled
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
 MANIFEST = json.loads((FIXTURES / "MANIFEST.json").read_text())["recordings"]
-# aiokafka: ApiVersions v0, named by fingerprint; kafkajs: fetch connections named by a
-# fingerprinted sibling; kafka-python 2.1.6: announces (v4) on one connection, its others by sibling;
+# aiokafka: ApiVersions v0, named by fingerprint; kafkajs: fingerprinted, its fetch connections
+# unknown; kafka-python 2.1.6: announces (v4) on one connection, its others by sibling;
 # sarama: no ApiVersions at all (v1.22.1's default).
 RECORDINGS = ("aiokafka-0.7.2", "kafkajs-2.1.0", "kafka-python-2.1.6", "sarama-1.22.1", "kafka-node-5.0.0")
 COMPARED = ("first_requests", "api_versions_request_version", "inferred_software", "identity_source", "state",

@@ -218,7 +218,7 @@ def test_ready_verdict_and_none_without_traffic():
 #
 # Real captures: recordings of real clients against Tansu (tests/fixtures/fingerprints), none of
 # which announces its software on every connection: kafka-node and sarama (fingerprint, and
-# versions Kafka 4.0 removed), kafkajs (fetch connections named by a fingerprinted sibling),
+# versions Kafka 4.0 removed), kafkajs (fingerprinted; its fetch connections stay unknown: a fingerprint never spreads),
 # kafka-python 2.1.6 (announced on one connection, the others named by it). Each is replayed
 # through the capture into an event log as the exporter writes it (schema 2 rollups) under its own
 # host name, and into a live registry: per connection and per software group, the pipeline must

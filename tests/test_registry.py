@@ -176,7 +176,7 @@ def test_the_first_requests_bound_is_the_fingerprints_everywhere():
     from exporter import fingerprint, registry, rollup
 
     assert registry.MAX_FIRST_REQUESTS == rollup.MAX_FIRST_REQUESTS == fingerprint.MAX_FIRST_REQUESTS
-    assert registry.SIBLING_OF_FINGERPRINT_CONFIDENCE == fingerprint.THRESHOLD
+    assert registry.MAX_CANDIDATES == fingerprint.MAX_CANDIDATES
 
 
 def test_the_census_is_filtered_by_the_registry():

@@ -22,7 +22,7 @@ from capture.listeners import (
     parse_listener,
     security_protocol,
 )
-from exporter import aggregate, cli, eventlog, httpbounds, incident, registry, rollup, settings, state
+from exporter import aggregate, churn, cli, eventlog, httpbounds, incident, registry, rollup, settings, state
 from exporter.commands import proxy as proxy_command
 from exporter.settings import CONFIG, DEFAULT, ENVIRONMENT, FLAG, SETTINGS, SettingError, resolve
 
@@ -39,6 +39,8 @@ OWNED = {
     "max_closed_connections": registry.DEFAULT_MAX_CLOSED,
     "closed_ttl": registry.DEFAULT_CLOSED_TTL,
     "sibling_window": registry.DEFAULT_SIBLING_WINDOW,
+    "churn_threshold_per_minute": churn.DEFAULT_CHURN_THRESHOLD_PER_MINUTE,
+    "max_churn_clients": churn.DEFAULT_MAX_CHURN_CLIENTS,
     "event_log_max_mb": eventlog.DEFAULT_MAX_BYTES // MiB,
     "event_log_max_age": eventlog.DEFAULT_MAX_AGE_SECONDS,
     "event_log_max_total_mb": eventlog.DEFAULT_MAX_TOTAL_BYTES // MiB,

@@ -561,7 +561,7 @@ def _inferring_run(clock: Clock, monkeypatch) -> ConnectionRegistry:
             return Inference("apache-kafka-java", "0.10.2.0-0.11.0.3", 0.9, ("Produce v2", "ApiVersions v0"), "2.1")
         return None
 
-    monkeypatch.setattr(registry_module, "_infer", infer)
+    monkeypatch.setattr(registry_module, "_assess", infer)
     t = clock.t - 100
 
     def produce(conn_id, ts, client_id):

@@ -277,6 +277,21 @@ def test_the_merge_refuses_another_shape(bad):
         check_health(bad)
 
 
+def test_a_sidecar_older_than_the_churn_count_is_still_merged():
+    """A rolling upgrade: an aggregator that knows churn_clients_evicted (issue 26) merges a sidecar
+    whose /health predates it as having evicted none; a value that is not a count is still refused."""
+    old = health_body(fed_registry().snapshot())
+    del old["dropped_by_bounds"]["churn_clients_evicted"]
+    check_health(old)
+    merger = HealthMerger()
+    merger.add("p", old)
+    assert merger.result()["dropped_by_bounds"]["churn_clients_evicted"] == 0
+    bad = health_body(fed_registry().snapshot())
+    bad["dropped_by_bounds"]["churn_clients_evicted"] = -1
+    with pytest.raises(InvalidAnswer):
+        check_health(bad)
+
+
 # --- the real aggregator over two real sidecars --------------------------------------------------
 
 def _get(base: str, path: str) -> tuple[int, dict, dict]:

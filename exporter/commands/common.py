@@ -108,11 +108,16 @@ def registry_bounds(args: argparse.Namespace) -> dict:
     """The registry's label and table bounds (ConnectionRegistry keyword arguments)."""
     bounds = {"max_series": args.max_series, "max_brokers": args.max_brokers,
               "max_software_labels": args.max_software_labels, "max_census_rows": args.max_census_rows,
-              "max_fingerprints_per_second": args.max_fingerprints_per_second}
+              "max_fingerprints_per_second": args.max_fingerprints_per_second,
+              "max_churn_clients": args.max_churn_clients}
     for name, value in bounds.items():
         if value < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-    return bounds
+    threshold = args.churn_threshold_per_minute
+    if not 0 < threshold < float("inf"):  # NaN too
+        raise UsageError(f"--churn-threshold-per-minute must be a positive number of connections a minute, "
+                         f"not {threshold:g}")
+    return {**bounds, "churn_threshold_per_minute": threshold}
 
 
 def live_registry(args: argparse.Namespace) -> ConnectionRegistry:

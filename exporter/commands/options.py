@@ -57,8 +57,9 @@ def add_service_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table")
     add_setting(p, "compat_metrics", type=parse_csv, metavar="strimzi,confluent")
     for dest in ("max_series", "max_brokers", "max_software_labels", "max_census_rows",
-                 "max_fingerprints_per_second"):
+                 "max_fingerprints_per_second", "max_churn_clients"):
         add_setting(p, dest, type=parse_int, metavar="N")
+    add_setting(p, "churn_threshold_per_minute", type=parse_float, metavar="N")
 
 
 def add_event_log_options(p: argparse.ArgumentParser) -> None:

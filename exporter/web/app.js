@@ -194,6 +194,33 @@ function filterBy(client) {
   $('connections-section').scrollIntoView();
 }
 
+// Clients opening connections at or over the threshold now: reconnect loops (GET /api/v1/churn).
+function renderChurn(body) {
+  const rows = body.churning.map((c) => el('tr', { class: 'trouble' },
+    el('td', { class: 'id' }, c.client_address,
+      c.peers === undefined ? null : el('span', { class: 'peer' }, 'on ' + c.peers.join(', '))),  // the aggregator's
+    td(c.client_id, 'wire'), td(c.connections_per_minute.toFixed(1), 'num'), td(num(c.connections_total), 'num'),
+    tdWhen(c.first_seen), tdWhen(c.last_seen),
+    el('td', { class: 'act' }, el('button', { type: 'button', class: 'link', onclick: () => connectionsOf(c) },
+      'connections'))));
+  $('churn-table').tBodies[0].replaceChildren(...rows);
+  $('churn-table').hidden = rows.length === 0;
+  const empty = $('churn-empty');
+  empty.hidden = rows.length > 0;
+  empty.textContent = `No client is opening ${num(body.threshold_per_minute)} connections a minute or more.`;
+  let count = `${body.total} at ${num(body.threshold_per_minute)}+ connections/min; ` +
+    `${num(body.tracked_clients)} of ${num(body.max_tracked_clients)} clients tracked`;
+  if (body.evicted) count += `, ${num(body.evicted)} forgotten at the bound`;
+  $('churn-count').textContent = '(' + count + ')';
+}
+
+function connectionsOf(client) {  // a null client_id cannot be a filter: its address alone
+  view.conn = new URLSearchParams({ address: client.client_address });
+  if (client.client_id !== null) view.conn.set('client_id', client.client_id);
+  go(true);
+  $('connections-section').scrollIntoView();
+}
+
 const COLUMNS = [  // [heading, order_by field or null, cell, shown only if (rows) => true]
   ['client', 'client_address', (c) => el('td', { class: 'id' },
     el('a', { href: '#conn=' + encodeURIComponent(c.id), title: c.id, 'data-conn-id': c.id },
@@ -282,6 +309,11 @@ function renderDetail(c) {
       ['software', `${s.name} ${s.version_range}`], ['confidence', `${Math.round(s.confidence * 100)}%`],
       ['source', s.source], ['first compatible with 4.0', s.min_compatible],
       ['sibling connection', s.sibling_connection_id], ['evidence', el('ul', {}, ...s.evidence.map((e) => el('li', {}, e)))]]));
+  }
+  if (c.fingerprint_unknown) {  // no name: why, and the libraries that could have sent it (evidence, not a name)
+    const u = c.fingerprint_unknown;
+    parts.push(el('h3', {}, 'Not named'), kv([
+      ['why', u.reason], ['candidates', el('ul', {}, ...u.candidates.map((e) => el('li', {}, e)))]]));
   }
   parts.push(el('h3', {}, 'Requests by API and version'), requestsTable(c.requests));
   $('detail').replaceChildren(...parts);
@@ -391,8 +423,11 @@ function renderMissing() {
 
 function clearData() {
   // Refused: nothing read with an earlier token stays on the screen.
-  for (const id of ['census-table', 'connections-table', 'upgrade-table', 'peers-table']) $(id).tBodies[0].replaceChildren();
-  for (const id of ['health', 'health-line', 'brokers', 'detail', 'verdict', 'census-count', 'connections-count']) {
+  for (const id of ['census-table', 'churn-table', 'connections-table', 'upgrade-table', 'peers-table']) {
+    $(id).tBodies[0].replaceChildren();
+  }
+  for (const id of ['health', 'health-line', 'brokers', 'detail', 'verdict', 'census-count', 'churn-count', 'churn-empty',
+    'connections-count']) {
     $(id).replaceChildren();
   }
   $('partial').hidden = true;
@@ -410,6 +445,7 @@ async function refresh() {
   const target = view.target ? '?target=' + encodeURIComponent(view.target) : '';
   const jobs = [
     ['census-section', () => api(API + '/clients').then(renderCensus)],
+    ['churn-section', () => api(API + '/churn').then(renderChurn)],
     ['connections-section', () => api(API + '/connections' + (connQuery ? '?' + connQuery : '')).then(renderConnections)],
     ['upgrade-section', () => api(API + '/upgrade-readiness' + target).then(renderUpgrade)],
     ['brokers-section', () => api(API + '/brokers').then(renderBrokers)],
