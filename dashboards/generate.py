@@ -340,6 +340,11 @@ def kafka_clients() -> dict:
                         target(f'sum by (listener, reason) '
                                f'({rate(sel("kafka_census_connections_closed_total", LISTENER))})',
                                "closed {{listener}} ({{reason}})")], unit="cps"),
+            timeseries("Clients reconnecting in a loop", "Clients (client address and client_id) opening connections "
+                       "at or over --churn-threshold-per-minute (60 a minute by default), per exporter. "
+                       "GET /api/v1/churn, `kafka-census churn` and the incident page name them; the alert "
+                       "KafkaCensusClientReconnectStorm fires after 10 minutes.",
+                       [target("sum by (instance) (kafka_census_churning_clients)", "{{instance}}")]),
         ]),
         ("Identities", [
             timeseries("Connections without a client identity", "Open connections with software 'unknown': "
@@ -604,6 +609,22 @@ What to do:
    interface rather than "any"; list only Kafka listener ports (--listener).
 """
 
+RUNBOOK_RECONNECT_STORM = """\
+What it means: a client (one client address and client_id) has been opening connections at or
+over the churn threshold (--churn-threshold-per-minute, 60 a minute by default) for 10 minutes: a
+reconnect loop. Each new connection costs the broker an accept, often a TLS handshake and a SASL
+exchange, and a connection slot (max.connections, connection rate quotas); the client itself is
+usually failing (a broker answer it cannot handle, an authentication error, a too-old or too-new
+protocol version).
+What to do:
+1. List who: the incident page's "Churning clients", GET /api/v1/churn or `kafka-census churn
+   --server URL` (address, client_id, connections a minute).
+2. Look at one of its connections (kafka-census connections --client-id ID --state all): the
+   requests it sent before closing and its close reason usually say what it does not accept.
+3. Ask the client's owners to fix it, or cap it at the broker (connection creation rate quota,
+   KIP-612) while they do.
+"""
+
 RUNBOOK_DECODE_RATIO = """\
 What it means: more than 1% of decoded requests come with a decode error or a desync (lost frame
 boundaries). Usual causes: packet loss in the capture (kernel drops, TCP gaps), non-Kafka or TLS
@@ -709,6 +730,12 @@ def alert_rules() -> dict:
                    description="Decode errors and desyncs are {{ $value | humanizePercentage }} of the decoded "
                                "requests on {{ $labels.instance }} (over 1% for 10 minutes).",
                    runbook=RUNBOOK_DECODE_RATIO),
+            _alert("KafkaCensusClientReconnectStorm",
+                   "max by (job, instance) (kafka_census_churning_clients) > 0", for_="10m", severity="warning",
+                   summary="A client reconnects in a loop on {{ $labels.instance }}",
+                   description="{{ $value }} client(s) (client address and client_id) have opened connections at "
+                               "or over the churn threshold on {{ $labels.instance }} for 10 minutes.",
+                   runbook=RUNBOOK_RECONNECT_STORM),
             _alert("KafkaCensusExporterDown", f"up{{{JOB_SELECTOR}}} == 0", for_="5m", severity="warning",
                    summary="kafka-census target {{ $labels.instance }} is down",
                    description="Prometheus has failed to scrape {{ $labels.instance }} (job {{ $labels.job }}) "

@@ -514,7 +514,7 @@ def test_alerts_have_severity_and_runbook_annotations():
     names = {r["alert"] for r in rules}
     assert names == {"KafkaCensusDeprecatedApiVersionsInUse", "KafkaCensusClientBelowMinimumVersion",
                      "KafkaCensusKernelDrops", "KafkaCensusDecodeErrorRatioHigh", "KafkaCensusExporterDown",
-                     "KafkaCensusExporterAbsent"}
+                     "KafkaCensusExporterAbsent", "KafkaCensusClientReconnectStorm"}
     for r in rules:
         assert r["labels"]["severity"] in ("info", "warning", "critical"), r["alert"]
         assert set(r["annotations"]) == {"summary", "description", "runbook"}, r["alert"]
