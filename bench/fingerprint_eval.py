@@ -55,6 +55,16 @@ class LibraryOut:
     wrong_clients: set = field(default_factory=set)
     names: Counter = field(default_factory=Counter)  # "name range (confidence)" -> connections
 
+    def judge(self, table: Fingerprints, obs: Observation, client: tuple) -> None:
+        """One connection of `client`, inferred by a table that knows nothing of its library."""
+        self.connections += 1
+        self.clients.add(client)
+        got = table.infer(obs)
+        if got is not None:
+            self.wrong_connections += 1
+            self.wrong_clients.add(client)
+            self.names[f"{got.name} {got.version_range} ({got.confidence})"] += 1
+
 
 def evaluate_library_out(libraries=None) -> dict[str, LibraryOut]:
     """Per library (every recorded one, or `libraries`): its recordings against a table without it."""
@@ -70,14 +80,7 @@ def evaluate_library_out(libraries=None) -> dict[str, LibraryOut]:
             for _conn_id, obs in sorted(observations_from_events(gen.recording_events(rec.name)).items()):
                 if not any(key != 18 for key, _ in obs.requests):
                     continue  # nothing but ApiVersions: no vector
-                client = (rec.name, obs.client_id)
-                res.connections += 1
-                res.clients.add(client)
-                got = table.infer(obs)
-                if got is not None:
-                    res.wrong_connections += 1
-                    res.wrong_clients.add(client)
-                    res.names[f"{got.name} {got.version_range} ({got.confidence})"] += 1
+                res.judge(table, obs, (rec.name, obs.client_id))
     return out
 
 
@@ -113,15 +116,8 @@ def evaluate_java_out() -> LibraryOut:
                 reqs = {(k, min(vec[k], broker[k]) if broker and negotiates else vec[k]): 1
                         for k in keys if k in vec and (broker is None or k in broker)}
                 for client_id in ("producer-1", "orders-app"):
-                    client = (release, role, client_id)
-                    res.connections += 1
-                    res.clients.add(client)
                     obs = Observation(vec[18] if negotiates else None, reqs, tuple(reqs)[:8], client_id, broker)
-                    got = table.infer(obs)
-                    if got is not None:
-                        res.wrong_connections += 1
-                        res.wrong_clients.add(client)
-                        res.names[f"{got.name} {got.version_range} ({got.confidence})"] += 1
+                    res.judge(table, obs, (release, role, client_id))
     return res
 
 
