@@ -8,9 +8,9 @@ PY          := $(VENV)/bin/python
 NODE_DIR    := tests/clients/node
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-system setup-python setup-node native demo lint test test-fast test-pure test-spark-cluster fuzz bench soak regen clean
+.PHONY: setup setup-system setup-python setup-node setup-kafka native demo lint test test-fast test-pure test-spark-cluster fuzz bench soak regen clean
 
-setup: setup-system setup-python setup-node native
+setup: setup-system setup-python setup-node native setup-kafka
 
 # Debian tools the tests use (tshark and tcpdump as oracles, ip for network namespaces,
 # prometheus and promtool as the real scraper, chromium and its chromedriver as the browser),
@@ -54,6 +54,14 @@ $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/packag
 	cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 setup-node: $(NODE_DIR)/node_modules/.installed
+
+# Apache Kafka brokers as test peers (harness/kafka_broker.py): Maven copies each pinned line's
+# runtime jars into build/kafka/<version>/ and the JMX exporter agent beside them; its local
+# repository caches them. The versions are pinned in the harness (KAFKA_VERSIONS, JMX_AGENT_VERSION).
+build/kafka/.installed: harness/kafka/pom.xml harness/kafka_broker.py
+	$(PYTHON) -m harness.kafka_broker install
+	@touch $@
+setup-kafka: build/kafka/.installed
 
 # Two Tansu brokers, a capture sidecar each, the aggregator in front, six real clients (tests/demo.py).
 demo: setup
