@@ -9,10 +9,11 @@ downloads anything.
 
 Each node is `java -cp build/kafka/<version>/* kafka.Kafka server.properties` with a small heap, a
 fresh log directory formatted by the broker's own StorageTool (which also creates the SCRAM users),
-and listeners as the test asks:
+and listeners as the test asks, each `NAME` or `NAME:PROTOCOL` (the name is the protocol if none):
 - PLAINTEXT;
 - SASL_PLAINTEXT with PLAIN and SCRAM-SHA-512 (users `USERS`);
-- SSL with client certificates required (PEM files the caller makes: `Tls`).
+- SSL with client certificates required, or as `Tls.client_auth` says (PEM files the caller
+  makes: `Tls`).
 Every node also has a PLAINTEXT listener HARNESS (inter-broker traffic and the harness's own
 readiness probe), so the listeners a test captures carry only its clients. A node is ready when a
 Metadata request on HARNESS lists every broker of the cluster: by the protocol, never a sleep. A
@@ -51,7 +52,7 @@ LOG4J2_VERSION = "2.25.5"  # the SLF4J binding 4.x lacks (harness/kafka/pom.xml,
 JMX_AGENT = JARS_DIR / f"jmx_prometheus_javaagent-{JMX_AGENT_VERSION}.jar"
 SETUP_HINT = "run `make setup-kafka` (Maven copies the broker jars and the JMX exporter agent into build/kafka/)"
 
-LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL")
+PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL")
 HARNESS = "HARNESS"
 #: SASL users (PLAIN and SCRAM-SHA-512 alike): name -> password. Test secrets, never real ones.
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -70,6 +71,7 @@ class Tls:
     ca: Path
     cert: Path
     key: Path
+    client_auth: str = "required"  # ssl.client.auth: "required", "requested" or "none"
 
 
 @dataclasses.dataclass
@@ -93,6 +95,9 @@ class KafkaCluster:
     listeners: tuple[str, ...]
     nodes: list[KafkaNode]
     users: Mapping[str, str]
+    protocols: Mapping[str, str] = dataclasses.field(default_factory=dict)  # listener name -> security protocol
+    # listener -> the port each broker advertises for it, in broker order (a proxy in front)
+    advertise: Mapping[str, Sequence[int]] = dataclasses.field(default_factory=dict)
 
     @property
     def brokers(self) -> list[KafkaNode]:
@@ -144,7 +149,7 @@ def _properties(cluster: KafkaCluster, node: KafkaNode, voters: str, tls: Tls | 
     names = [HARNESS, *cluster.listeners] if "broker" in node.roles else []
     if "controller" in node.roles:
         names.append("CONTROLLER")
-    protocol = {HARNESS: "PLAINTEXT", "CONTROLLER": "PLAINTEXT"} | {name: name for name in cluster.listeners}
+    protocol = {HARNESS: "PLAINTEXT", "CONTROLLER": "PLAINTEXT"} | dict(cluster.protocols)
     props = {
         "node.id": str(node.node_id),
         "process.roles": node.roles,
@@ -163,29 +168,35 @@ def _properties(cluster: KafkaCluster, node: KafkaNode, voters: str, tls: Tls | 
         "auto.create.topics.enable": "true", "log.segment.bytes": str(64 << 20),
     }
     if "broker" in node.roles:
+        index = cluster.brokers.index(node)
         props["inter.broker.listener.name"] = HARNESS
-        props["advertised.listeners"] = ",".join(f"{n}://{host}:{node.ports[n]}" for n in names if n != "CONTROLLER")
-    if "SASL_PLAINTEXT" in cluster.listeners and "broker" in node.roles:
-        users = " ".join(f'user_{u}="{p}"' for u, p in cluster.users.items())
-        props |= {
-            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
-            "listener.name.sasl_plaintext.plain.sasl.jaas.config":
-                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
-            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config":
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
-        }
-    if "SSL" in cluster.listeners and "broker" in node.roles:
-        if tls is None:
-            raise KafkaError("the SSL listener needs Tls(ca, cert, key) PEM files")
-        keystore = node.directory / "keystore.pem"
-        keystore.write_bytes(Path(tls.key).read_bytes() + Path(tls.cert).read_bytes())
-        keystore.chmod(0o600)
-        props |= {
-            "listener.name.ssl.ssl.keystore.type": "PEM", "listener.name.ssl.ssl.keystore.location": str(keystore),
-            "listener.name.ssl.ssl.truststore.type": "PEM", "listener.name.ssl.ssl.truststore.location": str(tls.ca),
-            "listener.name.ssl.ssl.client.auth": "required",
-            "listener.name.ssl.ssl.endpoint.identification.algorithm": "",
-        }
+        props["advertised.listeners"] = ",".join(
+            f"{n}://{host}:{cluster.advertise[n][index] if n in cluster.advertise else node.ports[n]}"
+            for n in names if n != "CONTROLLER")
+    for name, proto in cluster.protocols.items():
+        if "broker" not in node.roles:
+            break
+        prefix = f"listener.name.{name.lower()}"
+        if proto == "SASL_PLAINTEXT":
+            users = " ".join(f'user_{u}="{p}"' for u, p in cluster.users.items())
+            props |= {
+                f"{prefix}.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+                f"{prefix}.plain.sasl.jaas.config":
+                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+                f"{prefix}.scram-sha-512.sasl.jaas.config":
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            }
+        elif proto == "SSL":
+            if tls is None:
+                raise KafkaError(f"the SSL listener {name} needs Tls(ca, cert, key) PEM files")
+            keystore = node.directory / "keystore.pem"
+            keystore.write_bytes(Path(tls.key).read_bytes() + Path(tls.cert).read_bytes())
+            keystore.chmod(0o600)
+            props |= {
+                f"{prefix}.ssl.keystore.type": "PEM", f"{prefix}.ssl.keystore.location": str(keystore),
+                f"{prefix}.ssl.truststore.type": "PEM", f"{prefix}.ssl.truststore.location": str(tls.ca),
+                f"{prefix}.ssl.client.auth": tls.client_auth, f"{prefix}.ssl.endpoint.identification.algorithm": "",
+            }
     props |= dict(extra)
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
@@ -247,7 +258,7 @@ def _start_node(cluster: KafkaCluster, node: KafkaNode, config: Path, java: str,
 
 def _format(cluster: KafkaCluster, node: KafkaNode, config: Path, cluster_id: str, java: str, cp: str) -> None:
     scram = []
-    if "SASL_PLAINTEXT" in cluster.listeners:
+    if "SASL_PLAINTEXT" in cluster.protocols.values():
         for user, password in cluster.users.items():
             scram += ["--add-scram", f"SCRAM-SHA-512=[name={user},password={password}]"]
     cmd = [java, "-Xmx256m", *_logging(cluster.version), "-cp", cp, "kafka.tools.StorageTool", "format",
@@ -263,22 +274,30 @@ def _format(cluster: KafkaCluster, node: KafkaNode, config: Path, cluster_id: st
 def start_kafka(line: str = "4", *, listeners: Sequence[str] = ("PLAINTEXT",), brokers: int = 1,
                 tls: Tls | None = None, metrics: bool = True, host: str = "127.0.0.1", heap: str = HEAP,
                 extra: Mapping[str, str] | None = None, startup_timeout: float = 120.0,
-                keep_dir: str | os.PathLike | None = None) -> Iterator[KafkaCluster]:
+                keep_dir: str | os.PathLike | None = None,
+                advertise: Mapping[str, Sequence[int]] | None = None) -> Iterator[KafkaCluster]:
     """Apache Kafka `line` ("3.9", "4" or a full version) on loopback ports: one node that is both
     broker and controller (`brokers=1`), or a controller and `brokers` brokers. Yields a
     `KafkaCluster` once every broker answers Metadata listing all of them; stops every node on
     exit, whatever happened. `metrics`: each broker runs the JMX exporter agent
-    (`broker_metrics`). Logs and data live in a temporary directory, kept in `keep_dir` if given."""
-    for name in listeners:
-        if name not in LISTENERS:
-            raise ValueError(f"unknown listener {name!r}: one of {', '.join(LISTENERS)}")
+    (`broker_metrics`). `advertise`: listener -> the port each broker advertises for it (a proxy's
+    `--listen`, so that every client connection goes through the proxy). Logs and data live in a
+    temporary directory, kept in `keep_dir` if given."""
+    protocols = {}
+    for entry in listeners:
+        name, _, proto = entry.partition(":")
+        proto = proto or name
+        if proto not in PROTOCOLS or not name.isidentifier() or name.upper() != name or name in (HARNESS, "CONTROLLER"):
+            raise ValueError(f"bad listener {entry!r}: NAME or NAME:PROTOCOL, PROTOCOL one of {', '.join(PROTOCOLS)}")
+        protocols[name] = proto
     version = kafka_version(line)
     cp, java = classpath(version), java_binary()
     root = Path(tempfile.mkdtemp(prefix=f"kafka-{version}-", dir=keep_dir))
-    cluster = KafkaCluster(version=version, host=host, listeners=tuple(listeners), nodes=[], users=dict(USERS))
+    cluster = KafkaCluster(version=version, host=host, listeners=tuple(protocols), nodes=[], users=dict(USERS),
+                           protocols=protocols, advertise=dict(advertise or {}))
     roles = ["broker,controller"] if brokers == 1 else ["controller"] + ["broker"] * brokers
     for node_id, role in enumerate(roles, start=1):
-        names = ([HARNESS, *listeners] if "broker" in role else []) + (["CONTROLLER"] if "controller" in role else [])
+        names = ([HARNESS, *protocols] if "broker" in role else []) + (["CONTROLLER"] if "controller" in role else [])
         directory = root / f"node-{node_id}"
         directory.mkdir()
         cluster.nodes.append(KafkaNode(
@@ -359,7 +378,8 @@ def install() -> None:
     caches them, so a second machine-local run reads no network."""
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise SystemExit("error: mvn not found: install Maven and a Java 17 JDK (apt-get install -y maven openjdk-17-jdk)")
+        raise SystemExit("error: mvn not found: install Maven and a Java 17 JDK "
+                         "(apt-get install -y maven openjdk-17-jdk)")
     pom = KAFKA_DIR / "pom.xml"
     for version in KAFKA_VERSIONS.values():
         target = JARS_DIR / version
@@ -369,8 +389,8 @@ def install() -> None:
         _mvn([mvn, "-q", "-B", "-f", str(pom), *profile, f"-Dkafka.version={version}", "dependency:copy-dependencies",
               "-DincludeScope=runtime", f"-DoutputDirectory={target}"])
     print(f"JMX exporter agent {JMX_AGENT_VERSION}", flush=True)
-    _mvn([mvn, "-q", "-B", "-f", str(pom), "dependency:copy",
-          f"-Dartifact=io.prometheus.jmx:jmx_prometheus_javaagent:{JMX_AGENT_VERSION}", f"-DoutputDirectory={JARS_DIR}"])
+    _mvn([mvn, "-q", "-B", "-f", str(pom), "dependency:copy", f"-DoutputDirectory={JARS_DIR}",
+          f"-Dartifact=io.prometheus.jmx:jmx_prometheus_javaagent:{JMX_AGENT_VERSION}"])
 
 
 def _mvn(cmd: list[str]) -> None:
