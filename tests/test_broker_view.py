@@ -1,0 +1,146 @@
+"""kafka-census beside Apache Kafka's own metrics (issue 27, part 2): the broker is the reference.
+
+The broker runs the Prometheus JMX exporter agent with Strimzi's rule for the socket-server-metrics
+`connections` gauge by KIP-511 software, and a rule for KIP-896's DeprecatedRequestsPerSec
+(harness/kafka/jmx-exporter.yaml). kafka-census watches the same listener, by passive capture or as
+the proxy in front of it, and its series must say what the broker's say:
+- `kafka_census_connections{listener, client_software_name, client_software_version}` equals the
+  broker's gauge summed over its network processors, while real clients of every library the
+  project drives (and the Java client) are connected at once, and both drop when they close;
+- on Kafka 3.9, `kafka_census_deprecated_requests_total` per (api, version, software) equals the
+  broker's DeprecatedRequestsPerSec counts;
+- where the two differ by design, the difference itself is asserted: the broker keeps at most 100
+  software gauges per network processor (Kafka's Selector: an IntGaugeSuite of 100), kafka-census
+  up to --max-software-labels (docs/metrics.md, "kafka-census and the broker's own metrics").
+End to end: real brokers (harness/kafka_broker.py), the real `kafka-census` (harness/census.py),
+real clients (harness/peers.py, harness/java_client.py); every wait polls a condition.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections import Counter
+
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from prometheus_client.parser import text_string_to_metric_families
+
+from capture.kafka.api_table import REMOVED_IN_KAFKA4
+from harness.census import Census, free_port, wait_for
+from harness.kafka_broker import broker_metrics, start_kafka
+from harness.kafka_frames import raw_request, request_frame
+
+pytestmark = pytest.mark.e2e
+
+BROKER_GAUGE = "kafka_server_socket_server_metrics_connections_software"
+BROKER_DEPRECATED = "kafka_network_requestmetrics_deprecatedrequests_total"
+
+
+def broker_gauge(text: str, listener: str) -> Counter:
+    """(software, version) -> the broker's connections on `listener`, summed over its processors."""
+    out: Counter = Counter()
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == BROKER_GAUGE and s.labels["listener"] == listener:
+                out[(s.labels["clientSoftwareName"], s.labels["clientSoftwareVersion"])] += int(s.value)
+    return +out
+
+
+def census_gauge(census: Census, listener: str) -> Counter:
+    samples = census.samples("kafka_census_connections")
+    return +Counter({(labels["client_software_name"], labels["client_software_version"]): int(v)
+                     for labels, v in ((dict(k), v) for k, v in samples.items()) if labels["listener"] == listener})
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "the broker closed the connection"
+        data += chunk
+    return data
+
+
+def announce(host: str, port: int, name: str, version: str) -> socket.socket:
+    """A connection that sends ApiVersions v3 with KIP-511 fields and reads the answer: the broker
+    counts it under (name, version) from then on. Left open for the caller."""
+    sock = socket.create_connection((host, port), timeout=30)
+    sock.sendall(request_frame(ApiVersionsRequest(client_software_name=name, client_software_version=version), 1))
+    (size,) = struct.unpack(">i", _read(sock, 4))
+    _read(sock, size)
+    return sock
+
+
+# --- the broker's cap of 100 software gauges per network processor -------------------------------
+
+def test_the_broker_keeps_at_most_100_software_gauges_per_processor_where_the_census_keeps_them_all():
+    names = 250  # over 2 processors x 100: the broker cannot keep them all, whatever its spread
+    with start_kafka("4") as kafka:
+        port = kafka.ports("PLAINTEXT")[0]
+        with Census(["capture", "-i", "lo", "--listener", f"PLAINTEXT={port}"], free_port()) as census:
+            socks = [announce(kafka.host, port, f"census-lib-{i:03d}", "1.0") for i in range(names)]
+            try:
+                def counted() -> Counter | None:
+                    gauge = census_gauge(census, "PLAINTEXT")
+                    return gauge if sum(gauge.values()) == names else None
+
+                ours = wait_for("the census to count every announced connection", counted)
+                theirs = broker_gauge(broker_metrics(kafka), "PLAINTEXT")
+                assert set(ours) == {(f"census-lib-{i:03d}", "1.0") for i in range(names)}
+                assert all(n == 1 for n in ours.values())
+                # every gauge the broker keeps is right; it keeps at most 100 per processor
+                assert all(ours[key] == n for key, n in theirs.items()), theirs
+                assert sum(theirs.values()) <= 2 * 100 < names
+            finally:
+                for s in socks:
+                    s.close()
+
+
+# --- KIP-896's DeprecatedRequestsPerSec on Kafka 3.9 ---------------------------------------------
+
+# Old versions, each with an empty body that Kafka 3.9 parses and answers: Produce v2 (acks 1,
+# timeout, no topic data) and ListOffsets v0 (replica id -1, no topics), which Kafka 4.0 removed
+# (KIP-896), and Metadata v0 (no topics: every topic), which it kept: neither side counts it.
+OLD_REQUESTS = ((0, 2, struct.pack(">hii", 1, 1000, 0)), (3, 0, struct.pack(">i", 0)),
+                (2, 0, struct.pack(">ii", -1, 0)))
+
+
+def test_deprecated_requests_per_software_equal_the_brokers_on_3_9():
+    with start_kafka("3.9") as kafka:
+        port = kafka.ports("PLAINTEXT")[0]
+        with Census(["capture", "-i", "lo", "--listener", f"PLAINTEXT={port}"], free_port()) as census:
+            sent: Counter = Counter()
+            for software, repeat in (("census-old-a", 3), ("census-old-b", 2)):
+                sock = announce(kafka.host, port, software, "0.9")
+                try:
+                    for correlation in range(repeat):
+                        for key, version, body in OLD_REQUESTS:
+                            sock.sendall(raw_request(key, version, 10 + correlation, "census-old", body))
+                            (size,) = struct.unpack(">i", _read(sock, 4))
+                            _read(sock, size)
+                            sent[(key, version, software)] += 1
+                finally:
+                    sock.close()
+
+            def ours() -> Counter:
+                out: Counter = Counter()
+                for key, v in census.samples("kafka_census_deprecated_requests_total").items():
+                    labels = dict(key)
+                    out[(labels["api"], labels["api_version"], labels["client_software_name"])] += int(v)
+                return +out
+
+            def theirs() -> Counter:
+                out: Counter = Counter()
+                for family in text_string_to_metric_families(broker_metrics(kafka)):
+                    for s in family.samples:
+                        if s.name == BROKER_DEPRECATED and s.labels["clientSoftwareName"].startswith("census-old"):
+                            out[(s.labels["request"], s.labels["version"], s.labels["clientSoftwareName"])] += \
+                                int(s.value)
+                return +out
+
+            want = sum(n for (key, version, _), n in sent.items() if version in REMOVED_IN_KAFKA4.get(key, ()))
+            assert want == 10
+            wait_for("both to count every old request", lambda: sum(ours().values()) == sum(theirs().values()) == want)
+            assert ours() == theirs()
+            assert {name for _, _, name in ours()} == {"census-old-a", "census-old-b"}
