@@ -609,6 +609,19 @@ What to do:
    interface rather than "any"; list only Kafka listener ports (--listener).
 """
 
+RUNBOOK_UNSUPPORTED_VERSION = """\
+What it means: the broker closed client connections without an answer right after a request
+version it does not accept: outside the API ranges it advertises, or, on a Kafka 4 broker, a
+version KIP-896 removed (it still advertises Produce v0-2 but closes on them). These clients
+are failing now: typically an old client library after the brokers were upgraded to Kafka 4.
+What to do:
+1. List them: `kafka-census connections --state closed --close-reason unsupported_version`
+   or GET /api/v1/connections?state=closed&close_reason=unsupported_version (each connection's
+   unsupported_request names the version; client_id and address name the application).
+2. Upgrade those clients (the upgrade-readiness report gives each library's first release
+   that Kafka 4 serves), or roll the brokers back while they do.
+"""
+
 RUNBOOK_RECONNECT_STORM = """\
 What it means: a client (one client address and client_id) has been opening connections at or
 over the churn threshold (--churn-threshold-per-minute, 60 a minute by default) for 10 minutes: a
@@ -715,6 +728,19 @@ def alert_rules() -> dict:
                         "listener {{ $labels.listener }}. Kafka 4.0 brokers reject this version (KIP-896).",
             runbook=RUNBOOK_DEPRECATED)]},
         {"name": SOFTWARE_GROUP, "rules": minimum_version_rules()},
+        {"name": "kafka-census-casualties", "rules": [_alert(
+            "KafkaCensusClientsRefusedByBroker",
+            f"sum by (listener, {SOFTWARE}, api, api_version) (\n"
+            f"  {recent_increase('kafka_census_unsupported_version_closes_total', '15m')}\n"
+            ") > 0",
+            severity="critical",
+            summary="The broker refuses {{ $labels.api }} v{{ $labels.api_version }} from "
+                    "{{ $labels.client_software_name }} {{ $labels.client_software_version }}",
+            description="{{ $value | humanize }} connection(s) of {{ $labels.client_software_name }} "
+                        "{{ $labels.client_software_version }} on listener {{ $labels.listener }} were closed by the "
+                        "broker in the last 15 minutes at {{ $labels.api }} v{{ $labels.api_version }}, a version it "
+                        "does not accept.",
+            runbook=RUNBOOK_UNSUPPORTED_VERSION)]},
         {"name": "kafka-census-health", "rules": [
             _alert("KafkaCensusKernelDrops",
                    "sum by (job, instance, source) (increase(kafka_census_capture_kernel_dropped_total[5m])) > 0",

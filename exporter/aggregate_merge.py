@@ -92,6 +92,10 @@ def check_connection(row: Any, where: str = "connection") -> None:
                                     and isinstance(c := unknown.get("candidates"), list)
                                     and all(isinstance(x, str) for x in c)):
         raise InvalidAnswer(f"{where}: a bad fingerprint_unknown")
+    refused = row.get("unsupported_request")  # absent from a sidecar older than issue 27
+    if refused is not None and not (isinstance(refused, dict) and isinstance(refused.get("api"), str)
+                                    and _is_int(refused.get("api_version"))):
+        raise InvalidAnswer(f"{where}: a bad unsupported_request")
 
 
 def check_connections(body: Any, limit: int | None = None) -> None:

@@ -143,6 +143,8 @@ def connection_query(
         description="Exact identity_source: api_versions_vN, proxy, restored, sibling, fingerprint, "
                     "restored_sibling, restored_fingerprint, tls, "
                     "mid_stream or none")] = None,
+    close_reason: Annotated[str, Query(
+        description="Exact close_reason, e.g. unsupported_version (the casualties of a broker upgrade)")] = None,
     order_by: Annotated[str, Query(
         description=f"{_ORDER_BY_HELP}. Default: first_seen. None values sort last in both directions; "
                     "ties keep first_seen order.",
@@ -162,7 +164,7 @@ def connection_query(
         ("listener", listener), ("client_software_name", client_software_name),
         ("client_software_version", client_software_version), ("client_id", client_id),
         ("principal", principal), ("address", address), ("inferred_software_name", inferred_software_name),
-        ("identity_source", identity_source),
+        ("identity_source", identity_source), ("close_reason", close_reason),
     ) if value is not None}
     return ConnectionQuery(state, filters, terms, order_by, limit)
 
@@ -379,7 +381,8 @@ class FirstRequest(Model):
 
 _KIND_TYPES = {"string": str, "state": Literal["open", "closed"], "timestamp": Timestamp, "port": Port, "count": Count,
                "seconds": float, "requests": list[RequestCount], "first_requests": list[FirstRequest],
-               "inferred_software": InferredSoftware, "fingerprint_unknown": FingerprintUnknown}
+               "inferred_software": InferredSoftware, "fingerprint_unknown": FingerprintUnknown,
+               "first_request": FirstRequest}
 _KIND_BOUNDS = {"seconds": {"ge": 0}}  # on the field, so that null stays allowed beside the bound
 
 

@@ -22,12 +22,13 @@ from dataclasses import dataclass
 #   string     a string                         port       an integer 0..65535
 #   state      "open" or "closed"               count      an integer >= 0
 #   timestamp  RFC 3339 UTC with microseconds   seconds    a number >= 0
-#   requests   [RequestCount]                   first_requests   [FirstRequest]
+#   requests   [RequestCount]                   first_requests   [FirstRequest]     first_request  FirstRequest
 #   inferred_software  an InferredSoftware object      fingerprint_unknown  a FingerprintUnknown object
 KINDS = ("string", "state", "timestamp", "port", "count", "seconds", "requests", "first_requests",
-         "inferred_software", "fingerprint_unknown")
+         "inferred_software", "fingerprint_unknown", "first_request")
 JSON_TYPES = {"string": str, "state": str, "timestamp": str, "port": int, "count": int, "seconds": float,
-              "requests": list, "first_requests": list, "inferred_software": dict, "fingerprint_unknown": dict}
+              "requests": list, "first_requests": list, "inferred_software": dict, "fingerprint_unknown": dict,
+              "first_request": dict}
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ CONNECTION_FIELDS: tuple[ConnectionField, ...] = (
     _F("close_reason", "string", "close_reason", nullable=True,
        description=("capture: fin, rst, idle, evicted, reused; proxy: client_closed, upstream_closed, "
                     "client_reset, upstream_reset, upstream_refused, upstream_timeout, upstream_unreachable, "
-                    "upstream_tls_failed, tls_handshake_failed, shutdown; null while open")),
+                    "upstream_tls_failed, tls_handshake_failed, shutdown; either: unsupported_version (the broker "
+                    "closed it at a request version it refuses: unsupported_request); null while open")),
     _F("client_id", "string", "client_id", nullable=True),
     _F("client_software_name", "string", "software_name", nullable=True,
        description="KIP-511 software name from ApiVersions v3+"),
@@ -89,6 +91,9 @@ CONNECTION_FIELDS: tuple[ConnectionField, ...] = (
     _F("first_requests", "first_requests", "first_requests",
        description="The first 8 distinct API versions the connection used, in wire order as far as the "
                    "capture's batching keeps it (pairs first seen in one batch are in key order)"),
+    _F("unsupported_request", "first_request", "unsupported", nullable=True,
+       description="close_reason unsupported_version: the request version the broker closed the connection on "
+                   "(outside its ApiVersions ranges, or removed by KIP-896 on a 4.x broker); else null"),
 )
 del _F
 FIELDS: dict[str, ConnectionField] = {f.name: f for f in CONNECTION_FIELDS}

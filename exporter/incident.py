@@ -602,7 +602,7 @@ CONNECTION_FILTERS = {  # dest -> query parameter (dests prefixed: exporter.sett
     "filter_software_version": "client_software_version", "filter_client_id": "client_id",
     "filter_principal": "principal", "filter_address": "address",
     "filter_inferred_software_name": "inferred_software_name", "filter_identity_source": "identity_source",
-    "order_by": "order_by", "limit": "limit",
+    "filter_close_reason": "close_reason", "order_by": "order_by", "limit": "limit",
 }
 CLIENT_FILTERS = {
     "filter_listener": "listener", "filter_software_name": "client_software_name",
@@ -835,6 +835,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     con.add_argument("--state", dest="filter_state", choices=("open", "closed", "all"), help="default all")
     _identity_filters(con)
     con.add_argument("--address", dest="filter_address", metavar="IP", help="exact client or broker address")
+    con.add_argument("--close-reason", dest="filter_close_reason", metavar="REASON",
+                     help="exact close reason, e.g. unsupported_version (closed by the broker at a version it refuses)")
     con.add_argument("--order-by", metavar="FIELDS",
                      help="e.g. 'last_seen desc' or 'client_software_name, client_software_version desc': the "
                      "API's order_by (the server names the fields when one is wrong)")

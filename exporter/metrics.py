@@ -103,6 +103,9 @@ class CensusCollector:
                        [*RequestSeries._fields], s.requests)
         yield _counter("deprecated_requests", "Requests using an api version Kafka 4.0 removed (KIP-896).",
                        [*RequestSeries._fields], s.deprecated)
+        yield _counter("unsupported_version_closes", "Connections the broker closed right after a request version it "
+                       "refuses (its ApiVersions answer, and KIP-896 on 4.x brokers), by that api and version: the "
+                       "casualties of an upgrade.", [*RequestSeries._fields], s.unsupported_version_closes)
         hist = HistogramMetricFamily(P + "request_duration_seconds",
                                      "Time from a request's last byte to its response's last byte, as captured.",
                                      labels=["listener", "api"])

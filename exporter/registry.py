@@ -178,7 +178,7 @@ _MECHANISM = re.compile(r"[A-Z0-9_-]{1,20}")
 _FEATURE = re.compile(r"[A-Za-z0-9._-]{1,64}")  # KIP-584 names, e.g. "metadata.version"
 # What series_folded counts, by family: every name is exported, 0 until something folds.
 BUDGETED = ("connections", "connections_inferred", "requests", "deprecated_requests", "request_duration_seconds",
-            "api_versions_responses", "produce_requests", "sasl_authentications")
+            "api_versions_responses", "produce_requests", "sasl_authentications", "unsupported_version_closes")
 BROKER_DROPS = ("broker", "api", "feature")
 
 
@@ -194,6 +194,29 @@ def request_key(api_key: int, api_version: int) -> tuple[int, int]:
     (so a map holds at most the table's pairs plus one)."""
     key = (api_key, api_version)
     return key if key in _PAIR_LABELS else UNKNOWN_REQUEST
+
+
+# Close reasons that say the broker did not close the connection: its last request's fate is unknown.
+NOT_BY_THE_BROKER = frozenset(("idle", "evicted", "reused", "shutdown", "client_closed", "client_reset"))
+UNSUPPORTED_VERSION = "unsupported_version"
+
+
+def _refused_by(ranges: dict[int, tuple[int, int]]) -> frozenset[tuple[int, int]]:
+    """The table's request versions a broker with these ApiVersions ranges closes the connection
+    on: outside its range, of an API it does not list, and, once it enforces KIP-896 (it
+    advertises a floor above some removed version, as every 4.x broker does for Fetch), the
+    removed versions it still advertises (Kafka 4.x lists Produce from v0 but closes on v0-2).
+    Never ApiVersions: a broker answers every version of it."""
+    kip896 = any(ranges[k][0] > max(vs) for k, vs in REMOVED_IN_KAFKA4.items() if k in ranges)
+    out: set[tuple[int, int]] = set()
+    for key, spec in API_TABLE.items():
+        if key == API_VERSIONS:
+            continue
+        lo, hi = ranges.get(key, (1, 0))  # not listed: every version refused
+        removed = REMOVED_IN_KAFKA4.get(key, ()) if kip896 else ()
+        out.update((key, v) for v in range(spec.min_version, spec.max_version + 1)
+                   if not lo <= v <= hi or v in removed)
+    return frozenset(out)
 
 
 def request_labels(key: tuple[int, int]) -> tuple[str, int | str]:
@@ -249,7 +272,7 @@ class ConnectionRecord:
                  "sasl_mechanism", "sasl_outcome", "first_seen", "last_seen", "closed_at", "bytes_from_client",
                  "bytes_from_broker", "requests", "decode_errors", "desyncs", "restored", "restored_identity_version",
                  "api_versions_request_version", "first_requests", "pending_requests", "inferred", "inferred_labels",
-                 "unnamed", "infer_calls", "infer_basis", "announce_pending")
+                 "unnamed", "infer_calls", "infer_basis", "announce_pending", "unsupported")
 
     def __init__(self, ev: ConnectionOpened) -> None:
         self.id = ev.conn_id
@@ -310,6 +333,9 @@ class ConnectionRecord:
         # one (a registry rebuilt from a schema 2 log gets the ApiVersions request's client_id
         # with the rollup that follows the ClientSoftware record).
         self.announce_pending = False
+        # Closed by the broker right after a request version it does not accept (issue 27): that
+        # request_key(); close_reason is then UNSUPPORTED_VERSION.
+        self.unsupported: tuple[int, int] | None = None
 
     def census_key(self) -> tuple:
         inferred = self.inferred
@@ -351,6 +377,7 @@ class ConnectionRecord:
             {"reason": self.unnamed[0], "candidates": list(self.unnamed[1])},
             "api_versions_request_version": self.api_versions_request_version,
             "first_requests": first_requests(self.first_requests),
+            "unsupported_request": None if self.unsupported is None else first_requests((self.unsupported,))[0],
         }
 
 
@@ -502,6 +529,7 @@ class MetricsSnapshot:
     fingerprint_skipped: dict[str, int]  # reason -> infer() calls not made (budget)
     churning_clients: int  # (client address, client_id) at or over the churn threshold now
     churn_clients_evicted: int  # clients the churn tracker forgot at --max-churn-clients
+    unsupported_version_closes: dict[RequestSeries, int]  # connections the broker closed at a version it refuses
 
 
 def _named(key_type, table: dict) -> dict:
@@ -572,6 +600,7 @@ QUERY_FILTERS: dict[str, str | None] = {
     "address": None,
     "inferred_software_name": None,  # the name a sibling or a fingerprint gave (inferred_software.name)
     "identity_source": "identity_source",  # computed per record as it is copied (identity_source())
+    "close_reason": "close_reason",
 }
 
 # filter of the census listing (`clients`) -> a census row's field, matched exactly;
@@ -595,7 +624,7 @@ def _client_matches(row: dict, filters: dict[str, str]) -> bool:
 # container per record, so a copy of 100k records gives the cyclic collector little to scan.
 _COLUMNS = ("first_seen", "id", "state", "closed_at", "last_seen", "client_address", "client_port", "broker_address",
             "listener", "client_id", "software_name", "software_version", "principal", "bytes_from_client",
-            "bytes_from_broker", "inferred", "identity_source")
+            "bytes_from_broker", "inferred", "identity_source", "close_reason")
 _COLUMN_GETTERS = tuple(identity_source if name == "identity_source" else attrgetter(name) for name in _COLUMNS)
 
 
@@ -838,6 +867,10 @@ class ConnectionRegistry:
         # kafka_census_connections_inferred, under the series budget like the main gauge.
         self._inferred_gauge: Counter = Counter()
         self._broker_max: dict[str, dict[int, int]] = {}  # "LISTENER:PORT" -> api_key -> max version (fingerprint)
+        # "LISTENER:PORT" -> the request_key()s that broker refuses (`_refused_by`): a connection it
+        # closes with one of them unanswered closes as UNSUPPORTED_VERSION.
+        self._broker_refuses: dict[str, frozenset[tuple[int, int]]] = {}
+        self._unsupported: Counter = Counter()  # (listener, api, api_version, software, version) -> closes
         # Issue 26: connections per (client address, client_id) over the last minute, at most
         # `max_churn_clients` clients (exporter/churn.py); each connection noted once, at `_client_id`
         # or `_closed_ev`.
@@ -1167,7 +1200,8 @@ class ConnectionRegistry:
                 census_overflow=self.census_overflow, series=self._series, max_series=self.max_series,
                 series_folded=dict(self.series_folded), broker_drops=dict(self.broker_drops),
                 fingerprint_calls=self.infer_calls, fingerprint_skipped=dict(self.fingerprint_skipped),
-                churning_clients=self._churn.count_churning(self.now()), churn_clients_evicted=self._churn.evicted)
+                churning_clients=self._churn.count_churning(self.now()), churn_clients_evicted=self._churn.evicted,
+                unsupported_version_closes=_named(RequestSeries, dict(self._unsupported)))
         gauge, inferred, closed, requests, deprecated, api_versions, acks, sasl = tables
         return MetricsSnapshot(
             connections=_named(ConnectionSeries, gauge), connections_inferred=_named(InferredSeries, inferred),
@@ -1452,6 +1486,7 @@ class ConnectionRegistry:
             else:
                 self.broker_drops["feature"] += 1
         self._broker_max[broker] = {k: hi for k, (_, hi) in ranges.items()}
+        self._broker_refuses[broker] = _refused_by(ranges)
         self._brokers[broker] = {
             "broker": broker, "listener": rec.listener, "seen_at": iso_time(ev.ts),
             "api_ranges": [{"api_key": k, "api": API_TABLE[k].name, "min_version": lo, "max_version": hi}
@@ -1771,9 +1806,19 @@ class ConnectionRegistry:
             self._inferred_gauge[rec.inferred_labels] -= 1
         rec.state = "closed"
         rec.close_reason = ev.reason
+        if ev.pending_requests and ev.reason not in NOT_BY_THE_BROKER:
+            refused = self._broker_refuses.get(f"{rec.listener}:{rec.broker_port}")
+            if refused:
+                used = sorted(k for k in rec.requests if k in refused)
+                if used:  # the broker closes at the first one it refuses: the connection sent it last
+                    rec.unsupported = used[0]
+                    rec.close_reason = UNSUPPORTED_VERSION
+                    labels = self._slot("unsupported_version_closes", self._unsupported,
+                                        (rec.listener, *request_labels(used[0]), *rec.labels))
+                    self._unsupported[labels] += 1
         rec.closed_at = ev.ts
         rec.last_seen = max(rec.last_seen, ev.ts)
-        self._closed_totals[(rec.listener, ev.reason)] += 1
+        self._closed_totals[(rec.listener, rec.close_reason)] += 1
         key = rec.census_key()
         row = self._census.get(key)
         if row is None:

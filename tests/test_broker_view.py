@@ -144,3 +144,30 @@ def test_deprecated_requests_per_software_equal_the_brokers_on_3_9():
             wait_for("both to count every old request", lambda: sum(ours().values()) == sum(theirs().values()) == want)
             assert ours() == theirs()
             assert {name for _, _, name in ours()} == {"census-old-a", "census-old-b"}
+
+
+# --- the casualties of an upgrade, live on Kafka 4 ------------------------------------------------
+
+def test_a_kafka_4_broker_closing_at_a_removed_version_is_listed_as_unsupported_version():
+    """The same bytes Kafka 3.9 answers (test above): Kafka 4 closes the connection without an answer,
+    at Produce v2 (which it still advertises) and at ListOffsets v0 (under its floor)."""
+    with start_kafka("4") as kafka:
+        port = kafka.ports("PLAINTEXT")[0]
+        with Census(["capture", "-i", "lo", "--listener", f"PLAINTEXT={port}"], free_port()) as census:
+            for key, version, body in OLD_REQUESTS:
+                if version not in REMOVED_IN_KAFKA4.get(key, ()):
+                    continue
+                sock = announce(kafka.host, port, "census-old", "0.9")
+                try:
+                    sock.sendall(raw_request(key, version, 10, "census-old", body))
+                    assert sock.recv(4) == b"", "Kafka 4 answered a version KIP-896 removed"
+                finally:
+                    sock.close()
+            census.wait_closed()
+            casualties = census.connections("state=closed&close_reason=unsupported_version")
+            assert sorted((c["unsupported_request"]["api"], c["unsupported_request"]["api_version"])
+                          for c in casualties) == [("ListOffsets", 0), ("Produce", 2)]
+            assert all(c["client_software_name"] == "census-old" for c in casualties)
+            closes = {(dict(k)["api"], dict(k)["api_version"]): v
+                      for k, v in census.samples("kafka_census_unsupported_version_closes_total").items()}
+            assert closes == {("ListOffsets", "0"): 1.0, ("Produce", "2"): 1.0}

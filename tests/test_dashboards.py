@@ -322,6 +322,10 @@ def _census_events() -> list:
         ClientSoftware(conn_id="c2", ts=2.0, request_version=3, name="bad name!", version="1", valid=False,
                        error_code=42, accepted=False),
         ConnectionClosed(conn_id="c2", ts=2.1, reason="rst", pending_requests=0),
+        # c4 sends Produce v1, under the floor of c1's broker answer, and the broker closes it unanswered
+        opened("c4", 9092, "PLAINTEXT"),
+        req("c4", 2.2, 0, "Produce", 1, 1),
+        ConnectionClosed(conn_id="c4", ts=2.3, reason="fin", pending_requests=1),
         CaptureStats(conn_id="eth0", ts=3.0, packets=10, bytes=1000, drops=(("not_listener", 1),), gaps=1,
                      gap_bytes=10, flows_open=1, flows_opened=2, flows_evicted=0, tls_flows=0, kernel_received=11,
                      kernel_dropped=1, kernel_if_dropped=0),
@@ -514,7 +518,8 @@ def test_alerts_have_severity_and_runbook_annotations():
     names = {r["alert"] for r in rules}
     assert names == {"KafkaCensusDeprecatedApiVersionsInUse", "KafkaCensusClientBelowMinimumVersion",
                      "KafkaCensusKernelDrops", "KafkaCensusDecodeErrorRatioHigh", "KafkaCensusExporterDown",
-                     "KafkaCensusExporterAbsent", "KafkaCensusClientReconnectStorm"}
+                     "KafkaCensusExporterAbsent", "KafkaCensusClientReconnectStorm",
+                     "KafkaCensusClientsRefusedByBroker"}
     for r in rules:
         assert r["labels"]["severity"] in ("info", "warning", "critical"), r["alert"]
         assert set(r["annotations"]) == {"summary", "description", "runbook"}, r["alert"]

@@ -455,3 +455,58 @@ def test_the_incremental_gauge_equals_a_recount_of_open_connections():
     recount = Counter((r.listener, *r.labels) for r in reg.open.values())
     assert {k: v for k, v in reg.snapshot().connections.items() if v} == dict(recount)
     assert all(v >= 0 for v in reg.snapshot().connections.values())
+
+
+# --- upgrade casualties (issue 27): the broker closed the connection at a version it refuses -----
+
+# ApiVersions ranges as Kafka 4.4.0 and 3.9.2 answer them (harness/kafka_broker.py, read off the wire):
+# 4.x lists Produce from v0 but closes on v0-2 (KIP-896); its Fetch floor (4) says it enforces KIP-896.
+KAFKA_4 = ((0, 0, 13), (1, 4, 18), (2, 1, 11), (3, 0, 13), (18, 0, 5))
+KAFKA_3_9 = ((0, 0, 11), (1, 0, 17), (2, 0, 9), (3, 0, 12), (18, 0, 4))
+
+
+def _answer(conn_id, ts, ranges):
+    return ApiVersionsAnswer(conn_id=conn_id, ts=ts, request_version=3, error_code=0, api_ranges=ranges,
+                             throttle_time_ms=0, supported_features=(), finalized_features_epoch=-1,
+                             finalized_features=(), zk_migration_ready=False, unknown_tags=())
+
+
+def _casualty(ranges, key, version, *, pending=1, reason="fin") -> dict:
+    reg = feed(ConnectionRegistry(closed_ttl=1e12), opened(cid(1), 1.0), request(cid(1), 1.0, 18, 3),
+               software(cid(1), 1.1, "old-app", "0.9"), _answer(cid(1), 1.1, ranges), opened(cid(2), 2.0, n=2),
+               request(cid(2), 2.0, 18, 3), software(cid(2), 2.1, "old-app", "0.9"), request(cid(2), 2.2, key, version),
+               ConnectionClosed(conn_id=cid(2), ts=2.3, reason=reason, pending_requests=pending))
+    return {"conn": reg.get(cid(2)), "snap": reg.snapshot()}
+
+
+@pytest.mark.parametrize(("ranges", "key", "version", "api"), [
+    (KAFKA_4, 0, 2, "Produce"),  # advertised, but removed by KIP-896
+    (KAFKA_4, 1, 3, "Fetch"),  # under the floor
+    (KAFKA_3_9, 0, 12, "Produce"),  # over the broker's max (a client that ignored the answer)
+])
+def test_a_connection_the_broker_closes_at_a_version_it_refuses_is_an_upgrade_casualty(ranges, key, version, api):
+    got = _casualty(ranges, key, version)
+    conn, snap = got["conn"], got["snap"]
+    assert conn["close_reason"] == "unsupported_version"
+    assert conn["unsupported_request"] == {"api": api, "api_key": key, "api_version": version}
+    assert snap.unsupported_version_closes == {("PLAINTEXT", api, version, "old-app", "0.9"): 1}
+    assert snap.closed[("PLAINTEXT", "unsupported_version")] == 1 and ("PLAINTEXT", "fin") not in snap.closed
+
+
+@pytest.mark.parametrize(("ranges", "key", "version", "pending", "reason"), [
+    (KAFKA_3_9, 0, 2, 1, "fin"),     # 3.9 still serves Produce v2: the client left on its own
+    (KAFKA_4, 0, 3, 1, "fin"),       # a version 4.x accepts
+    (KAFKA_4, 0, 2, 0, "fin"),       # answered: nothing was refused
+    (KAFKA_4, 0, 2, 1, "idle"),      # the capture gave up on it, the broker did not close it
+    (KAFKA_4, 0, 2, 1, "client_closed"),
+])
+def test_other_closes_keep_their_reason(ranges, key, version, pending, reason):
+    got = _casualty(ranges, key, version, pending=pending, reason=reason)
+    assert got["conn"]["close_reason"] == reason and got["conn"]["unsupported_request"] is None
+    assert got["snap"].unsupported_version_closes == {}
+
+
+def test_without_the_brokers_answer_there_is_no_verdict():
+    reg = feed(ConnectionRegistry(closed_ttl=1e12), opened(cid(2), 2.0, n=2), request(cid(2), 2.2, 0, 2),
+               ConnectionClosed(conn_id=cid(2), ts=2.3, reason="fin", pending_requests=1))
+    assert reg.get(cid(2))["close_reason"] == "fin"

@@ -293,7 +293,9 @@ function renderDetail(c) {
   const parts = [kv([
     ['client', `${c.client_address}:${c.client_port}`], ['broker', `${c.broker_address}:${c.broker_port}`],
     ['peer', c.peer], ['listener', `${c.listener} (${c.security_protocol})`], ['state', c.state],
-    ['close reason', c.close_reason], ['client_id', c.client_id],
+    ['close reason', c.close_reason], ['closed at', c.unsupported_request
+      ? `${c.unsupported_request.api} v${c.unsupported_request.api_version}: a version the broker refuses` : null],
+    ['client_id', c.client_id],
     ['software', [c.client_software_name, c.client_software_version].filter((v) => v !== null).join(' ') || null],
     ['identity source', c.identity_source], ['principal', c.principal], ['SASL mechanism', c.sasl_mechanism],
     ['first seen', when(c.first_seen)], ['last seen', when(c.last_seen)],
@@ -302,7 +304,7 @@ function renderDetail(c) {
     ['decode errors / desyncs', `${c.decode_errors} / ${c.desyncs}`],
     ['ApiVersions request version', c.api_versions_request_version],
     ['first requests', c.first_requests.map((r) => `${r.api} v${r.api_version}`).join(', ')],
-  ].filter(([k, v]) => k !== 'peer' || v !== undefined))];
+  ].filter(([k, v]) => (k !== 'peer' || v !== undefined) && (k !== 'closed at' || v)))];
   if (c.inferred_software) {
     const s = c.inferred_software;
     parts.push(el('h3', {}, 'Inferred identity'), kv([
