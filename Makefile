@@ -8,9 +8,9 @@ PY          := $(VENV)/bin/python
 NODE_DIR    := tests/clients/node
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-system setup-python setup-node setup-kafka native demo lint test test-fast test-pure test-spark-cluster fuzz bench soak regen clean
+.PHONY: setup setup-system setup-python setup-node setup-kafka setup-java-client native demo lint test test-fast test-pure test-spark-cluster fuzz bench soak regen clean
 
-setup: setup-system setup-python setup-node native setup-kafka
+setup: setup-system setup-python setup-node native setup-kafka setup-java-client
 
 # Debian tools the tests use (tshark and tcpdump as oracles, ip for network namespaces,
 # prometheus and promtool as the real scraper, chromium and its chromedriver as the browser),
@@ -62,6 +62,16 @@ build/kafka/.installed: harness/kafka/pom.xml harness/kafka_broker.py
 	$(PYTHON) -m harness.kafka_broker install
 	@touch $@
 setup-kafka: build/kafka/.installed
+
+# The Java client as a real test client (harness/java_client.py): Maven builds tests/clients/java
+# against the pinned kafka-clients (JAVA_CLIENT_VERSION) into build/java-client/<version>/, the
+# class and its runtime jars; its local repository caches them.
+JAVA_CLIENT_SRC := tests/clients/java/pom.xml $(wildcard tests/clients/java/src/main/java/*.java) \
+	$(wildcard tests/clients/java/src/main/resources/*)
+build/java-client/.installed: $(JAVA_CLIENT_SRC) harness/java_client.py
+	$(PYTHON) -m harness.java_client build
+	@touch $@
+setup-java-client: build/java-client/.installed
 
 # Two Tansu brokers, a capture sidecar each, the aggregator in front, six real clients (tests/demo.py).
 demo: setup

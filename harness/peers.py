@@ -10,6 +10,11 @@ The clients' scripts live in ``tests/clients``.
   subprocess with a hard timeout. Each client does the same bounded script (produce 5
   messages to a fresh topic, consume them back with a fresh consumer group, fetch metadata,
   close) and prints one JSON line describing what it did.
+* :func:`holding_client` / :func:`holding_clients` run clients with ``--hold``: each does the
+  same script, then stays connected (producer and consumer open, the consumer in its group)
+  while the ``with`` block runs, so that a test can compare what is seen of live connections
+  (the broker's own KIP-511 gauge, kafka-census's); leaving the block closes their standard
+  input, upon which they close cleanly and report.
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ import contextlib
 import dataclasses
 import json
 import os
+import queue
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -209,7 +216,8 @@ def client_package_version(name: str) -> str:
 def client_command(name: str, bootstrap: str, topic: str, group: str, *,
                    extra_args: Sequence[str] = ()) -> list[str]:
     """The command line of client ``name``; ``extra_args`` go after the common ones, e.g.
-    ``("--ca", PEM)`` for TLS (the Python clients and kafkajs take ``--ca/--cert/--key``)."""
+    ``("--ca", PEM)`` for TLS (every client takes ``--ca/--cert/--key``), ``("--sasl-mechanism",
+    "PLAIN", "--sasl-user", U, "--sasl-password", P)`` for SASL (PLAIN or SCRAM-SHA-512)."""
     args = ["--bootstrap", bootstrap, "--topic", topic, "--group", group, *extra_args]
     if name in PYTHON_CLIENTS:
         return [sys.executable, str(PYTHON_CLIENT), name, *args]
@@ -242,27 +250,21 @@ def run_client(
     topic = topic or fresh_name(f"census-{name}")
     group = group or fresh_name(f"census-{name}-group")
     cmd = client_command(name, bootstrap, topic, group, extra_args=extra_args)
-    env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env.setdefault("NODE_NO_WARNINGS", "1")
-    env.pop("DEBUG", None)  # keep the `debug` npm package quiet
     proc = subprocess.Popen(
         cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=env, cwd=str(REPO_ROOT), start_new_session=True,
+        text=True, env=_client_env(), cwd=str(REPO_ROOT), start_new_session=True,
     )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _kill_group(proc)
         out, err = proc.communicate()
         raise PeerError(
             f"client {name} timed out after {timeout:.0f} s\n--- stdout ---\n{out}\n"
             f"--- stderr ---\n{err[-6000:]}"
         ) from None
     except BaseException:  # Ctrl-C (the demo): nothing started here outlives the caller
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _kill_group(proc)
         proc.communicate()
         raise
     if check and proc.returncode != 0:
@@ -271,6 +273,185 @@ def run_client(
             f"--- stderr ---\n{err[-6000:]}"
         )
     return proc.returncode, out, err
+
+
+def _client_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("NODE_NO_WARNINGS", "1")
+    env.pop("DEBUG", None)  # keep the `debug` npm package quiet
+    return env
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the client and anything it started (its own session)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+class HeldClient:
+    """One client run with ``--hold`` (see :func:`holding_client`): started at construction,
+    its stdout read line by line by a thread (so a full pipe never blocks it), its stderr in a
+    temporary file (kafka-ts and librdkafka may write a lot while held)."""
+
+    def __init__(self, name: str, bootstrap: str, *, topic: str | None = None, group: str | None = None,
+                 extra_args: Sequence[str] = ()) -> None:
+        why = missing_client(name)
+        if why:
+            raise PeerError(why)
+        self.name = name
+        self.topic = topic or fresh_name(f"census-{name}")
+        self.group = group or fresh_name(f"census-{name}-group")
+        self.holding: dict | None = None
+        self.report: dict | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue()  # None: stdout closed
+        self._stdout: list[str] = []
+        self._stderr = tempfile.TemporaryFile(prefix=f"client-{name}-", suffix=".err")
+        cmd = client_command(name, bootstrap, self.topic, self.group, extra_args=(*extra_args, "--hold"))
+        try:
+            self.process = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                text=True, env=_client_env(), cwd=str(REPO_ROOT), start_new_session=True,
+            )
+        except BaseException:
+            self._stderr.close()
+            raise
+        self._reader = threading.Thread(target=self._read_stdout, name=f"{name}-stdout", daemon=True)
+        self._reader.start()
+
+    def _read_stdout(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _next_line(self, deadline: float) -> str | None:
+        """The next stdout line; None at EOF; TimeoutError past `deadline`."""
+        try:
+            line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TimeoutError from None
+        if line is not None:
+            self._stdout.append(line)
+        return line
+
+    def output(self) -> str:
+        self._stderr.seek(0)
+        err = self._stderr.read().decode("utf-8", "replace")
+        return f"--- stdout ---\n{''.join(self._stdout)}\n--- stderr ---\n{err[-6000:]}"
+
+    def wait_holding(self, deadline: float) -> dict:
+        """Block until the client prints its holding line and return it (parsed)."""
+        while self.holding is None:
+            try:
+                line = self._next_line(deadline)
+            except TimeoutError:
+                raise PeerError(f"client {self.name} was not holding within its timeout\n{self.output()}") from None
+            if line is None:  # it exited (or closed stdout) before holding
+                code = self._wait_exit(deadline)
+                raise PeerError(f"client {self.name} exited with code {code} before holding\n{self.output()}")
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    parsed = json.loads(line)
+                    if isinstance(parsed, dict) and parsed.get("holding") is True:
+                        self.holding = parsed
+        return self.holding
+
+    def _wait_exit(self, deadline: float) -> int | None:
+        try:
+            return self.process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            return None
+
+    def release(self) -> None:
+        """Close its standard input: the client closes its producer and consumer and reports."""
+        with contextlib.suppress(OSError):  # it may already be gone; finish() says why
+            if self.process.stdin is not None:
+                self.process.stdin.close()
+
+    def finish(self, deadline: float) -> dict:
+        """Wait for the client to exit after :meth:`release`; return its final report, or
+        raise PeerError (it failed, or did not exit in time: then it is killed)."""
+        while True:
+            try:
+                if self._next_line(deadline) is None:
+                    break
+            except TimeoutError:
+                self.kill()
+                raise PeerError(f"client {self.name} did not exit after its hold was released\n"
+                                f"{self.output()}") from None
+        code = self._wait_exit(deadline)
+        if code is None:
+            self.kill()
+            raise PeerError(f"client {self.name} closed its stdout but did not exit\n{self.output()}")
+        if code != 0:
+            raise PeerError(f"client {self.name} exited with code {code} after holding\n{self.output()}")
+        self.report = parse_report("".join(self._stdout))
+        if self.report.get("ok") is not True or self.report.get("holding"):
+            raise PeerError(f"client {self.name} did not report success after holding\n{self.output()}")
+        return self.report
+
+    def kill(self) -> None:
+        _kill_group(self.process)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(10)
+
+    def close(self) -> None:
+        """Kill whatever is left and free the pipes and the stderr file (idempotent)."""
+        if self.process.poll() is None:
+            self.kill()
+        self._reader.join(5)
+        for f in (self.process.stdin, self.process.stdout, self._stderr):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+
+
+@contextlib.contextmanager
+def holding_client(name: str, bootstrap: str, *, topic: str | None = None, group: str | None = None,
+                   extra_args: Sequence[str] = (), timeout: float = 90.0,
+                   close_timeout: float = 30.0) -> Iterator[dict]:
+    """Run client ``name`` with ``--hold``: wait (at most ``timeout`` s) until it has done its
+    script and holds its producer and consumer open, and yield its holding line (its report so
+    far, with ``pid``). On leaving the block its standard input is closed; it must then close
+    cleanly and exit 0 within ``close_timeout`` s, else PeerError with its output. If it exits or
+    times out before holding, that is a PeerError too; whatever goes wrong (an exception in the
+    block, Ctrl-C), its process group is killed."""
+    with holding_clients([name], bootstrap, topic=topic, group=group, extra_args=extra_args,
+                         timeout=timeout, close_timeout=close_timeout) as (holding,):
+        yield holding
+
+
+@contextlib.contextmanager
+def holding_clients(names: Sequence[str], bootstrap: str, *, topic: str | None = None, group: str | None = None,
+                    extra_args: Sequence[str] = (), timeout: float = 90.0,
+                    close_timeout: float = 30.0) -> Iterator[list[dict]]:
+    """:func:`holding_client` for several clients at once, all started together (so the wait is
+    the slowest one's, not the sum): yields their holding lines in the order of ``names``. On
+    leaving the block all are released together; every failure is reported in one PeerError.
+    ``topic`` and ``group``, if given, are shared; by default each client has fresh ones."""
+    with contextlib.ExitStack() as stack:
+        held: list[HeldClient] = []
+        for name in names:
+            client = HeldClient(name, bootstrap, topic=topic, group=group, extra_args=extra_args)
+            stack.callback(client.close)  # kills it unless it exited: runs whatever happens
+            held.append(client)
+        deadline = time.monotonic() + timeout
+        holding = [client.wait_holding(deadline) for client in held]
+        yield holding
+        # Only a clean exit of the block gets here: on an exception (Ctrl-C included) the
+        # callbacks above kill every client instead.
+        for client in held:
+            client.release()
+        deadline = time.monotonic() + close_timeout
+        failures = []
+        for client in held:
+            try:
+                client.finish(deadline)
+            except PeerError as exc:
+                failures.append(str(exc))
+        if failures:
+            raise PeerError("\n\n".join(failures))
 
 
 def parse_report(stdout: str) -> dict:

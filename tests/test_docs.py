@@ -250,11 +250,14 @@ def test_paths_the_docs_name_exist():
 
 
 # Flags the docs quote of other programs: helm, the benchmarks, the demo, the fixture recorder,
-# pytest/hypothesis, Tansu and this file. Anything else spelled --like-this must be kafka-census's.
+# pytest/hypothesis, Tansu, the test clients and this file. Anything else spelled --like-this must be
+# kafka-census's.
 OTHER_PROGRAMS_FLAGS = {"--set", "--show-only", "--cycles", "--in-sample", "--load", "--nice", "--pingpong-only",
                         "--clients", "--rounds", "--list", "--only", "--hypothesis-seed", "--authentication",
                         "--write", "--polite", "--callers", "--requests", "--messages", "--connections",
-                        "--proxy-args", "--max-seconds", "--sweep"}
+                        "--proxy-args", "--max-seconds", "--sweep",
+                        # the test clients (tests/clients/)
+                        "--hold", "--sasl-mechanism", "--sasl-user", "--sasl-password"}
 
 
 def _kafka_census_flags() -> set[str]:
