@@ -131,14 +131,16 @@ soak: setup
 bench/data/produce.pcap:
 	$(PY) -m bench.record_produce_pcap --out $@
 
-# Regenerate committed generated files (tests fail if they drift). Inputs from outside the
-# repository, read at generation time and never copied in (docs/dependencies.md):
+# Regenerate committed generated files (tests fail if they drift). Inputs read at generation time
+# and never copied in (docs/dependencies.md): the newest pinned Kafka's message schemas, inside the
+# kafka-clients jar setup-kafka installs (build/kafka/<version>/, harness/kafka_broker.py pins it),
+# the API table's first source for the Kafka 4.x facts; and, from outside the repository:
 #   SCHEMAS=DIR       Apache Kafka's message schemas: DIR/3.9-trunk/ holds every file of
 #                     clients/src/main/resources/common/message/ of apache/kafka at commit
 #                     1eb7644349cb07139d6a3c1ad1986979647cac99 (2024-10-25, before KIP-896);
 #                     DIR/4.x-subset/ the copies kafka-python 3.0.12 ships under
-#                     kafka/protocol/schemas/resources/ (Kafka 4.1+ era). The rest of Kafka 4.x
-#                     comes from the kio package pinned in pyproject.toml.
+#                     kafka/protocol/schemas/resources/ (Kafka 4.1+ era). Any 4.x API in neither
+#                     the jar nor the subset comes from the kio package pinned in pyproject.toml.
 #   FINGERPRINTS=DIR  DIR/java-client-max-versions.tsv: the highest request version each Apache
 #                     Kafka release 0.10.0.0-3.9.0's Java client sends, from the same apache/kafka.
 # Both default to $KAFKA_SCHEMAS_DIR / $KAFKA_FINGERPRINTS_DIR; there is no other default: without
@@ -147,9 +149,10 @@ SCHEMAS      ?= $(KAFKA_SCHEMAS_DIR)
 FINGERPRINTS ?= $(KAFKA_FINGERPRINTS_DIR)
 regen: export KAFKA_SCHEMAS_DIR := $(SCHEMAS)
 regen: export KAFKA_FINGERPRINTS_DIR := $(FINGERPRINTS)
-regen: setup-python
+regen: setup-python setup-kafka
 	$(PY) -m tools.gen_apis
 	$(PY) -m tools.gen_fingerprints
+	$(PY) -m tools.gen_targets
 	$(PY) dashboards/generate.py
 
 clean:

@@ -6,8 +6,8 @@ declares), the listing query (`query`: filter, order, limit), the client census,
 announced API ranges and features, upgrade readiness, and the totals the Prometheus collector
 reads (`snapshot`, a `MetricsSnapshot`). Its lock is private and no serving module reads its
 records (`open`, `closed`: tests and bench/ size them): every reading method copies what it needs.
-Imports only `capture.events` (the event contract), the generated API table (reference data,
-the upgrade targets too), `exporter.connection_fields` (the connection object's declaration),
+Imports only `capture.events` (the event contract), the generated API table (reference data)
+and upgrade targets (what real brokers accepted), `exporter.connection_fields` (the connection object's declaration),
 `exporter.churn` (a pure module: connections a minute per client),
 `exporter.fingerprint` (a pure module: assess() names an unannounced client, or says why not) and
 `exporter.rollup`'s `FingerprintBasis` (the event a registry rebuilt from an event log takes a
@@ -101,7 +101,8 @@ from capture.events import (
     TlsSession,
     TrafficUpdate,
 )
-from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4, UPGRADE_TARGETS
+from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4
+from capture.kafka.upgrade_targets import UPGRADE_TARGETS
 from exporter.churn import DEFAULT_CHURN_THRESHOLD_PER_MINUTE, DEFAULT_MAX_CHURN_CLIENTS, ChurnTracker
 from exporter.churn import listing as _churn_listing
 from exporter.connection_fields import FIELDS, ORDER_BY, STRING_ORDER
@@ -154,8 +155,8 @@ MAX_BROKER_FEATURES = 32  # KIP-584 features per broker (Kafka 4.1 announces 7)
 API_VERSIONS = 18
 UNKNOWN = "unknown"  # the broker's own label value when a client sent no software fields
 OTHER = "other"
-# Upgrade targets (UPGRADE_TARGETS, re-exported): generated into the API table, which the pipeline
-# reads too (KIP-896 for 4.0).
+# Upgrade targets (UPGRADE_TARGETS, re-exported): generated from what real brokers accepted
+# (capture/kafka/upgrade_targets.py), which the pipeline reads too.
 
 
 def iso_time(ts: float | None) -> str | None:

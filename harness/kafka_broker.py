@@ -372,25 +372,30 @@ def broker_metrics(cluster: KafkaCluster) -> str:
 # ----------------------------------------------------------------------------- installing
 
 
-def install() -> None:
+def install(versions: Sequence[str] = tuple(KAFKA_VERSIONS.values()), agent: bool = True, tools: bool = True) -> None:
     """`make setup-kafka`: Maven copies each pinned line's runtime jars into build/kafka/<version>/
-    and the JMX exporter agent into build/kafka/ (harness/kafka/pom.xml). Its local repository
-    caches them, so a second machine-local run reads no network."""
+    (any other `versions` too, `tools` left out: tools/record_brokers.py) and the JMX exporter agent
+    into build/kafka/
+    (harness/kafka/pom.xml). Its local repository caches them, so a second machine-local run reads
+    no network."""
     mvn = shutil.which("mvn")
     if mvn is None:
         raise SystemExit("error: mvn not found: install Maven and a Java 17 JDK "
                          "(apt-get install -y maven openjdk-17-jdk)")
     pom = KAFKA_DIR / "pom.xml"
-    for version in KAFKA_VERSIONS.values():
+    for version in versions:
         target = JARS_DIR / version
         print(f"Apache Kafka {version}: Maven copies its runtime jars into {target.relative_to(REPO_ROOT)}", flush=True)
         shutil.rmtree(target, ignore_errors=True)
-        profile = [] if version.startswith("3.") else ["-Plog4j2", f"-Dlog4j2.version={LOG4J2_VERSION}"]
+        # profiles named explicitly (one given on the command line turns the default ones off)
+        profiles = ([] if version.startswith("3.") else ["log4j2"]) + (["tools"] if tools else [])
+        profile = [f"-P{','.join(profiles) or '!tools'}", f"-Dlog4j2.version={LOG4J2_VERSION}"]
         _mvn([mvn, "-q", "-B", "-f", str(pom), *profile, f"-Dkafka.version={version}", "dependency:copy-dependencies",
               "-DincludeScope=runtime", f"-DoutputDirectory={target}"])
-    print(f"JMX exporter agent {JMX_AGENT_VERSION}", flush=True)
-    _mvn([mvn, "-q", "-B", "-f", str(pom), "dependency:copy", f"-DoutputDirectory={JARS_DIR}",
-          f"-Dartifact=io.prometheus.jmx:jmx_prometheus_javaagent:{JMX_AGENT_VERSION}"])
+    if agent:
+        print(f"JMX exporter agent {JMX_AGENT_VERSION}", flush=True)
+        _mvn([mvn, "-q", "-B", "-f", str(pom), "dependency:copy", f"-DoutputDirectory={JARS_DIR}",
+              f"-Dartifact=io.prometheus.jmx:jmx_prometheus_javaagent:{JMX_AGENT_VERSION}"])
 
 
 def _mvn(cmd: list[str]) -> None:

@@ -22,10 +22,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from capture.kafka.api_table import UPGRADE_TARGETS
+from capture.kafka.upgrade_targets import UPGRADE_TARGETS
 
 UNKNOWN = "unknown"
-TARGETS = UPGRADE_TARGETS  # generated from the message schemas (tools/gen_apis.py)
+TARGETS = UPGRADE_TARGETS  # generated from what real brokers accepted (tools/gen_targets.py)
 CLIENT_KEY = ["client_software_name", "client_software_version", "client_id", "principal", "client_address",
               "listener", "broker"]
 
