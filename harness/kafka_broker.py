@@ -314,10 +314,10 @@ def start_kafka(line: str = "4", *, listeners: Sequence[str] = ("PLAINTEXT",), b
             _start_node(cluster, node, config, java, cp, heap)
         _wait_ready(cluster, startup_timeout)
         yield cluster
-        dead = [n for n in cluster.nodes if n.process is not None and n.process.poll() is not None]
-        if dead:
-            raise KafkaError(f"Kafka node {dead[0].node_id} exited early with code {dead[0].process.returncode}:\n"
-                             f"{dead[0].log_tail()}")
+        for node in cluster.nodes:
+            if node.process is not None and node.process.poll() is not None:
+                raise KafkaError(f"Kafka node {node.node_id} exited early with code {node.process.returncode}:\n"
+                                 f"{node.log_tail()}")
     finally:
         for node in reversed(cluster.nodes):
             if node.process is not None:

@@ -435,7 +435,10 @@ def test_upgrade_readiness_defaults_to_4_0_and_is_ready_without_old_versions():
 def test_unknown_upgrade_target_is_400_listing_known(client):
     r = client.get("/api/v1/upgrade-readiness", params={"target": "3.9"})
     assert r.status_code == 400
-    assert r.json() == {"detail": "unknown upgrade target '3.9'; known: 4.0"}
+    from exporter.registry import UPGRADE_TARGETS
+
+    assert r.json() == {"detail": f"unknown upgrade target '3.9'; known: {', '.join(UPGRADE_TARGETS)}"}
+    assert {"4.0", "4.0.0", "4.4"} <= set(UPGRADE_TARGETS)
 
 
 # --- schema precision: the models are the registry's objects, field for field ---------------

@@ -448,7 +448,7 @@ def test_fuzz_readers_return_or_raise_protocol_error(data, raw):
 def test_fuzz_readers_byte_by_byte_on_the_seed_bodies():
     fixed = [
         (name, reader)
-        for v in (0, 1, 3, 4, 9)
+        for v in (0, 1, 3, 4, 5, 9)  # 5: ApiVersions v5 reads ClusterId and NodeId too
         for name, reader in (
             ("read_api_versions_request", lambda b, o, e, v=v: bodies.read_api_versions_request(b, o, e, v)),
             ("read_api_versions_response", lambda b, o, e, v=v: bodies.read_api_versions_response(b, o, e, v)),

@@ -256,6 +256,7 @@ OTHER_PROGRAMS_FLAGS = {"--set", "--show-only", "--cycles", "--in-sample", "--lo
                         "--clients", "--rounds", "--list", "--only", "--hypothesis-seed", "--authentication",
                         "--write", "--polite", "--callers", "--requests", "--messages", "--connections",
                         "--proxy-args", "--max-seconds", "--sweep",
+                        "--kafka-clients-jar",  # tools/gen_apis.py (make regen)
                         # the test clients (tests/clients/)
                         "--hold", "--sasl-mechanism", "--sasl-user", "--sasl-password"}
 

@@ -360,12 +360,12 @@ def test_a_refused_api_versions_does_not_set_the_identity_but_is_counted():
     """KIP-511: the broker answers an ApiVersions version it does not know with error 35; the
     client retries with v0, whose accepted answer is the identity (without software fields)."""
     reg = feed(ConnectionRegistry(), opened(cid(1), 1.0),
-               software(cid(1), 1.1, "future-client", "9.9", request_version=5, error_code=35, accepted=False))
+               software(cid(1), 1.1, "future-client", "9.9", request_version=6, error_code=35, accepted=False))
     conn = reg.get(cid(1))
     assert (conn["client_software_name"], conn["client_software_version"], conn["identity_source"]) == (
         None, None, "none")
     snap = reg.snapshot()
-    assert snap.api_versions == {("PLAINTEXT", "unknown", 35): 1}  # v5 is newer than the API table
+    assert snap.api_versions == {("PLAINTEXT", "unknown", 35): 1}  # v6 is newer than the API table (0-5)
     assert snap.connections == {("PLAINTEXT", "unknown", "unknown"): 1}
     assert ("PLAINTEXT", "future-client", "9.9") not in snap.connections
 

@@ -2,8 +2,8 @@
 
 This module owns the *derivation* of the API table: which API keys exist, which request
 versions any known Kafka accepts, from which version a request/response uses the flexible
-(tagged-field) headers, which versions Kafka 4.0 stopped accepting (KIP-896), and the upgrade
-targets built from them (``UPGRADE_TARGETS``, the one table of what each target broker removed).
+(tagged-field) headers, and which versions Kafka 4.0 stopped accepting (KIP-896) by its schemas.
+The upgrade targets come from real brokers instead (tools/gen_targets.py).
 
 It is a build tool, run by hand (``make regen``) or by the drift test, and lives outside the
 runtime package: nothing imports it at runtime, and the generated ``api_table.py`` does not
@@ -11,38 +11,55 @@ depend on it.
 
 Inputs, read at generation time and never copied into the repository:
 
+* ``common/message/*.json`` inside the ``kafka-clients`` jar of the newest Kafka line the harness
+  pins (``harness/kafka_broker.py`` ``KAFKA_VERSIONS``; ``make setup-kafka`` copies it to
+  ``build/kafka/<version>/kafka-clients-<version>.jar``; ``--kafka-clients-jar PATH`` names
+  another), read with ``zipfile``: every message schema of that Apache Kafka release, the first
+  source of the Kafka 4.x facts (its ``validVersions`` are what that release accepts; an API it
+  marks ``"validVersions": "none"`` was removed and is taken from no other 4.x source). Its
+  release and commit come from the jar's ``kafka/kafka-version.properties``;
 * ``<schemas>/3.9-trunk/*.json``: Apache Kafka message schemas from before KIP-896
   (every API key of that time, with all its old versions): every file of
   ``clients/src/main/resources/common/message/`` in apache/kafka at commit
   1eb7644349cb07139d6a3c1ad1986979647cac99 (2024-10-25);
 * ``<schemas>/4.x-subset/*.json``: newer copies of part of the schemas (Kafka 4.1+ era), the
-  ones kafka-python 3.0.12 ships under ``kafka/protocol/schemas/resources/``; their
-  ``validVersions`` are what Kafka 4.x accepts;
+  ones kafka-python 3.0.12 ships under ``kafka/protocol/schemas/resources/``: the 4.x facts of
+  API keys the jar does not have;
 * the installed ``kio`` package (pinned in pyproject.toml's test extra), for the Kafka 4.x
-  facts of API keys whose request schema is not in ``4.x-subset``; it is imported lazily,
-  only by this generator.
+  facts of API keys in neither the jar nor ``4.x-subset``; it is imported lazily, only by this
+  generator.
 
-An API key present in ``3.9-trunk`` but absent from both 4.x sources was removed by Kafka 4.0.
+The 4.x facts of an API key (its Kafka 4.x ``validVersions``, hence the highest versions, the new
+keys and ``kafka4_min_version``/``kafka4_max_version``) come from the first of the jar,
+``4.x-subset`` and kio that has the key; ``3.9-trunk`` adds the old versions (the lowest
+versions, and so what KIP-896 removed). An API key present in ``3.9-trunk`` but in no 4.x
+source was removed by Kafka 4.0.
 
 Usage (from the repository root)::
 
-    python -m tools.gen_apis [--schemas DIR] [--check]
+    python -m tools.gen_apis [--schemas DIR] [--kafka-clients-jar PATH] [--check]
 
 ``DIR`` defaults to ``$KAFKA_SCHEMAS_DIR`` (``make regen SCHEMAS=DIR`` sets it); there is no
 other default (docs/dependencies.md names the inputs and their versions), and without either
-the generator says so, naming the variable and what DIR must hold. The command line and the
+the generator says so, naming the variable and what DIR must hold. ``PATH`` defaults to the jar
+``make setup-kafka`` installs inside the repository's ``build/`` (above); a missing jar is an
+error that says to run ``make setup-kafka``. The command line and the
 write-or-check rule are tools/regen.py's, shared with tools/gen_fingerprints.py. Without
 ``--check`` the table is (re)written. With ``--check`` it is regenerated in memory and compared
 with the committed file: exit 0 if identical, exit 1 with a unified diff on stderr if not. Any
-error that prevents generation (missing inputs, inconsistent schemas, kio missing) prints one
-line on stderr and exits 2.
+error that prevents generation (missing inputs, inconsistent schemas, kio missing, the jar
+missing) prints one line on stderr and exits 2.
 """
 
 from __future__ import annotations
 
+import argparse
+import ast
 import json
 import re
 import sys
+import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +71,15 @@ OUTPUT_REL = "capture/kafka/api_table.py"
 OUTPUT_PATH = REPO_ROOT / OUTPUT_REL
 OLD_DIR = "3.9-trunk"
 NEW_DIR = "4.x-subset"
+# The Kafka pins: harness/kafka_broker.py's KAFKA_VERSIONS, read as a literal rather than imported
+# (the harness is a test tool, outside this build tool's imports and mypy's files), and the
+# directory its install() (`make setup-kafka`) copies each release's jars into (its JARS_DIR).
+PIN_FILE = REPO_ROOT / "harness" / "kafka_broker.py"
+PIN_NAME = "KAFKA_VERSIONS"
+JARS_DIR = REPO_ROOT / "build" / "kafka"
+JAR_SOURCE = "kafka-clients"  # the source name of the jar's schemas (source_4x, notes)
+JAR_SCHEMAS = "common/message/"  # where kafka-clients keeps the message schemas
+JAR_VERSION_FILE = "kafka/kafka-version.properties"  # version=4.4.0, commitId=...
 SCHEMAS = regen.Input(
     "--schemas", "KAFKA_SCHEMAS_DIR",
     f"Apache Kafka's message schemas: {OLD_DIR}/ (every file of clients/src/main/resources/common/message/ "
@@ -134,7 +160,7 @@ def parse_flexible_versions(value: str, where: str) -> int | None:
 class Facts:
     """What one source says about one API key."""
 
-    source: str  # "3.9-trunk", "4.x-subset" or "kio"
+    source: str  # "kafka-clients", "3.9-trunk", "4.x-subset" or "kio"
     key: int
     name: str  # without the "Request" suffix
     versions: tuple[int, ...]  # contiguous, ascending
@@ -143,27 +169,123 @@ class Facts:
     unstable_latest: bool = False  # schema says latestVersionUnstable: true
 
 
-def load_json_dir(directory: Path, source: str) -> dict[int, Facts]:
-    """Read every ``*Request.json`` of one schema directory, with its ``*Response.json``."""
-    schemas: dict[str, tuple[Path, dict]] = {}
+@dataclass(frozen=True)
+class Schemas:
+    """What one schema source says: the facts of each API key it has, and the API keys it marks
+    removed (``"validVersions": "none"``, as Kafka 4.x's own schemas of the ZooKeeper-era APIs)."""
+
+    facts: dict[int, Facts]
+    removed: frozenset[int]
+
+
+def read_dir(directory: Path) -> list[tuple[str, str]]:
+    """(file name, text) of every ``*.json`` of a schema directory."""
+    files = []
     for path in sorted(directory.glob("*.json")):
         try:
-            data = json.loads(strip_comments(path.read_text(encoding="utf-8")))
-        except (ValueError, OSError) as e:
-            raise GenError(f"{source}/{path.name}: cannot parse: {e}") from None
+            files.append((path.name, path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError) as e:
+            raise GenError(f"cannot read {path}: {e}") from None
+    return files
+
+
+def pinned_kafka_versions() -> dict[str, str]:
+    """harness/kafka_broker.py's KAFKA_VERSIONS (line -> release), e.g. {"3.9": "3.9.2", "4": "4.4.0"}."""
+    where = PIN_FILE.relative_to(REPO_ROOT)
+    try:
+        tree = ast.parse(PIN_FILE.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError) as e:
+        raise GenError(f"cannot read {where}: {e}") from None
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        if [getattr(t, "id", None) for t in targets] != [PIN_NAME]:
+            continue
+        try:
+            pins = ast.literal_eval(value)
+        except ValueError:
+            break
+        if isinstance(pins, dict) and pins and all(isinstance(v, str) for v in pins.values()):
+            return pins
+        break
+    raise GenError(f"{where}: no {PIN_NAME} = {{line: release, ...}} literal")
+
+
+def newest_pinned_kafka() -> str:
+    """The newest Kafka release the harness pins."""
+    return max(pinned_kafka_versions().values(), key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v)))
+
+
+def default_clients_jar() -> Path:
+    """Where ``make setup-kafka`` puts the kafka-clients jar of the newest pinned release."""
+    version = newest_pinned_kafka()
+    return JARS_DIR / version / f"kafka-clients-{version}.jar"
+
+
+@dataclass(frozen=True)
+class Jar:
+    """The message schemas of one Apache Kafka release, from its kafka-clients jar."""
+
+    path: Path
+    kafka_version: str  # from kafka/kafka-version.properties
+    commit: str
+    files: list[tuple[str, str]]  # (file name, text) of common/message/*.json
+
+
+def read_jar(path: Path) -> Jar:
+    """Read ``common/message/*.json`` and the release of a kafka-clients jar."""
+    if not path.is_file():
+        raise GenError(f"kafka-clients jar not found: {path} (Apache Kafka {newest_pinned_kafka()}'s message "
+                       f"schemas): run `make setup-kafka`, or pass --kafka-clients-jar PATH")
+    try:
+        with zipfile.ZipFile(path) as jar:
+            names = sorted(n for n in jar.namelist()
+                           if n.startswith(JAR_SCHEMAS) and n.endswith(".json") and "/" not in n[len(JAR_SCHEMAS):])
+            files = [(n[len(JAR_SCHEMAS):], jar.read(n).decode("utf-8")) for n in names]
+            props = jar.read(JAR_VERSION_FILE).decode("utf-8") if JAR_VERSION_FILE in jar.namelist() else ""
+    except (OSError, zipfile.BadZipFile, UnicodeDecodeError) as e:
+        raise GenError(f"cannot read the kafka-clients jar {path}: {e}") from None
+    if not files:
+        raise GenError(f"{path}: no {JAR_SCHEMAS}*.json in it: not a kafka-clients jar")
+    version = re.search(r"(?m)^version=(\S+)$", props)
+    commit = re.search(r"(?m)^commitId=(\S+)$", props)
+    if not version or not commit:
+        raise GenError(f"{path}: no version and commitId in {JAR_VERSION_FILE}")
+    return Jar(path=path, kafka_version=version.group(1), commit=commit.group(1), files=files)
+
+
+def load_json_dir(directory: Path, source: str) -> dict[int, Facts]:
+    """Read every ``*Request.json`` of one schema directory, with its ``*Response.json``."""
+    return load_schemas(read_dir(directory), source).facts
+
+
+def load_schemas(files: Iterable[tuple[str, str]], source: str) -> Schemas:
+    """Read every ``*Request.json`` of one source's (file name, text) pairs, with its
+    ``*Response.json``."""
+    schemas: dict[str, tuple[str, dict]] = {}
+    for file_name, text in files:
+        try:
+            data = json.loads(strip_comments(text))
+        except ValueError as e:
+            raise GenError(f"{source}/{file_name}: cannot parse: {e}") from None
         if not isinstance(data, dict):
-            raise GenError(f"{source}/{path.name}: top level is not an object")
+            raise GenError(f"{source}/{file_name}: top level is not an object")
         if data.get("type") in ("request", "response"):
             name = data.get("name")
-            if name != path.stem:
-                raise GenError(f"{source}/{path.name}: schema name {name!r} != file name")
-            schemas[name] = (path, data)
+            if name != file_name.removesuffix(".json"):
+                raise GenError(f"{source}/{file_name}: schema name {name!r} != file name")
+            schemas[name] = (file_name, data)
 
     result: dict[int, Facts] = {}
-    for name, (path, req) in sorted(schemas.items()):
+    removed: set[int] = set()
+    for name, (file_name, req) in sorted(schemas.items()):
         if req["type"] != "request":
             continue
-        where = f"{source}/{path.name}"
+        where = f"{source}/{file_name}"
         if not name.endswith("Request"):
             raise GenError(f"{where}: request schema name does not end in 'Request'")
         base = name[: -len("Request")]
@@ -173,11 +295,20 @@ def load_json_dir(directory: Path, source: str) -> dict[int, Facts]:
         resp_entry = schemas.get(base + "Response")
         if resp_entry is None:
             raise GenError(f"{where}: no {base}Response schema beside it")
-        resp_path, resp = resp_entry
-        rwhere = f"{source}/{resp_path.name}"
+        resp_file, resp = resp_entry
+        rwhere = f"{source}/{resp_file}"
         if resp.get("type") != "response" or resp.get("apiKey") != key:
             raise GenError(f"{rwhere}: not a response schema for apiKey {key}")
 
+        if str(req.get("validVersions")).strip() == "none":
+            # "This request was removed in Apache Kafka 4.0." (Kafka 4.x's ControlledShutdownRequest.json)
+            if str(resp.get("validVersions")).strip() != "none":
+                raise GenError(f"{source}: {base} request validVersions is 'none' but the response's "
+                               f"is {resp.get('validVersions')!r}")
+            if key in result or key in removed:
+                raise GenError(f"{source}: apiKey {key} of removed {base} is used twice")
+            removed.add(key)
+            continue
         lo, hi = parse_valid_versions(req["validVersions"], where)
         if parse_valid_versions(resp["validVersions"], rwhere) != (lo, hi):
             raise GenError(
@@ -198,6 +329,8 @@ def load_json_dir(directory: Path, source: str) -> dict[int, Facts]:
             raise GenError(f"{where}: missing or malformed listeners")
         if key in result:
             raise GenError(f"{source}: apiKey {key} used by both {result[key].name} and {base}")
+        if key in removed:
+            raise GenError(f"{source}: apiKey {key} of {base} is also marked removed")
         result[key] = Facts(
             source=source,
             key=key,
@@ -208,8 +341,8 @@ def load_json_dir(directory: Path, source: str) -> dict[int, Facts]:
             unstable_latest=req.get("latestVersionUnstable") is True,
         )
     if not result:
-        raise GenError(f"{source}: no request schemas found in {directory.name}/")
-    return result
+        raise GenError(f"{source}: no request schemas found")
+    return Schemas(facts=result, removed=frozenset(removed))
 
 
 # --------------------------------------------------------------------------- kio
@@ -396,31 +529,31 @@ name
     name when the API was renamed.
 min_version, max_version
     The lowest and highest request version any known Kafka accepts: the union of the
-    pre-KIP-896 schemas (3.9-trunk) and the Kafka 4.x ones. Unreleased ("unstable") latest
-    versions are included; the end-of-line comments say where.
+    pre-KIP-896 schemas (3.9-trunk) and the Kafka 4.x ones (the newest release's, see the
+    header). Unreleased ("unstable") latest versions are included; the end-of-line comments
+    say where.
 flexible_from
     The first flexible version: from it on, requests use request header v2 and responses
     response header v1 (tagged fields, compact strings). ``None``: never flexible. The same
     for request and response, and for old and new schemas (the generator checks both).
 kafka4_min_version, kafka4_max_version
-    The versions Kafka 4.x accepts (its ``validVersions``). ``None``: the API was removed
-    entirely by Kafka 4.0.
+    The versions Kafka 4.x accepts (the ``validVersions`` of the newest release the header
+    names, where it has the API). ``None``: the API was removed entirely by Kafka 4.0.
 listeners
     Which listener types accept the API, from the schemas' ``listeners``, old and new
     combined (``"zkBroker"`` = a ZooKeeper-mode broker, which Kafka 4.0 no longer has).
     Empty when the only source (kio) carries no listener information.
 source_4x
-    Where the 4.x facts come from: ``"4.x-subset"`` (Kafka 4.x schemas vendored by
-    kafka-python), ``"kio"`` (the kio package's generated 4.x classes), or ``"removed"``
-    (the API is in neither).
+    Where the 4.x facts come from, the first that has the API: ``"kafka-clients"`` (the
+    message schemas in the kafka-clients jar of the Kafka release the header names),
+    ``"4.x-subset"`` (Kafka 4.x schemas vendored by kafka-python), ``"kio"`` (the kio
+    package's generated 4.x classes), or ``"removed"`` (the API is in none of them).
 
 ``removed_in_kafka4(spec)`` gives the versions in [min_version, max_version] that Kafka 4.x
 does not accept (KIP-896); ``REMOVED_IN_KAFKA4`` lists them for every key that has any.
 
-``UPGRADE_TARGETS`` maps each broker version an upgrade can be checked against (``"4.0"``) to
-an ``UpgradeTarget``: the versions it removed per API key, and the lowest version of each such
-API it still accepts. The registry's upgrade readiness (REST) and the pipeline's report read
-this one table.
+The upgrade targets (what each broker release removed) are not here: they come from what real
+brokers accepted (capture/kafka/upgrade_targets.py, tools/gen_targets.py).
 
 This module is part of the sans-IO core: it imports nothing but ``typing``.
 """'''
@@ -441,7 +574,7 @@ def _opt(v: int | None) -> str:
     return "None" if v is None else str(v)
 
 
-def render(rows: list[Row], commit: str, kafka_python: str, kio: str) -> str:
+def render(rows: list[Row], jar: Jar, commit: str, kafka_python: str, kio: str) -> str:
     cells = []
     for r in rows:
         listeners = "(" + ", ".join(f'"{x}"' for x in r.listeners) + ("," if len(r.listeners) == 1 else "") + ")"
@@ -466,8 +599,10 @@ def render(rows: list[Row], commit: str, kafka_python: str, kio: str) -> str:
         return " ".join(p.ljust(w) for p, w in zip(parts, widths)).rstrip()
 
     lines = [
-        "# Generated by `python -m tools.gen_apis` from Apache Kafka's message schemas",
-        f"# ({OLD_DIR} at apache/kafka {commit}, {NEW_DIR} from kafka-python {kafka_python})",
+        "# Generated by `python -m tools.gen_apis` from Apache Kafka's message schemas: those of",
+        f"# Apache Kafka {jar.kafka_version} ({JAR_SCHEMAS} in kafka-clients-{jar.kafka_version}.jar, "
+        f"commit {jar.commit}),",
+        f"# {OLD_DIR} at apache/kafka {commit}, {NEW_DIR} from kafka-python {kafka_python},",
         f"# and kio {kio}. DO NOT EDIT.",
         MODULE_DOC,
         "",
@@ -484,7 +619,7 @@ def render(rows: list[Row], commit: str, kafka_python: str, kio: str) -> str:
         "    kafka4_min_version: int | None  # lowest version Kafka 4.x accepts; None = API removed in Kafka 4.0",
         "    kafka4_max_version: int | None",
         '    listeners: tuple[str, ...]  # from the schemas\' "listeners", e.g. ("broker", "controller")',
-        '    source_4x: str  # where the 4.x facts come from: "4.x-subset", "kio", or "removed"',
+        '    source_4x: str  # where the 4.x facts come from: "kafka-clients", "4.x-subset", "kio", or "removed"',
         "",
         "",
         "# fmt: off",
@@ -510,45 +645,43 @@ def render(rows: list[Row], commit: str, kafka_python: str, kio: str) -> str:
         tup = "(" + ", ".join(map(str, vs)) + ("," if len(vs) == 1 else "") + ")"
         lines.append(f"    {k}: {tup},  # {names[k]}")
     lines.append("}")
-    lines += ["", ""]
-    lines += [
-        "class UpgradeTarget(NamedTuple):",
-        "    removed: dict[int, tuple[int, ...]]  # api_key -> versions the target broker no longer accepts",
-        "    minimum_version: dict[int, int | None]  # api_key (of `removed`) -> lowest version accepted;"
-        " None = API removed",
-        "",
-        "",
-        "# Broker versions an upgrade can be checked against (REST /upgrade-readiness, the pipeline's report).",
-        "UPGRADE_TARGETS: dict[str, UpgradeTarget] = {",
-        '    "4.0": UpgradeTarget(',
-        "        removed=REMOVED_IN_KAFKA4,",
-        "        minimum_version={",
-    ]
-    minimum = {r.key: r.kafka4_min_version for r in rows}
-    for k, _ in removed:
-        lines.append(f"            {k}: {_opt(minimum[k])},  # {names[k]}")
-    lines += ["        },", "    ),", "}"]
     return "\n".join(lines) + "\n"
 
 
-def generate(schemas_dir: Path) -> str:
+def generate(schemas_dir: Path, clients_jar: Path | None = None) -> str:
+    """The table's text from the schemas directory and the kafka-clients jar (default: the one
+    ``make setup-kafka`` installs for the newest pinned release)."""
     for sub in (OLD_DIR, NEW_DIR):
         if not (schemas_dir / sub).is_dir():
             raise GenError(f"schemas directory {schemas_dir} has no {sub}/ subdirectory "
                            f"({SCHEMAS.env}: DIR holding {SCHEMAS.content})")
     commit, kafka_python = read_provenance(schemas_dir)
+    jar = read_jar(clients_jar if clients_jar is not None else default_clients_jar())
     old = load_json_dir(schemas_dir / OLD_DIR, OLD_DIR)
-    new = load_json_dir(schemas_dir / NEW_DIR, NEW_DIR)
+    # The 4.x facts of each key: from the first source that has it (module docstring).
+    newest = load_schemas(jar.files, JAR_SOURCE)
+    new = dict(newest.facts)
+    for key, facts in load_json_dir(schemas_dir / NEW_DIR, NEW_DIR).items():
+        if key not in new and key not in newest.removed:
+            new[key] = facts
     kio = kio_version()
-    new.update(load_kio(exclude=set(new)))
+    new.update(load_kio(exclude=set(new) | newest.removed))
     rows = [merge(k, old.get(k), new.get(k)) for k in sorted(set(old) | set(new))]
-    return render(rows, commit, kafka_python, kio)
+    return render(rows, jar, commit, kafka_python, kio)
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kafka-clients-jar", type=Path, default=None, metavar="PATH",
+                        help="the kafka-clients jar whose common/message/*.json are the newest Kafka's schemas "
+                             "(default: the newest release pinned in harness/kafka_broker.py, as `make setup-kafka` "
+                             "installs it under build/kafka/)")
 
 
 def main(argv: list[str] | None = None) -> int:
     return regen.main(argv, prog="gen_apis", description=f"Generate {OUTPUT_REL} from the Kafka message schemas "
-                      "and kio.", spec=SCHEMAS, output=OUTPUT_PATH, output_rel=OUTPUT_REL,
-                      generate=lambda directory, _args: generate(directory))
+                      "(a kafka-clients jar and DIR) and kio.", spec=SCHEMAS, output=OUTPUT_PATH,
+                      output_rel=OUTPUT_REL, add_arguments=_add_arguments,
+                      generate=lambda directory, args: generate(directory, args.kafka_clients_jar))
 
 
 if __name__ == "__main__":

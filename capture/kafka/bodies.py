@@ -70,19 +70,29 @@ def software_field_valid(value: str | None) -> bool:
 
 def read_api_versions_request(buf, off: int, end: int, version: int) -> tuple[str | None, str | None]:
     """ApiVersionsRequest.json: v0-2 have an empty body; v3+ (flexible) carry
-    ClientSoftwareName and ClientSoftwareVersion as compact strings, then tagged fields."""
+    ClientSoftwareName and ClientSoftwareVersion as compact strings; v5+ (KIP-1242, Apache
+    Kafka 4.4.0's schema; kafka-clients 4.4 opens every connection with it) then ClusterId, a
+    compact nullable string (null: the client does not know it yet), and NodeId, an int32 (-1:
+    unknown), the broker the client means to reach; then tagged fields. Returns the two
+    software fields; ClusterId and NodeId are read (a truncated or malformed body is an error at
+    every version) but not kept."""
     if version < 3:
         return None, None
     name, off = read_compact_string(buf, off, end)
     sw_version, off = read_compact_string(buf, off, end)
+    if version >= 5:
+        _, off = read_compact_nullable_string(buf, off, end)  # ClusterId
+        _, off = read_int32(buf, off, end)  # NodeId
     skip_tagged_fields(buf, off, end)
     return name, sw_version
 
 
 # Clients of one kind send the same ApiVersions request body, byte for byte: parsed once per
-# distinct body (as the answers below). Bounded as they are; a ProtocolError is not kept.
+# distinct body (as the answers below). From v5 the body also names the broker dialled (ClusterId,
+# NodeId), so a kind sends one body per broker it reaches: still a handful beside one broker.
+# Bounded as they are; a ProtocolError is not kept.
 API_VERSIONS_REQUEST_CACHE = 64
-API_VERSIONS_REQUEST_CACHED_BYTES = 256  # two software fields; a longer body is parsed each time
+API_VERSIONS_REQUEST_CACHED_BYTES = 256  # two software fields (+ ClusterId, NodeId); a longer body is parsed each time
 _offers: dict[tuple[bytes, int], tuple[str | None, str | None]] = {}
 
 

@@ -5,7 +5,7 @@
 
 const API = '/api/v1';
 const FILTERS = ['listener', 'client_software_name', 'client_software_version', 'client_id', 'principal',
-  'address', 'inferred_software_name', 'identity_source'];
+  'address', 'inferred_software_name', 'identity_source', 'close_reason'];
 const CONN_PARAMS = ['state', ...FILTERS, 'order_by', 'limit'];  // the /connections query, passed as is
 const ORDERABLE = new Set(['first_seen', 'last_seen', 'idle_seconds', 'client_address', 'client_port', 'client_id',
   'client_software_name', 'client_software_version', 'listener', 'bytes_from_client', 'bytes_from_broker', 'state']);
