@@ -53,6 +53,61 @@ def census_gauge(census: Census, listener: str) -> Counter:
                      for labels, v in ((dict(k), v) for k, v in samples.items()) if labels["listener"] == listener})
 
 
+# --- real clients connected at once: by capture, through the proxy, through the TLS proxy ---------
+
+# The broker's listeners: PLAINTEXT (watched by capture), PROXIED (advertised at the plaintext
+# proxy's port, so every client connection goes through it) and SSL (advertised at the TLS proxy,
+# which terminates the clients' TLS and opens its own towards the broker). The proxy presents no
+# client certificate upstream, so the SSL listener asks for none (its clients' certificates end at
+# the proxy: the broker's principal is ANONYMOUS where the census's is the client's subject).
+EXPECTED = {"confluent-kafka-python", "kafka-python", "platformatic-kafka", "kafka-ts", "apache-kafka-java",
+            "unknown"}  # aiokafka and kafkajs send ApiVersions v0/v2, which carries no name: unknown to both
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    from harness.kafka_broker import Tls
+    from tests.tls_certs import make_pki
+
+    pki = make_pki(tmp_path_factory.mktemp("pki"))
+    plain, tls = free_port(), free_port()
+    with start_kafka("4", listeners=("PLAINTEXT", "PROXIED:PLAINTEXT", "SSL"),
+                     tls=Tls(pki.ca.ca_path, pki.server.cert_path, pki.server.key_path, client_auth="none"),
+                     advertise={"PROXIED": [plain], "SSL": [tls]}) as kafka, \
+            Census(["capture", "-i", "lo", "--listener", f"PLAINTEXT={kafka.ports('PLAINTEXT')[0]}"],
+                   free_port()) as capture, \
+            Census(["proxy", "--listen", f"127.0.0.1:{plain}", "--upstream", f"127.0.0.1:{kafka.ports('PROXIED')[0]}",
+                    "--listener", "PROXIED"], free_port()) as proxy, \
+            Census(["proxy", "--listen", f"127.0.0.1:{tls}", "--upstream", f"127.0.0.1:{kafka.ports('SSL')[0]}",
+                    "--listener", "SSL", "--tls-cert", pki.server.cert_path, "--tls-key", pki.server.key_path,
+                    "--upstream-tls", "--upstream-ca", pki.ca.ca_path], free_port()) as tls_proxy:
+        yield {"kafka": kafka, "pki": pki, "PLAINTEXT": (capture, kafka.bootstrap("PLAINTEXT")),
+               "PROXIED": (proxy, f"127.0.0.1:{plain}"), "SSL": (tls_proxy, f"127.0.0.1:{tls}")}
+
+
+@pytest.mark.parametrize("listener", ["PLAINTEXT", "PROXIED", "SSL"],
+                         ids=["capture", "proxy", "tls-terminating-proxy"])
+def test_the_census_gauge_equals_the_brokers_while_every_client_is_connected_and_after(stack, listener):
+    from harness.java_client import holding_java_client
+    from harness.peers import CLIENTS, holding_clients
+
+    census, bootstrap = stack[listener]
+    kafka = stack["kafka"]
+    args: tuple[str, ...] = ()
+    if listener == "SSL":
+        args = ("--ca", str(stack["pki"].ca.ca_path))
+    with holding_clients(CLIENTS, bootstrap, extra_args=args), holding_java_client(bootstrap, extra_args=args):
+        # the two are read one after the other: poll until they agree (a client may close an idle
+        # connection in between), then compare what they agreed on
+        both = wait_for(f"the census and the broker to agree on {listener}", lambda: (
+            (ours, theirs) if (ours := census_gauge(census, listener)) == (theirs := broker_gauge(
+                broker_metrics(kafka), listener)) and {name for name, _ in ours} >= EXPECTED else None), timeout=90)
+        ours, theirs = both
+        assert ours == theirs and sum(ours.values()) >= len(EXPECTED) + 2, (ours, theirs)
+    wait_for("both to drop to nothing once the clients closed", lambda: not census_gauge(census, listener)
+             and not broker_gauge(broker_metrics(kafka), listener), timeout=60)
+
+
 def _read(sock: socket.socket, n: int) -> bytes:
     data = b""
     while len(data) < n:
