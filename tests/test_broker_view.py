@@ -18,6 +18,7 @@ real clients (harness/peers.py, harness/java_client.py); every wait polls a cond
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 from collections import Counter
@@ -71,10 +72,11 @@ def stack(tmp_path_factory):
 
     pki = make_pki(tmp_path_factory.mktemp("pki"))
     plain, tls = free_port(), free_port()
-    with start_kafka("4", listeners=("PLAINTEXT", "PROXIED:PLAINTEXT", "SSL"),
+    with start_kafka("4", listeners=("PLAINTEXT", "PROXIED:PLAINTEXT", "SSL", "SASL_PLAINTEXT"),
                      tls=Tls(pki.ca.ca_path, pki.server.cert_path, pki.server.key_path, client_auth="none"),
                      advertise={"PROXIED": [plain], "SSL": [tls]}) as kafka, \
-            Census(["capture", "-i", "lo", "--listener", f"PLAINTEXT={kafka.ports('PLAINTEXT')[0]}"],
+            Census(["capture", "-i", "lo", "--listener", f"PLAINTEXT={kafka.ports('PLAINTEXT')[0]}",
+                    "--listener", f"SASL_PLAINTEXT={kafka.ports('SASL_PLAINTEXT')[0]}:SASL_PLAINTEXT"],
                    free_port()) as capture, \
             Census(["proxy", "--listen", f"127.0.0.1:{plain}", "--upstream", f"127.0.0.1:{kafka.ports('PROXIED')[0]}",
                     "--listener", "PROXIED"], free_port()) as proxy, \
@@ -82,6 +84,7 @@ def stack(tmp_path_factory):
                     "--listener", "SSL", "--tls-cert", pki.server.cert_path, "--tls-key", pki.server.key_path,
                     "--upstream-tls", "--upstream-ca", pki.ca.ca_path], free_port()) as tls_proxy:
         yield {"kafka": kafka, "pki": pki, "PLAINTEXT": (capture, kafka.bootstrap("PLAINTEXT")),
+               "SASL_PLAINTEXT": (capture, kafka.bootstrap("SASL_PLAINTEXT")),
                "PROXIED": (proxy, f"127.0.0.1:{plain}"), "SSL": (tls_proxy, f"127.0.0.1:{tls}")}
 
 
@@ -106,6 +109,32 @@ def test_the_census_gauge_equals_the_brokers_while_every_client_is_connected_and
         assert ours == theirs and sum(ours.values()) >= len(EXPECTED) + 2, (ours, theirs)
     wait_for("both to drop to nothing once the clients closed", lambda: not census_gauge(census, listener)
              and not broker_gauge(broker_metrics(kafka), listener), timeout=60)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_sasl_clients_the_census_names_by_principal_where_the_broker_gauge_has_none(stack, mechanism):
+    """The same gauge on a SASL_PLAINTEXT listener; beside it, what the broker's gauge cannot say:
+    who authenticated, decoded off the wire of the real broker's PLAIN and SCRAM exchanges."""
+    from harness.kafka_broker import USERS
+    from harness.peers import holding_clients
+
+    census, bootstrap = stack["SASL_PLAINTEXT"]
+    kafka = stack["kafka"]
+    user = "alice"
+    args = ("--sasl-mechanism", mechanism, "--sasl-user", user, "--sasl-password", USERS[user])
+    with holding_clients(["kafka-python", "confluent-kafka"], bootstrap, extra_args=args):
+        ours, theirs = wait_for("the census and the broker to agree on SASL_PLAINTEXT", lambda: (
+            (o, t) if (o := census_gauge(census, "SASL_PLAINTEXT")) == (t := broker_gauge(
+                broker_metrics(kafka), "SASL_PLAINTEXT")) and {n for n, _ in o} >= {"kafka-python",
+                                                                                     "confluent-kafka-python"}
+            else None), timeout=90)
+        assert ours == theirs
+        conns = census.connections("state=open&listener=SASL_PLAINTEXT")
+        authenticated = [c for c in conns if c["principal"] is not None]
+        assert authenticated and {(c["principal"], c["sasl_mechanism"]) for c in authenticated} == {(user, mechanism)}
+        assert USERS[user] not in census.metrics_text() and USERS[user] not in json.dumps(conns)
+    wait_for("both to drop once the clients closed", lambda: not census_gauge(census, "SASL_PLAINTEXT")
+             and not broker_gauge(broker_metrics(kafka), "SASL_PLAINTEXT"), timeout=60)
 
 
 def _read(sock: socket.socket, n: int) -> bytes:
