@@ -13,11 +13,12 @@ PYTEST_ARGS ?=
 setup: setup-system setup-python setup-node native setup-kafka setup-java-client
 
 # Debian tools the tests use (tshark and tcpdump as oracles, ip for network namespaces,
-# prometheus and promtool as the real scraper, chromium and its chromedriver as the browser),
+# prometheus and promtool as the real scraper, chromium and its chromedriver as the browser,
+# Maven and a JDK for the Apache Kafka brokers and the Java client),
 # as command:package. Installed only when missing, so a machine that has them needs neither
 # root nor the network.
 SYSTEM_TOOLS := tshark:tshark tcpdump:tcpdump ip:iproute2 prometheus:prometheus promtool:prometheus \
-	chromium:chromium chromedriver:chromium-driver
+	chromium:chromium chromedriver:chromium-driver mvn:maven javac:openjdk-17-jdk-headless
 # Packages whose Debian service must not keep running: the tests start their own server.
 NO_SERVICE := prometheus
 setup-system:
@@ -73,7 +74,7 @@ build/java-client/.installed: $(JAVA_CLIENT_SRC) harness/java_client.py
 	@touch $@
 setup-java-client: build/java-client/.installed
 
-# Two Tansu brokers, a capture sidecar each, the aggregator in front, six real clients (tests/demo.py).
+# Apache Kafka 4 with two brokers, a capture sidecar each, the aggregator in front, seven real clients (tests/demo.py).
 demo: setup
 	$(PY) tests/demo.py
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.net import free_port, wait_for
+from harness.process import pdeathsig_preexec
 
 __all__ = ["CENSUS", "Census", "free_port", "wait_for"]
 
@@ -33,12 +34,14 @@ class Census:
     """`kafka-census *args`, with `--http 127.0.0.1:http_port` added unless `http_flag` is false
     (the args carry their own) or `http_port` is None (no HTTP: ready when `ready_log` is in its
     stderr). `prefix` runs it through another command (e.g. taskset); `log_dir` keeps its
-    stdout/stderr there instead of in a temporary directory. Usable as a context manager."""
+    stdout/stderr there instead of in a temporary directory; `die_with_parent`: it gets SIGTERM
+    when the thread that started it exits (PR_SET_PDEATHSIG; the demo's last resort against a
+    Ctrl-C that lands while it is being started). Usable as a context manager."""
 
     def __init__(self, args: list[str], http_port: int | None, *, ready_timeout: float = 20.0,
                  http_flag: bool = True, env: dict | None = None, ready_log: str | None = None,
                  prefix: tuple[str, ...] = (), log_dir: str | os.PathLike | None = None,
-                 start_new_session: bool = False) -> None:
+                 start_new_session: bool = False, die_with_parent: bool = False) -> None:
         self.args = [str(a) for a in args]
         self.http_port = http_port
         self.base = f"http://127.0.0.1:{http_port}"
@@ -54,16 +57,20 @@ class Census:
         self.stdout_path, self.stderr_path = logs / "stdout.log", logs / "stderr.log"
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
-                                         start_new_session=start_new_session)
+                                         start_new_session=start_new_session,
+                                         preexec_fn=pdeathsig_preexec() if die_with_parent else None)
         deadline = time.monotonic() + ready_timeout
-        while not self._ready(ready_log):
-            if self.proc.poll() is not None:
-                raise AssertionError(f"kafka-census {self.args[0]} exited {self.proc.returncode}: {self.stderr}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError(f"kafka-census {self.args[0]} not ready within {ready_timeout:.0f} s: "
-                                     f"{self.stderr[-2000:]}")
-            time.sleep(0.05)
+        try:
+            while not self._ready(ready_log):
+                if self.proc.poll() is not None:
+                    raise AssertionError(f"kafka-census {self.args[0]} exited {self.proc.returncode}: {self.stderr}")
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"kafka-census {self.args[0]} not ready within {ready_timeout:.0f} s: "
+                                         f"{self.stderr[-2000:]}")
+                time.sleep(0.05)
+        except BaseException:  # not ready, or Ctrl-C meanwhile: the caller never gets it to stop
+            self.stop()
+            raise
 
     def _ready(self, ready_log: str | None) -> bool:
         if self.http_port is None:
