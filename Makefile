@@ -123,6 +123,7 @@ bench: setup bench/data/produce.pcap
 	$(PY) -m bench.pipeline
 	$(PY) -m bench.eventlog_volume
 	$(PY) -m bench.fingerprint_eval --in-sample
+	$(PY) -m bench.kafka_producer
 	$(PY) -m bench.proxy
 
 # Long (50,000 connection cycles through live capture and through the proxy): not in `make bench`, not in CI.
