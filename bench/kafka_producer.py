@@ -42,7 +42,7 @@ the benchmark says so and exits 1. It also compares every request the census cou
 producer's own `request-total` (all its requests, both connections) and reports decode errors,
 desyncs, TCP gaps and kernel drops; a mismatch is printed as a warning and kept in the JSON.
 
-    python -m bench.kafka_producer [--records 1000000] [--record-size 1024] [--rounds 3]
+    python -m bench.kafka_producer [--records 1000000] [--record-size 1024] [--rounds 5]
                                    [--warmup-records 1000000] [--max-other 0.5] [--timeout 300]
                                    [--data-dir /dev/shm] [--kafka 4]
 
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=1_000_000, help="records per run (default 1,000,000)")
     parser.add_argument("--record-size", type=int, default=1024, help="bytes per record (default 1024)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of the three phases (default 3)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the three phases (default 5)")
     parser.add_argument("--warmup-records", type=int, default=1_000_000,
                         help="a direct run first, not counted, to warm the broker's JIT (default 1,000,000; 0: none)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one producer run may take (default 300)")

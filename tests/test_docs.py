@@ -257,6 +257,7 @@ OTHER_PROGRAMS_FLAGS = {"--set", "--show-only", "--cycles", "--in-sample", "--lo
                         "--write", "--polite", "--callers", "--requests", "--messages", "--connections",
                         "--proxy-args", "--max-seconds", "--sweep",
                         "--kafka-clients-jar",  # tools/gen_apis.py (make regen)
+                        "--max-other", "--warmup-records",  # bench.proxy, bench.kafka_producer
                         # the test clients (tests/clients/)
                         "--hold", "--sasl-mechanism", "--sasl-user", "--sasl-password"}
 
