@@ -247,7 +247,9 @@ def test_a_kafka_4_broker_closing_at_a_removed_version_is_listed_as_unsupported_
                     assert sock.recv(4) == b"", "Kafka 4 answered a version KIP-896 removed"
                 finally:
                     sock.close()
-            census.wait_closed()
+            # wait_closed() alone would pass before the capture has even seen them open
+            wait_for("the census to see both connections closed", lambda: len(
+                [c for c in census.connections("state=closed") if c["client_software_name"] == "census-old"]) == 2)
             casualties = census.connections("state=closed&close_reason=unsupported_version")
             assert sorted((c["unsupported_request"]["api"], c["unsupported_request"]["api_version"])
                           for c in casualties) == [("ListOffsets", 0), ("Produce", 2)]
