@@ -34,6 +34,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -358,6 +359,22 @@ def _wait_metrics(url: str, deadline: float) -> None:
         if time.monotonic() > deadline:
             raise KafkaError(f"the JMX exporter at {url} did not answer")
         time.sleep(0.2)
+
+
+SOFTWARE_GAUGE = "kafka_server_socket_server_metrics_connections_software"  # Strimzi's rule's name
+
+
+def software_gauge(cluster: KafkaCluster, listener: str) -> Counter:
+    """The broker's own KIP-511 gauge on `listener`: (clientSoftwareName, clientSoftwareVersion) ->
+    open connections, summed over its network processors; gauges at 0 left out."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: Counter = Counter()
+    for family in text_string_to_metric_families(broker_metrics(cluster)):
+        for s in family.samples:
+            if s.name == SOFTWARE_GAUGE and s.labels.get("listener") == listener:
+                out[(s.labels["clientSoftwareName"], s.labels["clientSoftwareVersion"])] += int(s.value)
+    return +out
 
 
 def broker_metrics(cluster: KafkaCluster) -> str:

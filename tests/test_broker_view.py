@@ -29,23 +29,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from capture.kafka.api_table import REMOVED_IN_KAFKA4
 from harness.census import Census, free_port, wait_for
-from harness.kafka_broker import broker_metrics, start_kafka
+from harness.kafka_broker import broker_metrics, software_gauge, start_kafka
 from harness.kafka_frames import raw_request, request_frame
 
 pytestmark = pytest.mark.e2e
 
-BROKER_GAUGE = "kafka_server_socket_server_metrics_connections_software"
 BROKER_DEPRECATED = "kafka_network_requestmetrics_deprecatedrequests_total"
-
-
-def broker_gauge(text: str, listener: str) -> Counter:
-    """(software, version) -> the broker's connections on `listener`, summed over its processors."""
-    out: Counter = Counter()
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == BROKER_GAUGE and s.labels["listener"] == listener:
-                out[(s.labels["clientSoftwareName"], s.labels["clientSoftwareVersion"])] += int(s.value)
-    return +out
 
 
 def census_gauge(census: Census, listener: str) -> Counter:
@@ -100,15 +89,10 @@ def test_the_census_gauge_equals_the_brokers_while_every_client_is_connected_and
     if listener == "SSL":
         args = ("--ca", str(stack["pki"].ca.ca_path))
     with holding_clients(CLIENTS, bootstrap, extra_args=args), holding_java_client(bootstrap, extra_args=args):
-        # the two are read one after the other: poll until they agree (a client may close an idle
-        # connection in between), then compare what they agreed on
-        both = wait_for(f"the census and the broker to agree on {listener}", lambda: (
-            (ours, theirs) if (ours := census_gauge(census, listener)) == (theirs := broker_gauge(
-                broker_metrics(kafka), listener)) and {name for name, _ in ours} >= EXPECTED else None), timeout=90)
-        ours, theirs = both
+        ours, theirs = agreed(census, kafka, listener, EXPECTED)
         assert ours == theirs and sum(ours.values()) >= len(EXPECTED) + 2, (ours, theirs)
     wait_for("both to drop to nothing once the clients closed", lambda: not census_gauge(census, listener)
-             and not broker_gauge(broker_metrics(kafka), listener), timeout=60)
+             and not software_gauge(kafka, listener), timeout=60)
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
@@ -123,18 +107,24 @@ def test_sasl_clients_the_census_names_by_principal_where_the_broker_gauge_has_n
     user = "alice"
     args = ("--sasl-mechanism", mechanism, "--sasl-user", user, "--sasl-password", USERS[user])
     with holding_clients(["kafka-python", "confluent-kafka"], bootstrap, extra_args=args):
-        ours, theirs = wait_for("the census and the broker to agree on SASL_PLAINTEXT", lambda: (
-            (o, t) if (o := census_gauge(census, "SASL_PLAINTEXT")) == (t := broker_gauge(
-                broker_metrics(kafka), "SASL_PLAINTEXT")) and {n for n, _ in o} >= {"kafka-python",
-                                                                                     "confluent-kafka-python"}
-            else None), timeout=90)
+        ours, theirs = agreed(census, kafka, "SASL_PLAINTEXT", {"kafka-python", "confluent-kafka-python"})
         assert ours == theirs
         conns = census.connections("state=open&listener=SASL_PLAINTEXT")
         authenticated = [c for c in conns if c["principal"] is not None]
         assert authenticated and {(c["principal"], c["sasl_mechanism"]) for c in authenticated} == {(user, mechanism)}
         assert USERS[user] not in census.metrics_text() and USERS[user] not in json.dumps(conns)
     wait_for("both to drop once the clients closed", lambda: not census_gauge(census, "SASL_PLAINTEXT")
-             and not broker_gauge(broker_metrics(kafka), "SASL_PLAINTEXT"), timeout=60)
+             and not software_gauge(kafka, "SASL_PLAINTEXT"), timeout=60)
+
+
+def agreed(census: Census, kafka, listener: str, names: set[str]) -> tuple[Counter, Counter]:
+    """The two gauges once they agree and name at least `names`: they are read one after the other,
+    so poll (a client may close an idle connection in between), then compare what they agreed on."""
+    def both():
+        ours, theirs = census_gauge(census, listener), software_gauge(kafka, listener)
+        return (ours, theirs) if ours == theirs and {name for name, _ in ours} >= names else None
+
+    return wait_for(f"the census and the broker to agree on {listener}", both, timeout=90)
 
 
 def _read(sock: socket.socket, n: int) -> bytes:
@@ -170,7 +160,7 @@ def test_the_broker_keeps_at_most_100_software_gauges_per_processor_where_the_ce
                     return gauge if sum(gauge.values()) == names else None
 
                 ours = wait_for("the census to count every announced connection", counted)
-                theirs = broker_gauge(broker_metrics(kafka), "PLAINTEXT")
+                theirs = software_gauge(kafka, "PLAINTEXT")
                 assert set(ours) == {(f"census-lib-{i:03d}", "1.0") for i in range(names)}
                 assert all(n == 1 for n in ours.values())
                 # every gauge the broker keeps is right; it keeps at most 100 per processor

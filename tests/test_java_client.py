@@ -20,15 +20,12 @@ import pytest
 
 pytestmark = pytest.mark.e2e  # Apache Kafka brokers and the Java client
 
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from harness import java_client  # noqa: E402
-from harness.kafka_broker import HARNESS, USERS, KafkaError, Tls, broker_metrics, start_kafka  # noqa: E402
+from harness.kafka_broker import HARNESS, USERS, KafkaError, Tls, software_gauge, start_kafka  # noqa: E402
 from harness.net import wait_for  # noqa: E402
 from harness.peers import MESSAGES, PeerError, parse_report  # noqa: E402
 from tests.tls_certs import make_pki  # noqa: E402
-
-GAUGE = "kafka_server_socket_server_metrics_connections_software"
 
 
 def _require_java_client() -> None:
@@ -64,19 +61,6 @@ def run_script(bootstrap: str, extra_args=()) -> tuple[dict, str]:
     return report, out + err
 
 
-def java_gauge(cluster, listener: str) -> Counter:
-    """(clientSoftwareName, clientSoftwareVersion) -> the broker's connections on `listener`,
-    summed over its network processors."""
-    out: Counter = Counter()
-    for family in text_string_to_metric_families(broker_metrics(cluster)):
-        if family.name != GAUGE:
-            continue
-        for sample in family.samples:
-            if sample.labels.get("listener") == listener:
-                out[sample.labels["clientSoftwareName"], sample.labels["clientSoftwareVersion"]] += sample.value
-    return out
-
-
 def connected(gauge: Counter) -> dict:
     return {key: value for key, value in gauge.items() if value > 0}
 
@@ -99,14 +83,14 @@ def test_held_client_shows_in_the_brokers_own_gauge(kafka, client_id):
     given, or the client's own default); released, it closes cleanly and the gauge drops to 0."""
     listener = "PLAINTEXT"
     wait_for("no client connection on PLAINTEXT before the test",
-             lambda: not connected(java_gauge(kafka, listener)), timeout=30, interval=0.2)
+             lambda: not connected(software_gauge(kafka, listener)), timeout=30, interval=0.2)
     extra = ("--client-id", client_id) if client_id else ()
     with java_client.holding_java_client(kafka.bootstrap(listener), extra_args=extra) as held:
         assert held["holding"] is True and held["produced"] == held["consumed"] == MESSAGES, held
         assert held["client_package_version"] == java_client.JAVA_CLIENT_VERSION
         assert held["pid"] > 0
         gauge = wait_for("the held Java client in the broker's gauge",
-                         lambda: connected(java_gauge(kafka, listener)), timeout=30, interval=0.2)
+                         lambda: connected(software_gauge(kafka, listener)), timeout=30, interval=0.2)
         assert set(gauge) == {(java_client.SOFTWARE_NAME, java_client.JAVA_CLIENT_VERSION)}, gauge
         assert gauge[java_client.SOFTWARE_NAME, java_client.JAVA_CLIENT_VERSION] >= 1
 
@@ -127,7 +111,7 @@ def test_held_client_shows_in_the_brokers_own_gauge(kafka, client_id):
             assert re.fullmatch(rf"consumer-{re.escape(held['group'])}-\d+", member_id), member_id
     # holding_java_client has checked that it closed, exited 0 and reported ok.
     wait_for("the broker's gauge back to 0 on PLAINTEXT",
-             lambda: not connected(java_gauge(kafka, listener)), timeout=30, interval=0.2)
+             lambda: not connected(software_gauge(kafka, listener)), timeout=30, interval=0.2)
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])

@@ -19,14 +19,12 @@ import pytest
 
 pytestmark = pytest.mark.e2e  # Apache Kafka 4 and the six real clients
 
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from harness import peers  # noqa: E402
-from harness.kafka_broker import HARNESS, KafkaError, Tls, broker_metrics, start_kafka  # noqa: E402
+from harness.kafka_broker import HARNESS, KafkaError, Tls, software_gauge, start_kafka  # noqa: E402
 from harness.net import wait_for  # noqa: E402
 from tests.tls_certs import make_pki  # noqa: E402
 
-GAUGE = "kafka_server_socket_server_metrics_connections_software"
 #: The KIP-511 name each announcing client gives (docs/fingerprints.md, "What the six real clients
 #: announce"). aiokafka (ApiVersions v0) and kafkajs (v2) announce nothing: the broker counts them
 #: as "unknown", as it does the fetch connections @platformatic/kafka opens without ApiVersions.
@@ -69,19 +67,6 @@ def kafka(pki):
         pytest.fail(str(exc), pytrace=False)
 
 
-def broker_gauge(cluster, listener: str) -> Counter:
-    """(clientSoftwareName, clientSoftwareVersion) -> the broker's connections on `listener`,
-    summed over its network processors."""
-    out: Counter = Counter()
-    for family in text_string_to_metric_families(broker_metrics(cluster)):
-        if family.name != GAUGE:
-            continue
-        for sample in family.samples:
-            if sample.labels.get("listener") == listener:
-                out[sample.labels["clientSoftwareName"], sample.labels["clientSoftwareVersion"]] += sample.value
-    return out
-
-
 def by_name(gauge: Counter) -> Counter:
     out: Counter = Counter()
     for (name, _), value in gauge.items():
@@ -98,21 +83,21 @@ def test_six_clients_held_at_once_show_in_the_brokers_own_gauge(kafka):
     group; released, all close cleanly (exit 0, report ok) and the gauge drops back to 0."""
     listener = "PLAINTEXT"
     wait_for("no client connection on PLAINTEXT before the test",
-             lambda: not any(v > 0 for v in broker_gauge(kafka, listener).values()), timeout=30, interval=0.2)
+             lambda: not any(v > 0 for v in software_gauge(kafka, listener).values()), timeout=30, interval=0.2)
     with peers.holding_clients(peers.CLIENTS, kafka.bootstrap(listener)) as held:
         assert [h["client"] for h in held] == list(peers.CLIENTS)
         for h in held:
             assert h["holding"] is True and h["produced"] == h["consumed"] == peers.MESSAGES, h
 
         def all_announced():
-            names = by_name(broker_gauge(kafka, listener))
+            names = by_name(software_gauge(kafka, listener))
             # at least one "unknown" connection of each silent client
             return names if all(names[n] >= 1 for n in ANNOUNCED.values()) and names["unknown"] >= len(SILENT) \
                 else None
 
         names = wait_for("every held client in the broker's gauge", all_announced, timeout=30, interval=0.2)
         assert {n for n, v in names.items() if v > 0} == {*ANNOUNCED.values(), "unknown"}, names
-        gauge = broker_gauge(kafka, listener)
+        gauge = software_gauge(kafka, listener)
         for client, name in ANNOUNCED.items():
             versions = {version for (n, version), v in gauge.items() if n == name and v > 0}
             want = announced_version(client)
@@ -132,7 +117,7 @@ def test_six_clients_held_at_once_show_in_the_brokers_own_gauge(kafka):
             assert group["group_state"] == "Stable" and len(group["members"]) == 1, (h["client"], group)
     # holding_clients has checked that every client closed, exited 0 and reported ok.
     wait_for("the broker's gauge back to 0 on PLAINTEXT",
-             lambda: not any(v > 0 for v in broker_gauge(kafka, listener).values()), timeout=30, interval=0.2)
+             lambda: not any(v > 0 for v in software_gauge(kafka, listener).values()), timeout=30, interval=0.2)
 
 
 def test_a_failed_hold_is_a_peer_error_and_leaves_no_client_running(kafka):

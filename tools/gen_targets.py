@@ -105,7 +105,11 @@ def render(facts: dict[str, dict]) -> str:
         "",
         "UPGRADE_TARGETS: dict[str, UpgradeTarget] = {",
     ]
+    aliases = []
     for name, (release, removed, minimum) in targets(facts).items():
+        if name != release:
+            aliases.append((name, release))
+            continue
         lines.append(f'    "{name}": UpgradeTarget(')
         lines.append(f'        release="{release}",')
         lines.append("        removed={")
@@ -118,6 +122,8 @@ def render(facts: dict[str, dict]) -> str:
         lines.append("        },")
         lines.append("    ),")
     lines.append("}")
+    lines += ["", "# A line is its newest recorded patch: the same entry under a shorter name."]
+    lines += [f'UPGRADE_TARGETS["{line}"] = UPGRADE_TARGETS["{release}"]' for line, release in aliases]
     return "\n".join(lines) + "\n"
 
 

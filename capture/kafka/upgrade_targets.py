@@ -23,51 +23,6 @@ class UpgradeTarget(NamedTuple):
 
 
 UPGRADE_TARGETS: dict[str, UpgradeTarget] = {
-    "4.0": UpgradeTarget(
-        release="4.0.2",
-        removed={
-            0: (0, 1, 2),  # Produce
-            1: (0, 1, 2, 3),  # Fetch
-            2: (0,),  # ListOffsets
-            8: (0, 1),  # OffsetCommit
-            9: (0,),  # OffsetFetch
-            19: (0, 1),  # CreateTopics
-            20: (0,),  # DeleteTopics
-            23: (0, 1),  # OffsetForLeaderEpoch
-            27: (0,),  # WriteTxnMarkers
-            29: (0,),  # DescribeAcls
-            30: (0,),  # CreateAcls
-            31: (0,),  # DeleteAcls
-            32: (0,),  # DescribeConfigs
-            34: (0,),  # AlterReplicaLogDirs
-            35: (0,),  # DescribeLogDirs
-            38: (0,),  # CreateDelegationToken
-            39: (0,),  # RenewDelegationToken
-            40: (0,),  # ExpireDelegationToken
-            41: (0,),  # DescribeDelegationToken
-        },
-        minimum_version={
-            0: 3,  # Produce
-            1: 4,  # Fetch
-            2: 1,  # ListOffsets
-            8: 2,  # OffsetCommit
-            9: 1,  # OffsetFetch
-            19: 2,  # CreateTopics
-            20: 1,  # DeleteTopics
-            23: 2,  # OffsetForLeaderEpoch
-            27: 1,  # WriteTxnMarkers
-            29: 1,  # DescribeAcls
-            30: 1,  # CreateAcls
-            31: 1,  # DeleteAcls
-            32: 1,  # DescribeConfigs
-            34: 1,  # AlterReplicaLogDirs
-            35: 1,  # DescribeLogDirs
-            38: 1,  # CreateDelegationToken
-            39: 1,  # RenewDelegationToken
-            40: 1,  # ExpireDelegationToken
-            41: 1,  # DescribeDelegationToken
-        },
-    ),
     "4.0.0": UpgradeTarget(
         release="4.0.0",
         removed={
@@ -205,98 +160,8 @@ UPGRADE_TARGETS: dict[str, UpgradeTarget] = {
             41: 1,  # DescribeDelegationToken
         },
     ),
-    "4.1": UpgradeTarget(
-        release="4.1.2",
-        removed={
-            0: (0, 1, 2),  # Produce
-            1: (0, 1, 2, 3),  # Fetch
-            2: (0,),  # ListOffsets
-            8: (0, 1),  # OffsetCommit
-            9: (0,),  # OffsetFetch
-            19: (0, 1),  # CreateTopics
-            20: (0,),  # DeleteTopics
-            23: (0, 1),  # OffsetForLeaderEpoch
-            27: (0,),  # WriteTxnMarkers
-            29: (0,),  # DescribeAcls
-            30: (0,),  # CreateAcls
-            31: (0,),  # DeleteAcls
-            32: (0,),  # DescribeConfigs
-            34: (0,),  # AlterReplicaLogDirs
-            35: (0,),  # DescribeLogDirs
-            38: (0,),  # CreateDelegationToken
-            39: (0,),  # RenewDelegationToken
-            40: (0,),  # ExpireDelegationToken
-            41: (0,),  # DescribeDelegationToken
-        },
-        minimum_version={
-            0: 3,  # Produce
-            1: 4,  # Fetch
-            2: 1,  # ListOffsets
-            8: 2,  # OffsetCommit
-            9: 1,  # OffsetFetch
-            19: 2,  # CreateTopics
-            20: 1,  # DeleteTopics
-            23: 2,  # OffsetForLeaderEpoch
-            27: 1,  # WriteTxnMarkers
-            29: 1,  # DescribeAcls
-            30: 1,  # CreateAcls
-            31: 1,  # DeleteAcls
-            32: 1,  # DescribeConfigs
-            34: 1,  # AlterReplicaLogDirs
-            35: 1,  # DescribeLogDirs
-            38: 1,  # CreateDelegationToken
-            39: 1,  # RenewDelegationToken
-            40: 1,  # ExpireDelegationToken
-            41: 1,  # DescribeDelegationToken
-        },
-    ),
     "4.1.2": UpgradeTarget(
         release="4.1.2",
-        removed={
-            0: (0, 1, 2),  # Produce
-            1: (0, 1, 2, 3),  # Fetch
-            2: (0,),  # ListOffsets
-            8: (0, 1),  # OffsetCommit
-            9: (0,),  # OffsetFetch
-            19: (0, 1),  # CreateTopics
-            20: (0,),  # DeleteTopics
-            23: (0, 1),  # OffsetForLeaderEpoch
-            27: (0,),  # WriteTxnMarkers
-            29: (0,),  # DescribeAcls
-            30: (0,),  # CreateAcls
-            31: (0,),  # DeleteAcls
-            32: (0,),  # DescribeConfigs
-            34: (0,),  # AlterReplicaLogDirs
-            35: (0,),  # DescribeLogDirs
-            38: (0,),  # CreateDelegationToken
-            39: (0,),  # RenewDelegationToken
-            40: (0,),  # ExpireDelegationToken
-            41: (0,),  # DescribeDelegationToken
-        },
-        minimum_version={
-            0: 3,  # Produce
-            1: 4,  # Fetch
-            2: 1,  # ListOffsets
-            8: 2,  # OffsetCommit
-            9: 1,  # OffsetFetch
-            19: 2,  # CreateTopics
-            20: 1,  # DeleteTopics
-            23: 2,  # OffsetForLeaderEpoch
-            27: 1,  # WriteTxnMarkers
-            29: 1,  # DescribeAcls
-            30: 1,  # CreateAcls
-            31: 1,  # DeleteAcls
-            32: 1,  # DescribeConfigs
-            34: 1,  # AlterReplicaLogDirs
-            35: 1,  # DescribeLogDirs
-            38: 1,  # CreateDelegationToken
-            39: 1,  # RenewDelegationToken
-            40: 1,  # ExpireDelegationToken
-            41: 1,  # DescribeDelegationToken
-        },
-    ),
-    "4.2": UpgradeTarget(
-        release="4.2.2",
         removed={
             0: (0, 1, 2),  # Produce
             1: (0, 1, 2, 3),  # Fetch
@@ -385,98 +250,8 @@ UPGRADE_TARGETS: dict[str, UpgradeTarget] = {
             41: 1,  # DescribeDelegationToken
         },
     ),
-    "4.3": UpgradeTarget(
-        release="4.3.1",
-        removed={
-            0: (0, 1, 2),  # Produce
-            1: (0, 1, 2, 3),  # Fetch
-            2: (0,),  # ListOffsets
-            8: (0, 1),  # OffsetCommit
-            9: (0,),  # OffsetFetch
-            19: (0, 1),  # CreateTopics
-            20: (0,),  # DeleteTopics
-            23: (0, 1),  # OffsetForLeaderEpoch
-            27: (0,),  # WriteTxnMarkers
-            29: (0,),  # DescribeAcls
-            30: (0,),  # CreateAcls
-            31: (0,),  # DeleteAcls
-            32: (0,),  # DescribeConfigs
-            34: (0,),  # AlterReplicaLogDirs
-            35: (0,),  # DescribeLogDirs
-            38: (0,),  # CreateDelegationToken
-            39: (0,),  # RenewDelegationToken
-            40: (0,),  # ExpireDelegationToken
-            41: (0,),  # DescribeDelegationToken
-        },
-        minimum_version={
-            0: 3,  # Produce
-            1: 4,  # Fetch
-            2: 1,  # ListOffsets
-            8: 2,  # OffsetCommit
-            9: 1,  # OffsetFetch
-            19: 2,  # CreateTopics
-            20: 1,  # DeleteTopics
-            23: 2,  # OffsetForLeaderEpoch
-            27: 1,  # WriteTxnMarkers
-            29: 1,  # DescribeAcls
-            30: 1,  # CreateAcls
-            31: 1,  # DeleteAcls
-            32: 1,  # DescribeConfigs
-            34: 1,  # AlterReplicaLogDirs
-            35: 1,  # DescribeLogDirs
-            38: 1,  # CreateDelegationToken
-            39: 1,  # RenewDelegationToken
-            40: 1,  # ExpireDelegationToken
-            41: 1,  # DescribeDelegationToken
-        },
-    ),
     "4.3.1": UpgradeTarget(
         release="4.3.1",
-        removed={
-            0: (0, 1, 2),  # Produce
-            1: (0, 1, 2, 3),  # Fetch
-            2: (0,),  # ListOffsets
-            8: (0, 1),  # OffsetCommit
-            9: (0,),  # OffsetFetch
-            19: (0, 1),  # CreateTopics
-            20: (0,),  # DeleteTopics
-            23: (0, 1),  # OffsetForLeaderEpoch
-            27: (0,),  # WriteTxnMarkers
-            29: (0,),  # DescribeAcls
-            30: (0,),  # CreateAcls
-            31: (0,),  # DeleteAcls
-            32: (0,),  # DescribeConfigs
-            34: (0,),  # AlterReplicaLogDirs
-            35: (0,),  # DescribeLogDirs
-            38: (0,),  # CreateDelegationToken
-            39: (0,),  # RenewDelegationToken
-            40: (0,),  # ExpireDelegationToken
-            41: (0,),  # DescribeDelegationToken
-        },
-        minimum_version={
-            0: 3,  # Produce
-            1: 4,  # Fetch
-            2: 1,  # ListOffsets
-            8: 2,  # OffsetCommit
-            9: 1,  # OffsetFetch
-            19: 2,  # CreateTopics
-            20: 1,  # DeleteTopics
-            23: 2,  # OffsetForLeaderEpoch
-            27: 1,  # WriteTxnMarkers
-            29: 1,  # DescribeAcls
-            30: 1,  # CreateAcls
-            31: 1,  # DeleteAcls
-            32: 1,  # DescribeConfigs
-            34: 1,  # AlterReplicaLogDirs
-            35: 1,  # DescribeLogDirs
-            38: 1,  # CreateDelegationToken
-            39: 1,  # RenewDelegationToken
-            40: 1,  # ExpireDelegationToken
-            41: 1,  # DescribeDelegationToken
-        },
-    ),
-    "4.4": UpgradeTarget(
-        release="4.4.0",
         removed={
             0: (0, 1, 2),  # Produce
             1: (0, 1, 2, 3),  # Fetch
@@ -566,3 +341,10 @@ UPGRADE_TARGETS: dict[str, UpgradeTarget] = {
         },
     ),
 }
+
+# A line is its newest recorded patch: the same entry under a shorter name.
+UPGRADE_TARGETS["4.0"] = UPGRADE_TARGETS["4.0.2"]
+UPGRADE_TARGETS["4.1"] = UPGRADE_TARGETS["4.1.2"]
+UPGRADE_TARGETS["4.2"] = UPGRADE_TARGETS["4.2.2"]
+UPGRADE_TARGETS["4.3"] = UPGRADE_TARGETS["4.3.1"]
+UPGRADE_TARGETS["4.4"] = UPGRADE_TARGETS["4.4.0"]
