@@ -181,7 +181,9 @@ def spark():
 @pytest.fixture(scope="session")
 def real_clients_capture(tmp_path_factory):
     """A real capture, recorded once per run: the six clients (harness/peers.py), one after the
-    other, against Tansu on loopback, by tcpdump. Returns (pcap path, broker port)."""
+    other, against Tansu on loopback, by tcpdump. Returns (pcap path, broker port). Its users
+    (the differential, event-log-version and packet-loss tests) judge the decoder on bytes, which
+    any broker's answers give; Tansu starts in a second."""
     from harness import oracles, peers
 
     path = tmp_path_factory.mktemp("real-clients") / "clients.pcap"

@@ -2,7 +2,9 @@
 
 Tansu and the six real clients (tests/clients/) run while kafka-census's own live capture
 (libpcap through pcapy-ng, writing what it saw to a pcap) and tcpdump capture the same
-loopback port. Then:
+loopback port (Tansu, not Apache Kafka: only the bytes on the wire and their
+delivery matter here, and it starts in a second; identity against Apache Kafka is
+tests/test_broker_view.py's). Then:
 - the live capture missed no packet that tcpdump saw, and saw each packet once;
 - replaying either pcap gives, per connection, the requests (api key, version, correlation
   id, client id) and client software fields that tshark decodes from that pcap;

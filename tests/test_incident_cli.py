@@ -2,7 +2,10 @@
 operator runs it: the real command, a subprocess, against a real sidecar -- `kafka-census capture
 -i lo --http --api-token-file` watching a real Tansu broker, real clients (confluent-kafka
 announces its software, aiokafka does not and is inferred), a connection held open, and a raw
-client whose client_id carries terminal escapes and which sends Produce v2 (removed by Kafka 4.0).
+client whose client_id carries terminal escapes and which sends Produce v2 (removed by Kafka
+4.0). Tansu, not Apache Kafka: what is under test is the CLI's reading and rendering of a
+sidecar's answers, which any broker's traffic gives, and a Kafka 4 broker would close the
+Produce v2 connection this test keeps listed.
 
 Against the real `kafka-census aggregate` in front of two real sidecars (`replay --serve` of
 recorded real clients): the PEER column, and a real partial answer once one sidecar is stopped.

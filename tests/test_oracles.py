@@ -1,5 +1,6 @@
 """The test oracles themselves (harness/oracles.py) against real peers: tcpdump records a real
-confluent-kafka session with Tansu on loopback, pcapy counts it, tshark decodes it.
+confluent-kafka session with Tansu on loopback, pcapy counts it, tshark decodes it (Tansu: the
+oracles judge bytes, which any broker's answers give, and it starts in a second).
 
 A missing tshark/tcpdump, or no permission to capture, is a failure with an install hint,
 never a skip: `make setup` installs both and the tests run as root in CI.

@@ -3,7 +3,8 @@
 Two inputs, both event logs as `kafka-census` writes them:
 
 * a REAL one: `kafka-census capture -i lo --event-log DIR` (the real command, a subprocess)
-  watching Tansu, four real clients and a raw Produce v2 request, stopped with SIGTERM;
+  watching Tansu, four real clients and a raw Produce v2 request, stopped with SIGTERM (Tansu:
+  the pipeline reads event logs, whatever broker the clients met, and it starts in a second);
 * a generated fleet: three brokers (sources) over three UTC days from `capture.events` objects
   (fixed seed), a fleet in the middle of an upgrade: broker-1's sidecar still writes schema 1
   (one line per request), broker-2's and broker-3's write schema 2 through the serving

@@ -1,6 +1,7 @@
 """`kafka-census pipeline pcap-decode` (pipeline/pcaps.py) against `capture.replay.replay`.
 
-A real pcap: tcpdump on `lo` while the confluent-kafka client runs against Tansu. Next to it
+A real pcap: tcpdump on `lo` while the confluent-kafka client runs against Tansu (only the pcap's bytes matter
+here, and it starts in a second). Next to it
 in the input directory: a copy cut in the middle of a packet, a file of random bytes and a
 text file. The Spark job must give, for each readable pcap, exactly the records that
 `replay` + `exporter.rollup.rolled` + `exporter.eventlog.encode` give for the same file in this

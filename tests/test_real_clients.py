@@ -1,8 +1,10 @@
 """Real Kafka clients against a real broker (Tansu), and the golden fixtures recorded from them.
 
 Each client (three Python, three Node.js: tests/clients/) produces 5 messages to a fresh topic
-and consumes them back with a fresh consumer group. A missing client or broker is a failure
-with an install hint, never a skip: `make setup` installs all of them.
+and consumes them back with a fresh consumer group. Tansu is the broker the golden fixtures were
+recorded against, so a live re-recording compares like with like; the same clients against
+Apache Kafka 4, held equal to its own KIP-511 gauge, are tests/test_broker_view.py's. A missing
+client or broker is a failure with an install hint, never a skip: `make setup` installs all of them.
 """
 
 from __future__ import annotations
