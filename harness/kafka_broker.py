@@ -11,7 +11,9 @@ Each node is `java -cp build/kafka/<version>/* kafka.Kafka server.properties` wi
 fresh log directory formatted by the broker's own StorageTool (which also creates the SCRAM users),
 and listeners as the test asks, each `NAME` or `NAME:PROTOCOL` (the name is the protocol if none):
 - PLAINTEXT;
-- SASL_PLAINTEXT with PLAIN and SCRAM-SHA-512 (users `USERS`);
+- SASL_PLAINTEXT with PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (users `USERS`, or the caller's
+  `users`) and OAUTHBEARER with Kafka's default unsecured validator (the client sends an
+  unsecured JWT, `"alg": "none"`, whose `sub` is the principal and whose `exp` must lie ahead);
 - SSL with client certificates required, or as `Tls.client_auth` says (PEM files the caller
   makes: `Tls`).
 Every node also has a PLAINTEXT listener HARNESS (inter-broker traffic and the harness's own
@@ -26,6 +28,7 @@ import base64
 import contextlib
 import dataclasses
 import os
+import re
 import shutil
 import socket
 import struct
@@ -55,8 +58,16 @@ SETUP_HINT = "run `make setup-kafka` (Maven copies the broker jars and the JMX e
 
 PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL")
 HARNESS = "HARNESS"
-#: SASL users (PLAIN and SCRAM-SHA-512 alike): name -> password. Test secrets, never real ones.
+#: SASL users (PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 alike): name -> password, unless the caller
+#: passes its own. Test secrets, never real ones.
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
+#: What a SASL_PLAINTEXT listener enables. PLAIN users are the JAAS option list; SCRAM users live
+#: in the cluster metadata, written by StorageTool at format time (`_format`), so they exist before
+#: the first client connects.
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+#: User names and passwords go unquoted into a JAAS option and a StorageTool `--add-scram` list.
+_CREDENTIAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 HEAP = "384m"
 
 
@@ -181,12 +192,16 @@ def _properties(cluster: KafkaCluster, node: KafkaNode, voters: str, tls: Tls | 
         if proto == "SASL_PLAINTEXT":
             users = " ".join(f'user_{u}="{p}"' for u, p in cluster.users.items())
             props |= {
-                f"{prefix}.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+                f"{prefix}.sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
                 f"{prefix}.plain.sasl.jaas.config":
                     f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
-                f"{prefix}.scram-sha-512.sasl.jaas.config":
-                    "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+                # no sasl.server.callback.handler.class: the broker validates tokens with its
+                # default OAuthBearerUnsecuredValidatorCallbackHandler
+                f"{prefix}.oauthbearer.sasl.jaas.config":
+                    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
             }
+            props |= {f"{prefix}.{m.lower()}.sasl.jaas.config":
+                      "org.apache.kafka.common.security.scram.ScramLoginModule required;" for m in SCRAM_MECHANISMS}
         elif proto == "SSL":
             if tls is None:
                 raise KafkaError(f"the SSL listener {name} needs Tls(ca, cert, key) PEM files")
@@ -261,7 +276,8 @@ def _format(cluster: KafkaCluster, node: KafkaNode, config: Path, cluster_id: st
     scram = []
     if "SASL_PLAINTEXT" in cluster.protocols.values():
         for user, password in cluster.users.items():
-            scram += ["--add-scram", f"SCRAM-SHA-512=[name={user},password={password}]"]
+            for mechanism in SCRAM_MECHANISMS:
+                scram += ["--add-scram", f"{mechanism}=[name={user},password={password}]"]
     cmd = [java, "-Xmx256m", *_logging(cluster.version), "-cp", cp, "kafka.tools.StorageTool", "format",
            "-t", cluster_id, "-c", str(config), *scram]
     with open(node.log_path, "ab") as log:
@@ -276,14 +292,17 @@ def start_kafka(line: str = "4", *, listeners: Sequence[str] = ("PLAINTEXT",), b
                 tls: Tls | None = None, metrics: bool = True, host: str = "127.0.0.1", heap: str = HEAP,
                 extra: Mapping[str, str] | None = None, startup_timeout: float = 120.0,
                 keep_dir: str | os.PathLike | None = None,
-                advertise: Mapping[str, Sequence[int]] | None = None) -> Iterator[KafkaCluster]:
+                advertise: Mapping[str, Sequence[int]] | None = None,
+                users: Mapping[str, str] | None = None) -> Iterator[KafkaCluster]:
     """Apache Kafka `line` ("3.9", "4" or a full version) on loopback ports: one node that is both
     broker and controller (`brokers=1`), or a controller and `brokers` brokers. Yields a
     `KafkaCluster` once every broker answers Metadata listing all of them; stops every node on
     exit, whatever happened. `metrics`: each broker runs the JMX exporter agent
     (`broker_metrics`). `advertise`: listener -> the port each broker advertises for it (a proxy's
-    `--listen`, so that every client connection goes through the proxy). Logs and data live in a
-    temporary directory, kept in `keep_dir` if given."""
+    `--listen`, so that every client connection goes through the proxy). `users`: the SASL users
+    (name -> password, letters, digits, `_`, `.` and `-` only), `USERS` if not given; each can log
+    in with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512. Logs and data live in a temporary directory,
+    kept in `keep_dir` if given."""
     protocols = {}
     for entry in listeners:
         name, _, proto = entry.partition(":")
@@ -291,10 +310,14 @@ def start_kafka(line: str = "4", *, listeners: Sequence[str] = ("PLAINTEXT",), b
         if proto not in PROTOCOLS or not name.isidentifier() or name.upper() != name or name in (HARNESS, "CONTROLLER"):
             raise ValueError(f"bad listener {entry!r}: NAME or NAME:PROTOCOL, PROTOCOL one of {', '.join(PROTOCOLS)}")
         protocols[name] = proto
+    users = dict(USERS if users is None else users)
+    for user, password in users.items():
+        if not (_CREDENTIAL.fullmatch(user) and _CREDENTIAL.fullmatch(password)):
+            raise ValueError(f"SASL user {user!r}: a name and a password of letters, digits, '_', '.' and '-' only")
     version = kafka_version(line)
     cp, java = classpath(version), java_binary()
     root = Path(tempfile.mkdtemp(prefix=f"kafka-{version}-", dir=keep_dir))
-    cluster = KafkaCluster(version=version, host=host, listeners=tuple(protocols), nodes=[], users=dict(USERS),
+    cluster = KafkaCluster(version=version, host=host, listeners=tuple(protocols), nodes=[], users=users,
                            protocols=protocols, advertise=dict(advertise or {}))
     roles = ["broker,controller"] if brokers == 1 else ["controller"] + ["broker"] * brokers
     for node_id, role in enumerate(roles, start=1):

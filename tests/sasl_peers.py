@@ -1,31 +1,32 @@
-"""SASL peers for tests/test_secrets.py: a SASL-terminating relay in front of a plain Tansu,
-and real clients (kafka-python, confluent-kafka) that authenticate with PLAIN, SCRAM and
-OAUTHBEARER in either framing.
+"""SASL peers for tests/test_secrets.py: real clients (kafka-python, confluent-kafka) that
+authenticate with PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER in either framing, an admin client
+that sends AlterUserScramCredentials, and the one relay the test still needs.
 
-Why a relay: Tansu 0.6.0 (`broker --authentication`) answers SCRAM-SHA-256/512 in both
-framings, and OAUTHBEARER with SASL_AUTHENTICATION_FAILED, but refuses PLAIN (it closes the
-connection after the handshake) and can have no SCRAM user: users are created over the wire
-(`tansu user create`, AlterUserScramCredentials), which an authenticating broker refuses
-before authentication, and the in-memory storage does not outlive the broker. librdkafka's
-mock cluster does not implement SaslHandshake at all. So a successful authentication, with
-the principal it yields, needs a server side of our own: `SaslRelay` answers SaslHandshake,
-SaslAuthenticate and the raw tokens of SaslHandshake v0 itself (PLAIN per RFC 4616, SCRAM per
-RFC 5802/7677 with real proof verification, OAUTHBEARER per RFC 7628) and relays every other
-request to an unauthenticated Tansu, whose Metadata advertises the relay's port. For clients
-whose client.id ends in "-raw" it answers ApiVersions as a broker before 1.0 would (SaslHandshake
-v0 only), so that they send raw tokens. The clients and their bytes are real; only the SASL
-server side is ours.
+The server side is Apache Kafka (harness.kafka_broker.start_kafka, a SASL_PLAINTEXT listener):
+it authenticates every client itself, accepts or refuses, and stores the credentials an admin
+upserts. Kafka 3.9 and 4.x still accept SaslHandshake v0, after which the SASL tokens go raw
+(int32-size-prefixed, no Kafka header; KIP-43), so both framings are a real broker's:
+kafka-python told the broker is 0.11 (`api_version=(0, 11, 0)`) sends SaslHandshake v0 by itself.
+
+The relay stays where only a server can choose the framing: librdkafka (2.16, and every 2.x)
+sends ApiVersions whatever `api.version.request` says (the property is deprecated) and uses
+SaslHandshake v1 + SaslAuthenticate whenever the answer offers them, as every Kafka from 1.0 on
+does (KIP-152). It sends raw tokens only to a broker whose ApiVersions answer lists SaslHandshake
+v0 alone, as a pre-1.0 broker's did, and no such broker runs here. `HandshakeV0Relay` is that
+answer and nothing else: it relays bytes both ways to a Kafka listener unchanged except the
+SaslHandshake max version of ApiVersions answers, so the handshake, the raw tokens and the
+verdict on them are Kafka's.
 
 Run as a script, this module is one client run (a subprocess, so a hung client is killed):
-    python -m tests.sasl_peers CLIENT MECHANISM FRAMING BOOTSTRAP USER
-with the password or token in the environment variable SASL_SECRET, never on the command line.
+    python -m tests.sasl_peers CLIENT MECHANISM FRAMING BOOTSTRAP USER CLIENT_ID
+with the password or token in the environment variable SASL_SECRET, never on the command line
+(CLIENT confluent-kafka-admin also reads SASL_UPSERT_USER and SASL_UPSERT_SECRET).
 It prints one JSON line: {"ok": bool, "error": str|null}.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import hashlib
 import hmac
@@ -33,7 +34,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -43,17 +43,12 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
-#: Clients whose client.id ends so are answered as a Kafka 0.10/0.11 broker would: SaslHandshake
-#: v0 only, hence raw tokens (librdkafka 2.x sends ApiVersions whatever api.version.request says).
-LEGACY_CLIENT_ID_SUFFIX = "-raw"
+API_VERSIONS, SASL_HANDSHAKE = 18, 17
 SCRAM_HASHES = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
 SCRAM_ITERATIONS = 4096  # Kafka's minimum for SCRAM credentials
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
-SASL_AUTHENTICATION_FAILED = 58
 
 
-# --- SCRAM (RFC 5802), shared by the relay and by the test's derivation of secrets ---------
+# --- SCRAM (RFC 5802): the test's derivation of the secrets of an exchange ------------------
 
 def scram_derived(mechanism: str, password: str, salt: bytes, iterations: int, auth_message: bytes) -> dict[str, bytes]:
     """Every value RFC 5802 derives from the password for one exchange."""
@@ -74,53 +69,9 @@ def scram_derived(mechanism: str, password: str, salt: bytes, iterations: int, a
     }
 
 
-class _Scram:
-    """Server side of one SCRAM exchange."""
+# --- the relay ---------------------------------------------------------------------------
 
-    def __init__(self, mechanism: str, users: dict[str, str]) -> None:
-        self.mechanism = mechanism
-        self.users = users
-        self.step = 0
-        self.user = None
-
-    def token(self, data: bytes) -> tuple[bytes, bool | None]:
-        """(server token, True done ok / False failed / None continue)."""
-        if self.step == 0:
-            self.step = 1
-            bare = data.split(b",", 2)[2]  # after the gs2 header "n,,"
-            fields = dict(f.split(b"=", 1) for f in bare.split(b","))
-            self.user = fields[b"n"].decode().replace("=2C", ",").replace("=3D", "=")
-            self.salt = secrets.token_bytes(16)
-            nonce = fields[b"r"] + base64.b64encode(secrets.token_bytes(18))
-            self.server_first = b"r=%s,s=%s,i=%d" % (nonce, base64.b64encode(self.salt), SCRAM_ITERATIONS)
-            self.client_first_bare = bare
-            return self.server_first, None
-        without_proof, _, proof = data.rpartition(b",p=")
-        auth_message = self.client_first_bare + b"," + self.server_first + b"," + without_proof
-        password = self.users.get(self.user)
-        if password is None:
-            return b"e=unknown-user", False
-        derived = scram_derived(self.mechanism, password, self.salt, SCRAM_ITERATIONS, auth_message)
-        if not hmac.compare_digest(base64.b64decode(proof), derived["client_proof"]):
-            return b"e=invalid-proof", False
-        return b"v=" + base64.b64encode(derived["server_signature"]), True
-
-
-# --- wire helpers ------------------------------------------------------------------------
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _read_uvarint(buf: bytes, off: int) -> tuple[int, int]:
+def _read_uvarint(buf, off: int) -> tuple[int, int]:
     shift = value = 0
     while True:
         b = buf[off]
@@ -131,35 +82,16 @@ def _read_uvarint(buf: bytes, off: int) -> tuple[int, int]:
         shift += 7
 
 
-def _string(s: str) -> bytes:
-    raw = s.encode()
-    return struct.pack(">h", len(raw)) + raw
+def _skip_tagged_fields(buf, off: int) -> int:
+    count, off = _read_uvarint(buf, off)
+    for _ in range(count):
+        _, off = _read_uvarint(buf, off)  # tag
+        size, off = _read_uvarint(buf, off)
+        off += size
+    return off
 
 
-def _sized(payload: bytes) -> bytes:
-    return struct.pack(">i", len(payload)) + payload
-
-
-def handshake_response(corr: int, error: int, mechanisms) -> bytes:
-    """SaslHandshakeResponse.json v0-1, response header v0."""
-    return _sized(struct.pack(">ihi", corr, error, len(mechanisms)) + b"".join(_string(m) for m in mechanisms))
-
-
-def authenticate_response(version: int, corr: int, error: int, message: str | None, token: bytes) -> bytes:
-    """SaslAuthenticateResponse.json v0-2 (v2 flexible: response header v1, compact fields)."""
-    if version >= 2:
-        msg = b"\x00" if message is None else _uvarint(len(message.encode()) + 1) + message.encode()
-        body = struct.pack(">i", corr) + b"\x00" + struct.pack(">h", error) + msg
-        body += _uvarint(len(token) + 1) + token + struct.pack(">q", 3_600_000) + b"\x00"
-        return _sized(body)
-    msg = b"\xff\xff" if message is None else _string(message)
-    body = struct.pack(">ih", corr, error) + msg + struct.pack(">i", len(token)) + token
-    if version >= 1:
-        body += struct.pack(">q", 3_600_000)  # SessionLifetimeMs (KIP-368)
-    return _sized(body)
-
-
-def without_sasl_authenticate(frame: bytes, version: int) -> bytes:
+def with_sasl_handshake_v0_only(frame: bytes, version: int) -> bytes:
     """An ApiVersionsResponse (size-less, response header v0 always, KIP-511) with SaslHandshake's
     max version set to 0, as brokers before 1.0 had it (SaslAuthenticate came with KIP-152)."""
     out = bytearray(frame)
@@ -180,43 +112,25 @@ def without_sasl_authenticate(frame: bytes, version: int) -> bytes:
     return bytes(out)
 
 
-def _skip_tagged_fields(buf, off: int) -> int:
-    count, off = _read_uvarint(buf, off)
-    for _ in range(count):
-        _, off = _read_uvarint(buf, off)  # tag
-        size, off = _read_uvarint(buf, off)
-        off += size
-    return off
+class HandshakeV0Relay:
+    """127.0.0.1:`port` relayed to the Kafka listener at `upstream`, byte for byte but for one
+    field: the ApiVersions answers a client asked for before its SaslHandshake list SaslHandshake
+    v0 only (see the module docstring). Kafka answers everything else, SASL included; the broker
+    must advertise `port` for that listener, so that the client's next connections come back
+    here. `edited` counts the answers changed."""
 
-
-def _request_body_offset(frame: bytes, flexible: bool) -> int:
-    """Just past the request header (v1, or v2 with tagged fields) of a size-less frame."""
-    cid_len = struct.unpack_from(">h", frame, 8)[0]
-    off = 10 + max(cid_len, 0)
-    return _skip_tagged_fields(frame, off) if flexible else off
-
-
-# --- the relay ---------------------------------------------------------------------------
-
-class SaslRelay:
-    """A SASL_PLAINTEXT listener on 127.0.0.1:`port` that authenticates clients itself and
-    relays everything else to the Kafka broker at `upstream` (see the module docstring).
-    `outcomes` lists (client_id, mechanism, framing, user, ok) per finished authentication."""
-
-    def __init__(self, port: int, upstream: tuple[str, int], users: dict[str, str], tokens: set[str]) -> None:
+    def __init__(self, port: int, upstream: tuple[str, int]) -> None:
         self.port = port
         self.upstream = upstream
-        self.users = users
-        self.tokens = tokens
-        self.outcomes: list[tuple[str, str, str, str | None, bool]] = []
+        self.edited = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sasl-relay", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="sasl-v0-relay", daemon=True)
 
-    def __enter__(self) -> SaslRelay:
+    def __enter__(self) -> HandshakeV0Relay:
         self._thread.start()
         if not self._ready.wait(10):
-            raise RuntimeError("SASL relay did not start")
+            raise RuntimeError("SaslHandshake v0 relay did not start")
         return self
 
     def __exit__(self, *exc) -> None:
@@ -242,212 +156,66 @@ class SaslRelay:
         except OSError:
             writer.close()
             return
-        legacy: dict[int, int] = {}  # correlation id -> version of ApiVersions requests to answer as 0.11
-        pump = asyncio.ensure_future(self._pump(up_reader, writer, legacy))
+        asked: dict[int, int] = {}  # correlation id -> version of each ApiVersions request to edit the answer of
+        pumps = [asyncio.ensure_future(self._requests(reader, up_writer, asked)),
+                 asyncio.ensure_future(self._answers(up_reader, writer, asked))]
         try:
-            await self._requests(reader, writer, up_writer, legacy)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            pump.cancel()
-            up_writer.close()
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            for pump in pumps:
+                pump.cancel()
+            for w in (up_writer, writer):
+                w.close()
+                with contextlib.suppress(Exception):
+                    await w.wait_closed()
 
     @staticmethod
-    async def _pump(up_reader, writer, legacy: dict[int, int]) -> None:
-        with contextlib.suppress(asyncio.CancelledError, asyncio.IncompleteReadError, ConnectionError):
+    async def _frames(reader: asyncio.StreamReader):
+        """Each int32-size-prefixed frame: Kafka frames and raw SASL tokens alike."""
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
             while True:
-                head = await up_reader.readexactly(4)
-                frame = await up_reader.readexactly(struct.unpack(">i", head)[0])
-                version = legacy.pop(struct.unpack_from(">i", frame)[0], None)
-                if version is not None:
-                    frame = without_sasl_authenticate(frame, version)
-                writer.write(head + frame)
-                await writer.drain()
-        writer.close()
+                head = await reader.readexactly(4)
+                yield head, await reader.readexactly(struct.unpack(">i", head)[0])
 
-    async def _requests(self, reader, writer, up_writer, legacy: dict[int, int]) -> None:
-        mechanism = None
-        server = None
-        while True:
-            size = struct.unpack(">i", await reader.readexactly(4))[0]
-            frame = await reader.readexactly(size)
-            api_key, version, corr = struct.unpack_from(">hhi", frame)
-            if api_key == SASL_HANDSHAKE:
-                off = _request_body_offset(frame, False)
-                n = struct.unpack_from(">h", frame, off)[0]
-                mechanism = frame[off + 2: off + 2 + n].decode()
-                client_id = frame[10: 10 + max(struct.unpack_from(">h", frame, 8)[0], 0)].decode()
-                ok = mechanism in MECHANISMS
-                writer.write(handshake_response(corr, 0 if ok else 33, MECHANISMS))  # 33: UNSUPPORTED_SASL_MECHANISM
-                await writer.drain()
-                if not ok:
-                    return
-                server = self._server_for(mechanism)
-                server.client_id = client_id
-                if version == 0:  # KIP-43: raw tokens follow, int32-size-prefixed, no Kafka header
-                    if not await self._raw_tokens(reader, writer, mechanism, server):
-                        return
-                    server = None
-                continue
-            if api_key == SASL_AUTHENTICATE and server is not None:
-                off = _request_body_offset(frame, version >= 2)
-                if version >= 2:
-                    n, off = _read_uvarint(frame, off)
-                    n -= 1
-                else:
-                    n = struct.unpack_from(">i", frame, off)[0]
-                    off += 4
-                token, done = server(frame[off: off + n])
-                if done is None:
-                    writer.write(authenticate_response(version, corr, 0, None, token))
-                elif done:
-                    self._finished(mechanism, "SaslAuthenticate", server, True)
-                    writer.write(authenticate_response(version, corr, 0, None, token))
-                    server = None
-                else:
-                    self._finished(mechanism, "SaslAuthenticate", server, False)
-                    writer.write(authenticate_response(version, corr, SASL_AUTHENTICATION_FAILED,
-                                                       "Authentication failed", b""))
-                    await writer.drain()
-                    return
-                await writer.drain()
-                continue
-            if api_key == API_VERSIONS:
-                cid_len = struct.unpack_from(">h", frame, 8)[0]
-                if frame[10: 10 + max(cid_len, 0)].decode(errors="replace").endswith(LEGACY_CLIENT_ID_SUFFIX):
-                    legacy[corr] = version
-            up_writer.write(struct.pack(">i", size) + frame)
+    async def _requests(self, reader, up_writer, asked: dict[int, int]) -> None:
+        handshake_seen = False  # after it, frames may be raw tokens: nothing is read into them
+        async for head, frame in self._frames(reader):
+            if not handshake_seen and len(frame) >= 8:
+                api_key, version, corr = struct.unpack_from(">hhi", frame)
+                if api_key == API_VERSIONS:
+                    asked[corr] = version
+                handshake_seen = api_key == SASL_HANDSHAKE
+            up_writer.write(head + frame)
             await up_writer.drain()
 
-    async def _raw_tokens(self, reader, writer, mechanism, server) -> bool:
-        while True:
-            size = struct.unpack(">i", await reader.readexactly(4))[0]
-            token, done = server(await reader.readexactly(size))
-            if done is False:
-                self._finished(mechanism, "raw", server, False)
-                return False  # a broker closes the connection on a failed raw authentication
-            writer.write(_sized(token))
+    async def _answers(self, up_reader, writer, asked: dict[int, int]) -> None:
+        # Kafka answers in order, so each ApiVersions answer comes before the handshake's and
+        # `asked` is empty by the time raw tokens flow.
+        async for head, frame in self._frames(up_reader):
+            version = asked.pop(struct.unpack_from(">i", frame)[0], None) if asked and len(frame) >= 4 else None
+            if version is not None:
+                frame = with_sasl_handshake_v0_only(frame, version)
+                self.edited += 1
+            writer.write(head + frame)
             await writer.drain()
-            if done:
-                self._finished(mechanism, "raw", server, True)
-                return True
-
-    def _server_for(self, mechanism: str):
-        if mechanism == "PLAIN":
-            return _PlainServer(self.users)
-        if mechanism == "OAUTHBEARER":
-            return _BearerServer(self.tokens)
-        return _ScramServer(mechanism, self.users)
-
-    def _finished(self, mechanism, framing, server, ok) -> None:
-        self.outcomes.append((server.client_id, mechanism, framing, server.user, ok))
-
-
-class _PlainServer:
-    """RFC 4616: one client message, an empty server answer."""
-
-    def __init__(self, users: dict[str, str]) -> None:
-        self.users, self.user, self.client_id = users, None, None
-
-    def __call__(self, data: bytes):
-        parts = data.split(b"\x00")
-        if len(parts) != 3:
-            return b"", False
-        self.user = parts[1].decode()
-        return b"", self.users.get(self.user) == parts[2].decode()
-
-
-class _BearerServer:
-    """RFC 7628 initial client response: gs2 header, then \\x01-separated key=value pairs."""
-
-    def __init__(self, tokens: set[str]) -> None:
-        self.tokens, self.user, self.client_id = tokens, None, None
-
-    def __call__(self, data: bytes):
-        for kv in data.split(b"\x01"):
-            if kv.startswith(b"auth=Bearer "):
-                return b"", kv[len(b"auth=Bearer "):].decode() in self.tokens
-        return b"", False
-
-
-class _ScramServer:
-    def __init__(self, mechanism: str, users: dict[str, str]) -> None:
-        self.scram, self.client_id = _Scram(mechanism, users), None
-
-    @property
-    def user(self):
-        return self.scram.user
-
-    def __call__(self, data: bytes):
-        return self.scram.token(data)
-
-
-# --- Tansu with authentication ------------------------------------------------------------
-
-@contextlib.contextmanager
-def start_authenticating_tansu(port: int, *, startup_timeout: float = 20.0):
-    """Tansu (in-memory storage) with `--authentication` on 127.0.0.1:`port`. It knows no user,
-    so every authentication fails, but only after the client has sent its token or proof."""
-    from harness.peers import PeerError, tansu_binary
-
-    cmd = [tansu_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
-           "--advertised-listener-url", f"tcp://127.0.0.1:{port}", "--storage-engine", "memory://tansu/",
-           "--authentication"]
-    env = dict(os.environ, RUST_LOG="warn")
-    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            if proc.poll() is not None:
-                raise PeerError(f"Tansu --authentication exited with code {proc.returncode}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-            if time.monotonic() > deadline:
-                raise PeerError(f"Tansu --authentication did not listen on {port} within {startup_timeout:.0f} s")
-            time.sleep(0.05)
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
-def tansu_user_create(bootstrap: str, mechanism: str, user: str, password: str) -> None:
-    """`tansu user create`: an AlterUserScramCredentials request carrying the salted password
-    (KIP-554), sent to an unauthenticated broker (an authenticating one refuses it)."""
-    from harness.peers import PeerError, tansu_binary
-
-    mech = {"SCRAM-SHA-256": "scram256", "SCRAM-SHA-512": "scram512"}[mechanism]
-    done = subprocess.run([tansu_binary(), "user", "create", "--broker", f"tcp://{bootstrap}", "--mechanism", mech,
-                           user, password], stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
-    if done.returncode != 0:
-        raise PeerError(f"tansu user create exited with code {done.returncode}")
 
 
 # --- real clients ------------------------------------------------------------------------
 
-def client_command(client: str, mechanism: str, framing: str, bootstrap: str, user: str) -> list[str]:
-    return [sys.executable, "-m", "tests.sasl_peers", client, mechanism, framing, bootstrap, user]
+def client_command(client: str, mechanism: str, framing: str, bootstrap: str, user: str, client_id: str) -> list[str]:
+    return [sys.executable, "-m", "tests.sasl_peers", client, mechanism, framing, bootstrap, user, client_id]
 
 
 def run_client(client: str, mechanism: str, framing: str, bootstrap: str, user: str, secret: str,
-               deadline: float = 20.0) -> dict:
+               deadline: float = 20.0, *, client_id: str, env: dict[str, str] | None = None) -> dict:
     """One authenticating client run in a subprocess; returns its JSON report. The client
     gives up after `deadline` seconds (a refused client retries forever) and is killed a
     little later. Its own output (which may quote its configuration) is never shown."""
-    env = dict(os.environ, SASL_SECRET=secret, SASL_DEADLINE=str(deadline), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, **(env or {}), SASL_SECRET=secret, SASL_DEADLINE=str(deadline), PYTHONUNBUFFERED="1")
     timeout = deadline + 15
-    proc = subprocess.Popen(client_command(client, mechanism, framing, bootstrap, user), cwd=str(REPO_ROOT),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, env=env, start_new_session=True)
+    proc = subprocess.Popen(client_command(client, mechanism, framing, bootstrap, user, client_id),
+                            cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, env=env, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -461,7 +229,17 @@ def run_client(client: str, mechanism: str, framing: str, bootstrap: str, user: 
     return {"ok": False, "error": f"no report (exit {proc.returncode})"}
 
 
-def _kafka_python(mechanism: str, framing: str, bootstrap: str, user: str, secret: str) -> None:
+def alter_user_scram(bootstrap: str, login_user: str, login_password: str, user: str, password: str, *,
+                     client_id: str, deadline: float = 30.0) -> dict:
+    """confluent-kafka's AdminClient, logged in with PLAIN, upserts SCRAM-SHA-256 and -512
+    credentials for `user` (AlterUserScramCredentials, KIP-554: the client sends the salted
+    password) and reads them back (DescribeUserScramCredentials). The report is ok only if the
+    broker then describes both."""
+    return run_client("confluent-kafka-admin", "PLAIN", "SaslAuthenticate", bootstrap, login_user, login_password,
+                      deadline, client_id=client_id, env={"SASL_UPSERT_USER": user, "SASL_UPSERT_SECRET": password})
+
+
+def _kafka_python(mechanism: str, framing: str, bootstrap: str, user: str, secret: str, client_id: str) -> None:
     from kafka import KafkaProducer
     from kafka.net.sasl.oauth import AbstractTokenProvider
 
@@ -469,17 +247,15 @@ def _kafka_python(mechanism: str, framing: str, bootstrap: str, user: str, secre
         def token(self):
             return secret
 
-    conf = dict(bootstrap_servers=bootstrap, client_id=f"census-sasl-kafka-python-{framing}",
-                security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
-                request_timeout_ms=4000, max_block_ms=6000, reconnect_backoff_max_ms=500,
-                enable_idempotence=False)  # Tansu 0.6.0 fails InitProducerId v0
+    conf = dict(bootstrap_servers=bootstrap, client_id=client_id, security_protocol="SASL_PLAINTEXT",
+                sasl_mechanism=mechanism, request_timeout_ms=4000, max_block_ms=6000, reconnect_backoff_max_ms=500)
     if mechanism == "OAUTHBEARER":
         conf["sasl_oauth_token_provider"] = Token()
     else:
         conf.update(sasl_plain_username=user, sasl_plain_password=secret)
     if framing == "raw":
         # Kafka 0.11 had SaslHandshake v0 only (SaslAuthenticate came with 1.0, KIP-152):
-        # kafka-python then sends the tokens raw after the handshake.
+        # kafka-python then sends the tokens raw after the handshake, and Kafka 3.9 takes them.
         conf["api_version"] = (0, 11, 0)
     producer = KafkaProducer(**conf)
     try:
@@ -488,25 +264,46 @@ def _kafka_python(mechanism: str, framing: str, bootstrap: str, user: str, secre
         producer.close(timeout=2)
 
 
-def _confluent(mechanism: str, framing: str, bootstrap: str, user: str, secret: str) -> None:
-    from confluent_kafka import KafkaException, Producer
-
-    conf = {"bootstrap.servers": bootstrap, "client.id": f"census-sasl-confluent-kafka-{framing}",
-            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
-            "socket.timeout.ms": 4000, "message.timeout.ms": 6000, "reconnect.backoff.max.ms": 500}
+def _confluent_conf(mechanism: str, bootstrap: str, user: str, secret: str, client_id: str) -> dict:
+    conf = {"bootstrap.servers": bootstrap, "client.id": client_id, "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism, "socket.timeout.ms": 4000, "reconnect.backoff.max.ms": 500}
     if mechanism == "OAUTHBEARER":
         conf["oauth_cb"] = lambda _config: (secret, time.time() + 3600)
     else:
         conf.update({"sasl.username": user, "sasl.password": secret})
-    # framing "raw": the client id asks SaslRelay to answer ApiVersions as a 0.11 broker, with
-    # SaslHandshake v0 only; librdkafka then sends raw tokens.
+    return conf
+
+
+def _confluent(mechanism: str, framing: str, bootstrap: str, user: str, secret: str, client_id: str) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    # framing "raw": nothing to set here; the bootstrap is a HandshakeV0Relay, whose ApiVersions
+    # answer makes librdkafka send raw tokens (the module docstring says why it must be so).
     errors = []
-    producer = Producer({**conf, "error_cb": lambda e: errors.append(str(e))})
+    producer = Producer({**_confluent_conf(mechanism, bootstrap, user, secret, client_id),
+                         "message.timeout.ms": 6000, "error_cb": lambda e: errors.append(str(e))})
     delivered = []
     producer.produce(f"census-sasl-{secrets.token_hex(4)}", b"m", on_delivery=lambda e, m: delivered.append(e))
     producer.flush(8)
     if not delivered or delivered[0] is not None:
         raise KafkaException(f"not delivered: {delivered[:1]} {errors[:1]}")
+
+
+def _confluent_admin(mechanism: str, framing: str, bootstrap: str, user: str, secret: str, client_id: str) -> None:
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    target, password = os.environ["SASL_UPSERT_USER"], os.environ["SASL_UPSERT_SECRET"]
+    admin = AdminClient(_confluent_conf(mechanism, bootstrap, user, secret, client_id))
+    wanted = (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
+    for scram in wanted:  # one request each: Kafka refuses a user altered twice in one (DUPLICATE_RESOURCE)
+        upsert = UserScramCredentialUpsertion(target, ScramCredentialInfo(scram, SCRAM_ITERATIONS), password.encode())
+        admin.alter_user_scram_credentials([upsert], request_timeout=10)[target].result()
+    futures = admin.describe_user_scram_credentials([target], request_timeout=10)
+    assert isinstance(futures, dict)  # a future per user named (one future when none is)
+    described = futures[target].result()
+    got = {info.mechanism for info in described.scram_credential_infos}
+    if got != set(wanted):
+        raise RuntimeError(f"the broker describes {sorted(m.name for m in got)}")
 
 
 def _give_up() -> None:
@@ -515,15 +312,16 @@ def _give_up() -> None:
 
 
 def main(argv: list[str]) -> int:
-    client, mechanism, framing, bootstrap, user = argv
+    client, mechanism, framing, bootstrap, user, client_id = argv
     secret = os.environ["SASL_SECRET"]
     watchdog = threading.Timer(float(os.environ.get("SASL_DEADLINE", "20")), _give_up)
     watchdog.daemon = True
     watchdog.start()
     try:
-        run = {"kafka-python": _kafka_python, "confluent-kafka": _confluent}[client]
-        run(mechanism, framing, bootstrap, user, secret)
-        report = {"ok": True, "error": None}
+        run = {"kafka-python": _kafka_python, "confluent-kafka": _confluent,
+               "confluent-kafka-admin": _confluent_admin}[client]
+        run(mechanism, framing, bootstrap, user, secret, client_id)
+        report: dict[str, object] = {"ok": True, "error": None}
     except Exception as exc:  # the outcome is the report: a refused authentication is expected
         report = {"ok": False, "error": type(exc).__name__}
     watchdog.cancel()

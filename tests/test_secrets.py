@@ -1,41 +1,52 @@
 """Secrets seen on the wire never reach an output: SASL passwords and tokens never leave the parse
 (no log, no metric, no REST answer, no file; docs/hardening.md, "Secrets").
 
-Traffic, all from real clients, with credentials drawn at random for each run (kept in
-memory and in the tmp directory only; the pcap that holds them never enters the repo):
+Traffic, all from real clients against a real broker, Apache Kafka 3.9.2
+(`harness.kafka_broker.start_kafka`, one node for the module, SASL_PLAINTEXT listeners with PLAIN,
+SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER), with credentials drawn at random for each run and
+given to the broker as its users (kept in memory and in the tmp directory only; the pcap that
+holds them never enters the repo):
 
-- kafka-python 3.0.12 and confluent-kafka (librdkafka) authenticate, and succeed, with PLAIN,
-  SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER, each in both framings: SaslHandshake v1 +
-  SaslAuthenticate, and SaslHandshake v0 + raw tokens (kafka-python told the broker is 0.11;
-  both clients, when the ApiVersions answer offers SaslHandshake v0 only, as a pre-1.0 broker's
-  does). The server side is `tests.sasl_peers.SaslRelay` in front of a plain Tansu: Tansu
-  refuses PLAIN and can hold no SCRAM user while it authenticates, and librdkafka's mock
-  cluster has no SASL at all (see that module's docstring).
-- The same clients against Tansu 0.6.0 `--authentication`, which knows no user and so rejects
-  each of them, but only after the client has sent its SCRAM proof (both framings) or its
-  OAUTHBEARER token: a real broker answering.
-- `tansu user create`: AlterUserScramCredentials, whose SaltedPassword is a derived secret.
+- kafka-python 3.0.12 and confluent-kafka (librdkafka) authenticate with PLAIN, SCRAM-SHA-256,
+  SCRAM-SHA-512 and OAUTHBEARER (an unsecured JWT, which Kafka's default validator accepts), each
+  in both framings: SaslHandshake v1 + SaslAuthenticate, and SaslHandshake v0 + raw tokens. Each
+  run once with the right password or a valid token, which Kafka accepts, and once with a wrong
+  password or an expired token, which Kafka refuses only after the client sent it (for SCRAM,
+  after the client proof). Kafka 3.9 still accepts SaslHandshake v0: kafka-python told the broker
+  is 0.11 sends it directly.
+- The relay stays where only a pre-1.0 broker could choose the framing: librdkafka sends raw
+  tokens only when the ApiVersions answer offers SaslHandshake v0 alone, and every Kafka from 1.0
+  offers v1. So confluent-kafka's raw runs go through `tests.sasl_peers.HandshakeV0Relay`, which
+  passes every byte to Kafka but that one field of the ApiVersions answer; the authentication,
+  accepted or refused, is still Kafka's. Kafka 4.4.0 serves the same runs the same way (tried by
+  hand: SaslHandshake v0 is still in 4.x), but the decoder's SASL does not depend on the broker's
+  version and 3.9 starts faster, so the module runs 3.9 only.
+- confluent-kafka's AdminClient, logged in with PLAIN as an admin user, upserts SCRAM-SHA-256 and
+  -512 credentials of a new user (AlterUserScramCredentials, whose SaltedPassword is a derived
+  secret), and kafka-python then logs in as that user.
 
 `kafka-census capture -i lo --http --event-log --write-pcap` (at `--log-level debug`, and with
-`--state-file`, when the CLI has them) watches it all. Each secret -- the PLAIN password, the
-OAUTHBEARER token and its claims, per SCRAM exchange the client proof, the client-final message,
-the salted password, client key, stored key, client signature and server key (recomputed from
-the password and the salt on the wire, and checked against the proof on the wire), the salted
-password of AlterUserScramCredentials -- is searched raw, in hex, in base64 and base64url at
-every alignment, JSON-, HTML-, URL- and repr-escaped, in: the capture's stderr, /metrics, every
-GET route of /openapi.json (every connection id for /connections/{id}), the event log files and
-every other file the capture wrote, `kafka-census replay` of the pcap (table and json), the
-pipeline's pcap-decode of the pcap and report over both event logs (every file, the Parquet
-tables read back, stdout and stderr), and the repr of every event and the message of any
-exception when the SASL exchanges of the pcap are fed truncated, corrupted, cut short and
-joined mid-stream at every offset, and with each SASL request's client_id length grown, into
+`--state-file`, when the CLI has them) watches it all. Each secret -- the PLAIN passwords right and
+wrong, the OAUTHBEARER tokens valid and expired and their claims, per SCRAM exchange the client
+proof, the client-final message, the salted password, client key, stored key, client signature and
+server key (recomputed from the password and the salt on the wire, and checked against the proof
+on the wire), the admin's password, the created user's password and the salted passwords of
+AlterUserScramCredentials (recomputed from the salt in the request) -- is searched raw, in hex, in
+base64 and base64url at every alignment, JSON-, HTML-, URL- and repr-escaped, in: the capture's
+stderr, /metrics, every GET route of /openapi.json (every connection id for /connections/{id}),
+the event log files and every other file the capture wrote, `kafka-census replay` of the pcap
+(table and json), the pipeline's pcap-decode of the pcap and report over both event logs (every
+file, the Parquet tables read back, stdout and stderr), `kafka-census proxy` in front of the same
+broker with the same clients, and the repr of every event and the message of any exception when
+the SASL exchanges of the pcap are fed truncated, corrupted, cut short and joined mid-stream at
+every offset, and with each SASL request's client_id length grown, into
 `capture.kafka.KafkaConnection`. A failure names the output, the secret, the encoding and the
-offset, never the secret's value. The last tests pin, without a live capture, the two leaks
-this module found: a damaged PLAIN token whose NULs framed the password as the principal, and
-a client_id length reaching into the AuthBytes that made token bytes the client_id.
+offset, never the secret's value. The last tests pin, without a live capture, the two leaks this
+module found: a damaged PLAIN token whose NULs framed the password as the principal, and a
+client_id length reaching into the AuthBytes that made token bytes the client_id.
 
-Needs root (live capture) and Java 17 (the pipeline), as tests/test_exporter_e2e.py and
-tests/test_pipeline.py do.
+Needs root (live capture), the Kafka jars (`make setup-kafka`) and Java 17 (the broker and the
+pipeline), as tests/test_broker_view.py and tests/test_pipeline.py do.
 """
 
 from __future__ import annotations
@@ -54,6 +65,7 @@ import sys
 import time
 import urllib.parse
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,17 +74,12 @@ from capture.kafka import KafkaConnection
 from capture.kafka.errors import ProtocolError
 from capture.kafka.events import Direction, RequestSeen, SaslIdentity
 from capture.kafka.sasl import principal_from_first_token
-from harness import peers
 from harness.census import CENSUS, Census
-from tests.sasl_peers import (
-    SaslRelay,
-    run_client,
-    scram_derived,
-    start_authenticating_tansu,
-    tansu_user_create,
-)
+from harness.kafka_broker import KafkaCluster, start_kafka
+from harness.net import free_port, wait_for
+from tests.sasl_peers import HandshakeV0Relay, alter_user_scram, run_client, scram_derived
 
-pytestmark = pytest.mark.e2e  # Tansu, SASL clients and kafka-census capture and proxy
+pytestmark = pytest.mark.e2e  # Apache Kafka, SASL clients and kafka-census capture and proxy
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -80,15 +87,29 @@ MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 FRAMINGS = ("SaslAuthenticate", "raw")
 CLIENTS = ("kafka-python", "confluent-kafka")
-RELAY, TANSU = "SASL_RELAY", "SASL_TANSU"  # the capture's listener names
-#: Runs that authenticate through the relay: every client, mechanism and framing; all succeed.
-RELAY_RUNS = [(c, m, f) for c in CLIENTS for m in MECHANISMS for f in FRAMINGS]
-#: Runs against Tansu --authentication: all are refused after the secret was sent.
-#: (librdkafka cannot be made to send raw tokens to Tansu, which announces SaslAuthenticate.)
-TANSU_RUNS = [("kafka-python", "SCRAM-SHA-256", "SaslAuthenticate"), ("kafka-python", "SCRAM-SHA-512", "raw"),
-              ("kafka-python", "SCRAM-SHA-256", "raw"), ("confluent-kafka", "SCRAM-SHA-512", "SaslAuthenticate"),
-              ("confluent-kafka", "OAUTHBEARER", "SaslAuthenticate")]
+OUTCOMES = ("accepted", "refused")  # what Kafka answers the run's credentials
+#: Every client, mechanism and framing, with the right credentials and with wrong ones.
+RUNS = [(o, c, m, f) for o in OUTCOMES for c in CLIENTS for m in MECHANISMS for f in FRAMINGS]
+#: Kafka's SASL_PLAINTEXT listeners, named as the capture names them. SASL: clients connect to
+#: Kafka directly; SASL_V0: through the HandshakeV0Relay (Kafka advertises the relay's port).
+#: PROXIED and PROXIED_V0: the same, through `kafka-census proxy` (test_no_secret_through_the_proxy).
+SASL, SASL_V0, PROXIED, PROXIED_V0 = "SASL", "SASL_V0", "PROXIED", "PROXIED_V0"
+KAFKA_LINE = "3.9"  # see the module docstring: 3.9 serves every framing; 4.4 would too, and adds nothing
+ACCEPTED_RUN_DEADLINE = 30.0
 REFUSED_RUN_DEADLINE = 5.0  # a refused client retries forever; its secret is out within a second
+ADMIN_CLIENT_ID, CREATED_CLIENT_ID = "census-sasl-admin", "census-sasl-created"
+
+
+def client_id_of(outcome: str, client: str, framing: str) -> str:
+    return f"census-sasl-{client}-{framing}-{outcome}"
+
+
+_CLIENT_ID = re.compile(r"census-sasl-(kafka-python|confluent-kafka)-(SaslAuthenticate|raw)-(accepted|refused)")
+
+
+def through_relay(client: str, framing: str) -> bool:
+    """Only librdkafka needs a server's ApiVersions answer to send raw tokens (module docstring)."""
+    return client == "confluent-kafka" and framing == "raw"
 
 
 # --- credentials, drawn for this run ------------------------------------------------------
@@ -97,31 +118,62 @@ def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
+def unsecured_jwt(subject: str, token_id: str, expires_in: int) -> str:
+    """An unsecured JWT ("alg": "none", RFC 7519 section 6), as Kafka's default OAUTHBEARER
+    validator (OAuthBearerUnsecuredValidatorCallbackHandler) takes it: `sub` is the principal,
+    `exp` must lie ahead."""
+    now = int(time.time())
+    claims = {"sub": subject, "jti": token_id, "iat": now, "exp": now + expires_in, "scope": "kafka"}
+    return f"{_b64url(json.dumps({'alg': 'none'}).encode())}.{_b64url(json.dumps(claims).encode())}."
+
+
+def _password() -> str:
+    return f"census-pw-{secrets.token_hex(16)}"
+
+
 @dataclasses.dataclass
 class Credentials:
     users: dict[str, str]  # mechanism -> user name (not a secret: REST must show it)
-    passwords: dict[str, str]  # mechanism -> password
-    token: str  # OAUTHBEARER: an unsecured JWT ("alg": "none", RFC 7519 section 6)
+    passwords: dict[str, str]  # mechanism -> the user's password, as the broker has it
+    wrong_passwords: dict[str, str]  # mechanism -> what a refused run sends instead
+    token: str  # OAUTHBEARER
     token_id: str  # its jti claim
-    admin_user: str  # for `tansu user create`
+    expired_token: str  # what a refused OAUTHBEARER run sends
+    expired_token_id: str
+    admin_user: str  # logs in with PLAIN and sends AlterUserScramCredentials
     admin_password: str
+    created_user: str  # the user AlterUserScramCredentials creates
+    created_password: str
 
     @classmethod
     def draw(cls) -> Credentials:
         tag = secrets.token_hex(3)
         users = {m: f"census-{m.lower().replace('-', '')}-{tag}" for m in MECHANISMS if m != "OAUTHBEARER"}
-        passwords = {m: f"census-pw-{secrets.token_hex(16)}" for m in users}
-        token_id = secrets.token_hex(16)
-        claims = {"sub": f"census-oauth-{tag}", "jti": token_id, "iat": int(time.time()),
-                  "exp": int(time.time()) + 3600, "scope": "kafka"}
-        token = f"{_b64url(json.dumps({'alg': 'none'}).encode())}.{_b64url(json.dumps(claims).encode())}."
-        return cls(users, passwords, token, token_id, f"census-admin-{tag}", f"census-pw-{secrets.token_hex(16)}")
+        token_id, expired_id = secrets.token_hex(16), secrets.token_hex(16)
+        return cls(users, {m: _password() for m in users}, {m: _password() for m in users},
+                   unsecured_jwt(f"census-oauth-{tag}", token_id, 3600), token_id,
+                   unsecured_jwt(f"census-oauth-{tag}", expired_id, -3600), expired_id,
+                   f"census-admin-{tag}", _password(), f"census-created-{tag}", _password())
+
+    def broker_users(self) -> dict[str, str]:
+        """The users Kafka knows (each may log in with PLAIN and both SCRAMs)."""
+        return {self.users[m]: self.passwords[m] for m in self.users} | {self.admin_user: self.admin_password}
 
     def user(self, mechanism: str) -> str:
         return self.users.get(mechanism, "-")
 
-    def secret(self, mechanism: str) -> str:
-        return self.token if mechanism == "OAUTHBEARER" else self.passwords[mechanism]
+    def secret(self, mechanism: str, outcome: str) -> str:
+        if mechanism == "OAUTHBEARER":
+            return self.token if outcome == "accepted" else self.expired_token
+        return (self.passwords if outcome == "accepted" else self.wrong_passwords)[mechanism]
+
+    def scram_passwords(self) -> dict[str, list[tuple[str, str]]]:
+        """User -> (what it is, password) of every password a SCRAM client may have used."""
+        out: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for m in SCRAM:
+            out[self.users[m]] += [("password", self.passwords[m]), ("wrong password", self.wrong_passwords[m])]
+        out[self.created_user].append(("created user's password", self.created_password))
+        return out
 
 
 # --- the pcap, read back as TCP conversations ---------------------------------------------
@@ -170,10 +222,14 @@ def read_conversations(pcap: Path, broker_ports: set[int]) -> list[Conversation]
 
 # --- SCRAM exchanges found on the wire ---------------------------------------------------
 
+
+# --- SCRAM exchanges found on the wire ---------------------------------------------------
+
 _NONCE = rb"[\x21-\x2b\x2d-\x7e]+"  # printable, no comma (RFC 5802 "printable")
 _CLIENT_FIRST = re.compile(rb"[ny],[^,\x00]*,(n=([^,\x00]+),r=(" + _NONCE + rb"))")
 _SERVER_FIRST = re.compile(rb"r=(" + _NONCE + rb"),s=([A-Za-z0-9+/=]+),i=([0-9]+)")
 _CLIENT_FINAL = re.compile(rb"(c=[A-Za-z0-9+/=]+,r=(" + _NONCE + rb")),p=([A-Za-z0-9+/=]+)")
+_SCRAM_OF_PROOF_SIZE = {32: "SCRAM-SHA-256", 64: "SCRAM-SHA-512"}  # the proof is one hash long
 
 
 @dataclasses.dataclass
@@ -182,6 +238,7 @@ class ScramExchange:
     broker_port: int
     mechanism: str
     user: str
+    password: str  # which of the user's passwords the client used, e.g. "wrong password"
     client_final: bytes
     proof_b64: bytes
     derived: dict[str, bytes]
@@ -189,15 +246,14 @@ class ScramExchange:
 
 def scram_exchanges(conv: Conversation, creds: Credentials) -> list[ScramExchange]:
     """The SCRAM exchanges of one conversation, with every value derived from the password,
-    recomputed from the salt and nonces on the wire (the derived proof must equal the proof
-    on the wire: that checks both the extraction and that the client used the password)."""
+    recomputed from the salt and nonces on the wire. Exactly one of the user's passwords must
+    give the proof on the wire: that checks both the extraction and that the client used it."""
     client, broker = conv.stream(Direction.FROM_CLIENT), conv.stream(Direction.FROM_BROKER)
-    by_user = {u: m for m, u in creds.users.items()}
+    candidates = creds.scram_passwords()
     out = []
     for first in _CLIENT_FIRST.finditer(client):
         user = first.group(2).decode()
-        mechanism = by_user.get(user)
-        if mechanism not in SCRAM:
+        if user not in candidates:
             continue
         nonce = first.group(3)
         server = next((s for s in _SERVER_FIRST.finditer(broker) if s.group(1).startswith(nonce)), None)
@@ -205,20 +261,32 @@ def scram_exchanges(conv: Conversation, creds: Credentials) -> list[ScramExchang
                       if server and f.group(2) == server.group(1)), None)
         if server is None or final is None:
             continue
+        proof = base64.b64decode(final.group(3))
+        mechanism = _SCRAM_OF_PROOF_SIZE[len(proof)]
         auth_message = first.group(1) + b"," + server.group(0) + b"," + final.group(1)
-        derived = scram_derived(mechanism, creds.passwords[mechanism], base64.b64decode(server.group(2)),
-                                int(server.group(3)), auth_message)
-        assert derived["client_proof"] == base64.b64decode(final.group(3)), \
-            f"the SCRAM proof on the wire is not the one derived from the password " \
-            f"({mechanism}, port {conv.broker_port})"
+        matches = [(label, derived) for label, password in candidates[user]
+                   if (derived := scram_derived(mechanism, password, base64.b64decode(server.group(2)),
+                                                int(server.group(3)), auth_message))["client_proof"] == proof]
+        assert len(matches) == 1, f"the SCRAM proof on the wire is not the one derived from one of the passwords " \
+                                  f"of its user ({mechanism}, port {conv.broker_port}: {len(matches)} match)"
+        label, derived = matches[0]
         del derived["server_signature"]  # sent in the clear by the server (v=...): not a client secret
-        out.append(ScramExchange(conv.client_port, conv.broker_port, mechanism, user, final.group(0), final.group(3),
-                                 derived))
+        out.append(ScramExchange(conv.client_port, conv.broker_port, mechanism, user, label, final.group(0),
+                                 final.group(3), derived))
     return out
 
 
-def salted_passwords_of_alter_user(conv: Conversation) -> list[bytes]:
-    """SaltedPassword of each AlterUserScramCredentials upsertion (KIP-554), decoded with kio."""
+@dataclasses.dataclass
+class AlterUserUpsertion:
+    user: str
+    mechanism: str
+    salt: bytes
+    iterations: int
+    salted_password: bytes
+
+
+def alter_user_upsertions(conv: Conversation) -> list[AlterUserUpsertion]:
+    """Each upsertion of each AlterUserScramCredentials request (KIP-554), decoded with kio."""
     from kio.schema.alter_user_scram_credentials.v0.request import AlterUserScramCredentialsRequest
     from kio.serial import entity_reader
 
@@ -230,12 +298,31 @@ def salted_passwords_of_alter_user(conv: Conversation) -> list[bytes]:
             continue
         header, used = entity_reader(AlterUserScramCredentialsRequest.__header_schema__)(frame, 4)
         request, _ = entity_reader(AlterUserScramCredentialsRequest)(frame, 4 + used)
-        out += [bytes(u.salted_password) for u in request.upsertions]
+        out += [AlterUserUpsertion(u.name, {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}[u.mechanism], bytes(u.salt),
+                                   u.iterations, bytes(u.salted_password)) for u in request.upsertions]
     return out
+
+
+def sasl_handshakes(conv: Conversation) -> list[tuple[str, int, str]]:
+    """(client_id, version, mechanism) of the conversation's SaslHandshake request (the first
+    only: raw tokens may follow), read here with struct, not with the capture's parser."""
+    client = conv.stream(Direction.FROM_CLIENT)
+    for off, size in _frames(client):
+        if size < 10:
+            continue
+        api_key, version, _corr, cid_len = struct.unpack_from(">hhih", client, off + 4)
+        if api_key != 17:
+            continue
+        client_id = client[off + 14: off + 14 + max(cid_len, 0)].decode()
+        at = off + 14 + max(cid_len, 0)
+        n = struct.unpack_from(">h", client, at)[0]
+        return [(client_id, version, client[at + 2: at + 2 + n].decode())]
+    return []
 
 
 def exchange_connection(client_port: int, broker_port: int) -> str:
     return f"connection {client_port}->{broker_port}"
+
 
 
 # --- what is searched, and how ------------------------------------------------------------
@@ -315,21 +402,24 @@ def assert_no_leak(catalog: Catalog, outputs: dict[str, bytes | str]) -> None:
     assert not leaks, "secrets reached an output:\n" + "\n".join(leaks)
 
 
+
 # --- the run ------------------------------------------------------------------------------
 
 class Capture(Census):
     """`kafka-census capture -i lo --http` (the suite's runner), with every output it has; with
-    `proxy=(listen_port, upstream_port)`, `kafka-census proxy` instead, with the same outputs."""
+    `proxy=[(listen_port, upstream_port, listener name), ...]`, `kafka-census proxy` instead,
+    with the same outputs."""
 
-    def __init__(self, tmp: Path, listeners: list[str], *, proxy: tuple[int, int] | None = None) -> None:
+    def __init__(self, tmp: Path, listeners: list[str], *, proxy: list[tuple[int, int, str]] | None = None) -> None:
         command = "proxy" if proxy else "capture"
         help_text = subprocess.run([str(CENSUS), command, "--help"], capture_output=True, text=True).stdout
         self.events = tmp / "events"
         self.pcap = tmp / "sasl.pcap"
         cmd = [command, "--event-log", str(self.events)]
         if proxy:
-            cmd += ["--listen", f"127.0.0.1:{proxy[0]}", "--upstream", f"127.0.0.1:{proxy[1]}",
-                    "--listener", "SASL_PLAINTEXT"]
+            for listen, upstream, name in proxy:
+                cmd += ["--listen", f"127.0.0.1:{listen}", "--upstream", f"127.0.0.1:{upstream}",
+                        "--listener", f"{name}:SASL_PLAINTEXT"]
         else:
             cmd += ["-i", "lo", "--write-pcap", str(self.pcap)]
         for spec in listeners:
@@ -342,7 +432,7 @@ class Capture(Census):
         if self.state_file is not None:
             cmd += ["--state-file", str(self.state_file)]
         # Its logs go to the runner's own directory, not tmp: tmp's files are searched as outputs.
-        super().__init__(cmd, peers.free_port())
+        super().__init__(cmd, free_port())
 
     def raw(self, path: str) -> bytes:
         """The body of GET path, as bytes: every byte is searched for secrets."""
@@ -355,13 +445,35 @@ class Capture(Census):
         code, _ = self.stop()
         return code, self.stdout_bytes, self.stderr_bytes
 
+    def wait_all_closed(self) -> None:
+        """Until the capture has seen every connection close (the clients are gone by now)."""
+        wait_for("every connection closed",
+                 lambda: json.loads(self.raw("/api/v1/connections?state=open"))["total"] == 0, 60, 0.2)
+
+
+@dataclasses.dataclass
+class Broker:
+    """The module's Kafka, and the ports in front of it, drawn before it starts (it advertises
+    them): `fronts` listener -> the port clients bootstrap from (the relay's, the proxy's)."""
+
+    kafka: KafkaCluster
+    fronts: dict[str, int]
+
+    def port(self, listener: str) -> int:
+        return self.kafka.ports(listener)[0]
+
+    def bootstrap(self, listener: str) -> str:
+        return f"127.0.0.1:{self.fronts.get(listener, self.port(listener))}"
+
 
 @dataclasses.dataclass
 class Run:
     creds: Credentials
-    ports: dict[str, int]  # listener name -> port
-    reports: dict[tuple, dict]  # (listener, client, mechanism, framing) -> client report
-    relay_outcomes: list
+    ports: dict[str, int]  # capture listener name -> the port it watches
+    reports: dict[tuple, dict]  # (outcome, client, mechanism, framing) -> client report
+    admin_report: dict  # AlterUserScramCredentials, then DescribeUserScramCredentials
+    created_report: dict  # kafka-python logging in as the user the admin created
+    relay_edits: int  # ApiVersions answers the relay changed
     rest: dict[str, bytes]  # "GET path" -> body
     rows: list[dict]  # every connection, from REST
     clients: list[dict]
@@ -373,11 +485,19 @@ class Run:
     pcap: Path
     tmp: Path
 
+    def listener_specs(self) -> list[str]:
+        return [f"{name}={port}:SASL_PLAINTEXT" for name, port in self.ports.items()]
 
-def _run_clients(runs, bootstrap: str, creds: Credentials, deadline: float) -> dict:
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {run: pool.submit(run_client, run[0], run[1], run[2], bootstrap, creds.user(run[1]),
-                                    creds.secret(run[1]), deadline) for run in runs}
+
+def _run_clients(runs, creds: Credentials, bootstrap) -> dict:
+    """Every run, eight at a time, the refused first (each mostly waits for its deadline while
+    the others run); `bootstrap(client, framing)` says where each connects."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        futures = {run: pool.submit(run_client, run[1], run[2], run[3], bootstrap(run[1], run[3]), creds.user(run[2]),
+                                    creds.secret(run[2], run[0]),
+                                    ACCEPTED_RUN_DEADLINE if run[0] == "accepted" else REFUSED_RUN_DEADLINE,
+                                    client_id=client_id_of(run[0], run[1], run[3]))
+                   for run in sorted(runs, key=lambda r: r[0] != "refused")}
         return {run: f.result() for run, f in futures.items()}
 
 
@@ -407,34 +527,45 @@ def _rest_outputs(capture: Capture) -> tuple[dict[str, bytes], list[dict]]:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Run:
+def creds() -> Credentials:
+    return Credentials.draw()
+
+
+@pytest.fixture(scope="module")
+def broker(creds) -> Iterator[Broker]:
+    """One Kafka 3.9.2 node for the module, its users this run's credentials. SASL_V0 and
+    PROXIED_V0 are advertised at a HandshakeV0Relay's port, PROXIED and PROXIED_V0 at the
+    proxy's, so that a client's every connection goes the way its bootstrap did."""
+    fronts = {SASL_V0: free_port(), PROXIED: free_port(), PROXIED_V0: free_port()}
+    with start_kafka(KAFKA_LINE, listeners=[f"{n}:SASL_PLAINTEXT" for n in (SASL, SASL_V0, PROXIED, PROXIED_V0)],
+                     users=creds.broker_users(), metrics=False,
+                     advertise={name: [port] for name, port in fronts.items()}) as kafka:
+        yield Broker(kafka, fronts)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, creds, broker) -> Run:
     tmp = tmp_path_factory.mktemp("secrets")
-    creds = Credentials.draw()
-    upstream, relay_port, tansu_port = peers.free_port(), peers.free_port(), peers.free_port()
-    ports = {RELAY: relay_port, TANSU: tansu_port}
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(peers.start_tansu(upstream, relay_port))  # Metadata points clients at the relay
-        stack.enter_context(start_authenticating_tansu(tansu_port))
-        relay = stack.enter_context(SaslRelay(relay_port, ("127.0.0.1", upstream),
-                                              {creds.users[m]: creds.passwords[m] for m in creds.users}, {creds.token}))
-        capture = Capture(tmp, [f"{RELAY}={relay_port}:SASL_PLAINTEXT", f"{TANSU}={tansu_port}:SASL_PLAINTEXT"])
+    ports = {SASL: broker.port(SASL), SASL_V0: broker.fronts[SASL_V0]}
+    with HandshakeV0Relay(ports[SASL_V0], ("127.0.0.1", broker.port(SASL_V0))) as relay:
+        capture = Capture(tmp, [f"{name}={port}:SASL_PLAINTEXT" for name, port in ports.items()])
         try:
-            relayed = _run_clients(RELAY_RUNS, f"127.0.0.1:{relay_port}", creds, 30)
-            reports = {(RELAY, *k): v for k, v in relayed.items()}
-            reports |= {(TANSU, *k): v for k, v in
-                        _run_clients(TANSU_RUNS, f"127.0.0.1:{tansu_port}", creds, REFUSED_RUN_DEADLINE).items()}
-            tansu_user_create(f"127.0.0.1:{relay_port}", "SCRAM-SHA-512", creds.admin_user, creds.admin_password)
-            deadline = time.monotonic() + 15  # the closing segments reach the capture
-            while json.loads(capture.raw("/api/v1/connections?state=open"))["total"] and time.monotonic() < deadline:
-                time.sleep(0.2)
+            reports = _run_clients(RUNS, creds, lambda client, framing:
+                                   broker.bootstrap(SASL_V0 if through_relay(client, framing) else SASL))
+            admin = alter_user_scram(broker.bootstrap(SASL), creds.admin_user, creds.admin_password,
+                                     creds.created_user, creds.created_password, client_id=ADMIN_CLIENT_ID)
+            created = run_client("kafka-python", "SCRAM-SHA-512", "SaslAuthenticate", broker.bootstrap(SASL),
+                                 creds.created_user, creds.created_password, ACCEPTED_RUN_DEADLINE,
+                                 client_id=CREATED_CLIENT_ID)
+            capture.wait_all_closed()  # the closing segments reach the capture
             rest, rows = _rest_outputs(capture)
             clients = json.loads(capture.raw("/api/v1/clients"))["clients"]
         finally:
             code, out, err = capture.finish()
-        files = {str(p.relative_to(tmp)): p.read_bytes() for p in sorted(tmp.rglob("*"))
-                 if p.is_file() and p != capture.pcap}
-        return Run(creds, ports, reports, list(relay.outcomes), rest, rows, clients, err, out, code,
-                   capture.log_level, files, capture.pcap, tmp)
+    files = {str(p.relative_to(tmp)): p.read_bytes() for p in sorted(tmp.rglob("*"))
+             if p.is_file() and p != capture.pcap}
+    return Run(creds, ports, reports, admin, created, relay.edited, rest, rows, clients, err, out, code,
+               capture.log_level, files, capture.pcap, tmp)
 
 
 @pytest.fixture(scope="module")
@@ -444,8 +575,8 @@ def conversations(run) -> list[Conversation]:
 
 @pytest.fixture(scope="module")
 def kinds(run, conversations) -> list:
-    """(listener, client, mechanism, framing) of each conversation, None without SASL."""
-    return [_conversation_kind(conv, run.ports) for conv in conversations]
+    """(outcome, client, mechanism, framing) of each conversation, None without SASL."""
+    return [_conversation_kind(conv) for conv in conversations]
 
 
 @pytest.fixture(scope="module")
@@ -454,56 +585,82 @@ def exchanges(run, conversations) -> list[ScramExchange]:
 
 
 @pytest.fixture(scope="module")
-def catalog(run, conversations, exchanges) -> Catalog:
+def upsertions(conversations) -> list[AlterUserUpsertion]:
+    return [u for conv in conversations for u in alter_user_upsertions(conv)]
+
+
+@pytest.fixture(scope="module")
+def catalog(run, exchanges, upsertions) -> Catalog:
     c = run.creds
     items = [(f"{m} password", c.passwords[m].encode()) for m in c.passwords]
-    items += [("OAUTHBEARER token", c.token.encode()), ("OAUTHBEARER token claims", c.token.split(".")[1].encode()),
-              ("OAUTHBEARER token id", c.token_id.encode()),
-              ("AlterUserScramCredentials password", c.admin_password.encode())]
-    plain = c.users["PLAIN"]
-    items += [("PLAIN token", f"{plain}\x00{c.passwords['PLAIN']}".encode())]  # authcid NUL passwd (either client)
+    items += [(f"{m} wrong password", c.wrong_passwords[m].encode()) for m in c.wrong_passwords]
+    for label, token, token_id in (("OAUTHBEARER token", c.token, c.token_id),
+                                   ("OAUTHBEARER expired token", c.expired_token, c.expired_token_id)):
+        items += [(label, token.encode()), (f"{label} claims", token.split(".")[1].encode()),
+                  (f"{label} id", token_id.encode())]
+    items += [("admin password", c.admin_password.encode()), ("created user's password", c.created_password.encode())]
+    for label, user, password in (("PLAIN token", c.users["PLAIN"], c.passwords["PLAIN"]),
+                                  ("PLAIN token, wrong password", c.users["PLAIN"], c.wrong_passwords["PLAIN"]),
+                                  ("admin's PLAIN token", c.admin_user, c.admin_password)):
+        items += [(label, f"{user}\x00{password}".encode())]  # authcid NUL passwd (either client)
     for x in exchanges:
         where = f"{x.mechanism} exchange on {exchange_connection(x.client_port, x.broker_port)},"
         items += [(f"{where} client-final message", x.client_final), (f"{where} client proof as sent", x.proof_b64)]
         items += [(f"{where} {name.replace('_', ' ')}", value) for name, value in x.derived.items()]
-    salted = [s for conv in conversations for s in salted_passwords_of_alter_user(conv)]
-    items += [(f"AlterUserScramCredentials salted password {i}", s) for i, s in enumerate(salted)]
+    items += [(f"AlterUserScramCredentials {u.mechanism} salted password", u.salted_password) for u in upsertions]
     return Catalog(items)
 
 
 # --- the traffic really carried the secrets -------------------------------------------------
 
-def test_real_clients_sent_every_secret(run, conversations, exchanges, catalog):
+def test_real_clients_sent_every_secret(run, conversations, exchanges, upsertions):
     """Positive controls: without them a leak test passes on traffic without secrets."""
-    bad = {k: v for k, v in run.reports.items() if v["ok"] != (k[0] == RELAY)}
+    bad = {k: v for k, v in run.reports.items() if v["ok"] != (k[0] == "accepted")}
     assert not bad, f"client runs with an unexpected outcome: {bad}"
-    ok = {(client_id, m, f) for client_id, m, f, _, good in run.relay_outcomes if good}
-    missing = [r for r in RELAY_RUNS if (f"census-sasl-{r[0]}-{r[2]}", r[1], r[2]) not in ok]
-    assert not missing, f"runs that did not authenticate in the framing they were meant to: {missing}"
+    assert run.admin_report["ok"], f"AlterUserScramCredentials: {run.admin_report}"
+    assert run.created_report["ok"], f"the user AlterUserScramCredentials made cannot log in: {run.created_report}"
+    # Each run's connections used the framing and the mechanism it was meant to: SaslHandshake
+    # v0 for raw tokens, v1 for SaslAuthenticate (read from the pcap, not from the decoder).
+    handshakes = [(conv.broker_port, *h) for conv in conversations for h in sasl_handshakes(conv)]
+    for outcome, client, mechanism, framing in RUNS:
+        port = run.ports[SASL_V0 if through_relay(client, framing) else SASL]
+        mine = {(p, v, m) for p, cid, v, m in handshakes if cid == client_id_of(outcome, client, framing)
+                and m == mechanism}
+        assert mine == {(port, 0 if framing == "raw" else 1, mechanism)}, (outcome, client, mechanism, framing, mine)
+    assert run.relay_edits, "the relay changed no ApiVersions answer"
     wire = run.pcap.read_bytes()
     c = run.creds
-    for mechanism in ("PLAIN",):
-        assert c.passwords[mechanism].encode() in wire, f"the {mechanism} password is not on the wire"
-    assert c.token.encode() in wire, "the OAUTHBEARER token is not on the wire"
+    for what, value in [("PLAIN password", c.passwords["PLAIN"]), ("wrong PLAIN password", c.wrong_passwords["PLAIN"]),
+                        ("admin's PLAIN password", c.admin_password), ("OAUTHBEARER token", c.token),
+                        ("expired OAUTHBEARER token", c.expired_token)]:
+        assert value.encode() in wire, f"the {what} is not on the wire"
     for mechanism in SCRAM:
         assert c.passwords[mechanism].encode() not in wire, "SCRAM sends no password"
-    got = Counter((x.broker_port, x.mechanism) for x in exchanges)
-    for listener, _client, mechanism, _framing in run.reports:
+        assert c.wrong_passwords[mechanism].encode() not in wire, "SCRAM sends no password"
+    # A proof per SCRAM run, with the password its outcome says, on its listener.
+    got = Counter((x.broker_port, x.mechanism, x.password) for x in exchanges)
+    for outcome, client, mechanism, framing in RUNS:
         if mechanism in SCRAM:
-            assert got[(run.ports[listener], mechanism)], f"no {mechanism} proof on the wire to {listener}"
-    salted = [s for s, _ in catalog.secrets if s.startswith("AlterUserScramCredentials salted")]
-    assert salted, "no AlterUserScramCredentials salted password on the wire"
-    # The decoder saw each mechanism in each framing (from the event log).
+            port = run.ports[SASL_V0 if through_relay(client, framing) else SASL]
+            password = "password" if outcome == "accepted" else "wrong password"
+            assert got[(port, mechanism, password)], f"no {mechanism} proof with the {password} on the wire to {port}"
+    assert got[(run.ports[SASL], "SCRAM-SHA-512", "created user's password")], "the created user sent no proof"
+    # The salted passwords the admin sent are the created user's, salted with the salt beside them.
+    assert sorted(u.mechanism for u in upsertions) == list(SCRAM), upsertions
+    for u in upsertions:
+        assert u.user == c.created_user
+        assert u.salted_password == scram_derived(u.mechanism, c.created_password, u.salt, u.iterations,
+                                                  b"")["salted_password"], f"{u.mechanism}: not the salted password"
+    # The decoder saw each mechanism in each framing accepted and refused (from the event log).
     records = [json.loads(line) for name, data in run.files.items() if name.startswith("events/")
                for line in data.splitlines() if line.strip()]
     seen = {(r["mechanism"], r["framing"], r["outcome"]) for r in records if r["type"] == "SaslIdentity"}
     for m in MECHANISMS:
         for f in FRAMINGS:
             assert (m, f, "success") in seen, (m, f, sorted(seen))
-    # Tansu answers a bad OAUTHBEARER token with SASL_AUTHENTICATION_FAILED but closes the
-    # connection on a bad SCRAM proof: "failure" or "incomplete", never "success".
-    refused = {(m, f) for m, f, o in seen if o in ("failure", "incomplete")}
-    assert {(m, f) for _, m, f in TANSU_RUNS} <= refused, sorted(seen)
+            # Kafka answers a refusal in SaslAuthenticate with SASL_AUTHENTICATION_FAILED, and
+            # closes a raw-token connection: "failure" or "incomplete", never "success".
+            assert (m, f, "failure") in seen or (m, f, "incomplete") in seen, (m, f, sorted(seen))
 
 
 def test_principal_and_mechanism_are_shown(run):
@@ -512,18 +669,22 @@ def test_principal_and_mechanism_are_shown(run):
     authentication shows its mechanism and no principal."""
     c = run.creds
     rows = [r for r in run.rows if r["sasl_mechanism"]]
-    relay = [r for r in rows if r["listener"] == RELAY]
+    accepted = [r for r in rows if (r["client_id"] or "").endswith("-accepted")]
     for m in MECHANISMS:
-        mine = [r for r in relay if r["sasl_mechanism"] == m]
+        mine = [r for r in accepted if r["sasl_mechanism"] == m]
         assert mine, f"no {m} connection in REST"
         principals = {r["principal"] for r in mine}
         assert principals == ({c.users[m]} if m in c.users else {None}), (m, principals)
-    refused = [r for r in rows if r["listener"] == TANSU]
-    assert {r["sasl_mechanism"] for r in refused} == {m for _, m, _ in TANSU_RUNS}
+    assert {r["listener"] for r in accepted} == {SASL, SASL_V0}
+    refused = [r for r in rows if (r["client_id"] or "").endswith("-refused")]
+    assert {r["sasl_mechanism"] for r in refused} == set(MECHANISMS)
     assert all(r["principal"] is None for r in refused), [r["principal"] for r in refused]
+    by_client_id = {(r["client_id"], r["principal"], r["sasl_mechanism"]) for r in rows}
+    assert (ADMIN_CLIENT_ID, c.admin_user, "PLAIN") in by_client_id
+    assert (CREATED_CLIENT_ID, c.created_user, "SCRAM-SHA-512") in by_client_id
     census = {row["principal"] for row in run.clients}
-    assert {c.users[m] for m in c.users} <= census, census
-    one = next(r for r in relay if r["principal"] == c.users["PLAIN"])
+    assert {c.users[m] for m in c.users} | {c.admin_user, c.created_user} <= census, census
+    one = next(r for r in accepted if r["principal"] == c.users["PLAIN"])
     detail = json.loads(run.rest[f"GET /api/v1/connections/{urllib.parse.quote(one['id'], safe='')}"])
     assert detail["principal"] == c.users["PLAIN"] and detail["sasl_mechanism"] == "PLAIN"
     metrics = run.rest["GET /metrics"].decode()
@@ -550,28 +711,29 @@ def test_no_secret_in_any_rest_response(run, catalog):
     assert_no_leak(catalog, {k: v for k, v in run.rest.items() if k != "GET /metrics"})
 
 
-def test_no_secret_through_the_proxy(run, catalog, tmp_path_factory):
-    """The proxy sees every token in the clear. The same credentials as the capture's run go
-    through `kafka-census proxy` to the relay, so the catalog's passwords and token apply (this
-    run's SCRAM proofs are new and not in the catalog; the decoder is the capture's)."""
+def test_no_secret_through_the_proxy(run, catalog, broker, tmp_path_factory):
+    """The proxy sees every token in the clear. The same credentials as the capture's run go,
+    accepted and refused, through `kafka-census proxy` to the same Kafka (confluent-kafka's raw
+    runs through the proxy and then a HandshakeV0Relay), so the catalog's passwords and tokens
+    apply (this run's SCRAM proofs are new and not in the catalog; the decoder is the capture's)."""
     tmp = tmp_path_factory.mktemp("secrets-proxy")
     creds = run.creds
-    upstream, relay_port, proxy_port = peers.free_port(), peers.free_port(), peers.free_port()
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(peers.start_tansu(upstream, proxy_port))  # every connection via the proxy
-        stack.enter_context(SaslRelay(relay_port, ("127.0.0.1", upstream),
-                                      {creds.users[m]: creds.passwords[m] for m in creds.users}, {creds.token}))
-        proxy = Capture(tmp, [], proxy=(proxy_port, relay_port))
+    relay_port = free_port()
+    with HandshakeV0Relay(relay_port, ("127.0.0.1", broker.port(PROXIED_V0))):
+        proxy = Capture(tmp, [], proxy=[(broker.fronts[PROXIED], broker.port(PROXIED), PROXIED),
+                                        (broker.fronts[PROXIED_V0], relay_port, PROXIED_V0)])
         try:
-            _run_clients(RELAY_RUNS, f"127.0.0.1:{proxy_port}", creds, 30)
-            deadline = time.monotonic() + 15
-            while json.loads(proxy.raw("/api/v1/connections?state=open"))["total"] and time.monotonic() < deadline:
-                time.sleep(0.2)
+            reports = _run_clients(RUNS, creds, lambda client, framing:
+                                   broker.bootstrap(PROXIED_V0 if through_relay(client, framing) else PROXIED))
+            proxy.wait_all_closed()
             rest, rows = _rest_outputs(proxy)
         finally:
             code, out, err = proxy.finish()
     assert code == 0, catalog.mask(err)
-    assert {r["sasl_mechanism"] for r in rows} >= set(MECHANISMS)
+    bad = {k: v for k, v in reports.items() if v["ok"] != (k[0] == "accepted")}
+    assert not bad, f"client runs through the proxy with an unexpected outcome: {bad}"
+    assert {(r["sasl_mechanism"], r["listener"]) for r in rows} >= {(m, PROXIED) for m in MECHANISMS} | \
+        {(m, PROXIED_V0) for m in MECHANISMS}
     assert any(r["principal"] == creds.users["PLAIN"] for r in rows)
     files = {str(p.relative_to(tmp)): p.read_bytes() for p in sorted(tmp.rglob("*")) if p.is_file()}
     assert any(name.startswith("events/") for name in files), sorted(files)
@@ -587,11 +749,11 @@ def test_no_secret_in_the_event_log_or_any_file_the_capture_wrote(run, catalog):
 @pytest.mark.parametrize("fmt", ["table", "json"])
 def test_no_secret_in_replay(run, catalog, fmt):
     done = subprocess.run([str(CENSUS), "replay", str(run.pcap), "--format", fmt,
-                           "--listener", f"{RELAY}={run.ports[RELAY]}:SASL_PLAINTEXT",
-                           "--listener", f"{TANSU}={run.ports[TANSU]}:SASL_PLAINTEXT"],
+                           *[f for spec in run.listener_specs() for f in ("--listener", spec)]],
                           capture_output=True, timeout=120)
     assert done.returncode == 0, catalog.mask(done.stderr)
-    for user in run.creds.users.values():  # the principals are listed (the table cuts them at 12)
+    users = [*run.creds.users.values(), run.creds.admin_user, run.creds.created_user]
+    for user in users:  # the principals are listed (the table cuts them at 12)
         assert (user if fmt == "json" else user[:12]).encode() in done.stdout, user
     assert_no_leak(catalog, {f"replay --format {fmt} stdout": done.stdout,
                              f"replay --format {fmt} stderr": done.stderr})
@@ -628,8 +790,7 @@ def pipeline_outputs(run, catalog) -> dict[str, bytes]:
     over the capture's event log and the decoded one."""
     decoded, report, dump = run.tmp / "pipeline-decoded", run.tmp / "pipeline-report", run.tmp / "parquet-rows.tsv"
     done = subprocess.run([sys.executable, "-c", PIPELINE_DRIVER, str(run.pcap), str(run.tmp / "events"), str(decoded),
-                           str(report), str(dump), f"{RELAY}={run.ports[RELAY]}:SASL_PLAINTEXT",
-                           f"{TANSU}={run.ports[TANSU]}:SASL_PLAINTEXT"],
+                           str(report), str(dump), *run.listener_specs()],
                           cwd=str(REPO), capture_output=True, timeout=600)
     assert done.returncode == 0, catalog.mask(done.stderr)
     out = {"pipeline stdout": done.stdout, "pipeline stderr": done.stderr}
@@ -742,23 +903,23 @@ def decode(segments, mid_stream: bool = False, *, one_byte_at_a_time: bool = Fal
     return events + conn.events()
 
 
-def _conversation_kind(conv: Conversation, ports: dict[str, int]):
+def _conversation_kind(conv: Conversation):
     events = decode(conv.segments)
     identity = next((e for e in events if isinstance(e, SaslIdentity)), None)
     client_id = next((e.client_id for e in events if isinstance(e, RequestSeen) and e.client_id), "")
-    client = next((c for c in CLIENTS if client_id.startswith(f"census-sasl-{c}-")), None)
-    if identity is None or client is None:
+    named = _CLIENT_ID.fullmatch(client_id)
+    if identity is None or named is None:
         return None
-    listener = RELAY if conv.broker_port == ports[RELAY] else TANSU
-    return listener, client, identity.mechanism, identity.framing
+    client, _framing, outcome = named.groups()
+    return outcome, client, identity.mechanism, identity.framing
 
 
-FUZZ_CASES = [(RELAY, *r) for r in RELAY_RUNS] + [(TANSU, *r) for r in TANSU_RUNS]
+FUZZ_CASES = RUNS
 
 
 @pytest.mark.parametrize("case", FUZZ_CASES, ids=["-".join(c) for c in FUZZ_CASES])
 def test_no_secret_in_decoder_events_or_errors_of_damaged_exchanges(run, conversations, kinds, catalog, case):
-    """One real SASL conversation per (listener, client, mechanism, framing), decoded whole,
+    """One real SASL conversation per (outcome, client, mechanism, framing), decoded whole,
     one byte at a time, and then with every byte of the SASL exchange flipped, zeroed, deleted
     (client) or cut off, joined mid-stream at every client offset, and with the client_id
     length of each SASL request grown to every value its frame allows: no event repr and no
@@ -927,3 +1088,4 @@ def test_a_client_id_length_reaching_into_the_token_is_not_reported(version):
         assert request.client_id is None, f"client_id length {grown}: the client_id is reported"
         errors = [e for e in events if type(e).__name__ == "DecodeError" and e.api_key == 36]
         assert errors and not any(secret[:6].decode() in repr(e) for e in events), grown
+
