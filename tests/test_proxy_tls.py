@@ -1,6 +1,17 @@
 """The proxy terminating and originating TLS, with real peers: `kafka-census proxy` (the real
-command, a subprocess) in front of a Tansu broker that advertises the proxy's port, so that
-every connection the real clients make goes through it; read through its REST API.
+command, a subprocess) in front of Apache Kafka 4, whose listeners each advertise the port of
+the proxy a test puts in front of them, so that every connection the real clients make goes
+through it; read through its REST API.
+
+Apache Kafka where the broker matters (issue 27): the real clients' tests (TLS termination,
+mutual TLS, the chain of proxies) are about identities and principals as real clients present
+them to a real broker, so one Kafka 4 node serves the module (about 6 s to start), with a
+plaintext listener per termination route (one per event loop and test: each advertises its own
+proxy) and an SSL listener at the end of the chain, which then carries TLS on every hop after
+the first. The TLS route's connection bound (test 6) stays on Tansu: it checks sockets the
+proxy accepts and refuses, and needs only an answer to one ApiVersions request, which Tansu
+gives in a second where a broker of its own in Kafka would take six (and it runs once per event
+loop). SIGHUP reload and the start-up errors need no broker.
 
 Certificates are made by tests/tls_certs.py into temporary directories. Oracles: the clients'
 own TLS stacks (OpenSSL in Python, librdkafka and Node.js), `cryptography` for the RFC 4514
@@ -13,6 +24,7 @@ Needs root (tcpdump on lo), as `make test` has on CI.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 import signal
 import socket
@@ -28,10 +40,11 @@ import pytest
 from exporter.registry import iso_time
 from harness import oracles, peers
 from harness.census import CENSUS, Census, wait_for
+from harness.kafka_broker import KafkaCluster, KafkaError, Tls, start_kafka
 from tests.test_golden import EXPECTED_IDENTITY
 from tests.tls_certs import Issued, make_pki
 
-pytestmark = pytest.mark.e2e  # kafka-census proxy terminating TLS in front of Tansu
+pytestmark = pytest.mark.e2e  # kafka-census proxy terminating TLS in front of Apache Kafka (and Tansu)
 
 TLS_RECORD_HANDSHAKE = 0x16  # the first byte of a TLS ClientHello record
 TLS_RECORD_ALERT = 0x15
@@ -52,9 +65,45 @@ CLIENT_ENDED = ("client_closed", "client_reset")
 LOOPS = ("uvloop", "asyncio")
 
 
+#: The broker's listeners, one per proxy a test puts in front of it (name -> security protocol):
+#: TLS termination and mutual TLS once per event loop, and the chain's last hop, which B speaks
+#: TLS on (the broker asks for no client certificate: the clients' end at the proxies).
+ROUTES = {"TLS_UVLOOP": "PLAINTEXT", "TLS_ASYNCIO": "PLAINTEXT", "MTLS_UVLOOP": "PLAINTEXT",
+          "MTLS_ASYNCIO": "PLAINTEXT", "CHAIN": "SSL"}
+
+
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Broker:
+    """The module's Kafka 4 node and, per listener of ROUTES, the proxy port it advertises."""
+
+    cluster: KafkaCluster
+    front: dict[str, int]
+
+    def port(self, listener: str) -> int:
+        return self.cluster.ports(listener)[0]
+
+    def upstream(self, listener: str) -> str:
+        return f"127.0.0.1:{self.port(listener)}"
+
+    def log_tail(self) -> str:
+        return self.cluster.brokers[0].log_tail()
+
+
+@pytest.fixture(scope="module")
+def kafka(pki):
+    front = {name: peers.free_port() for name in ROUTES}
+    tls = Tls(pki.ca.ca_path, pki.server.cert_path, pki.server.key_path, client_auth="none")
+    try:
+        with start_kafka("4", listeners=tuple(f"{name}:{proto}" for name, proto in ROUTES.items()), tls=tls,
+                         metrics=False, advertise={name: [port] for name, port in front.items()}) as cluster:
+            yield Broker(cluster, front)
+    except KafkaError as exc:  # not installed, would not start, or died: its last log lines
+        pytest.fail(str(exc), pytrace=False)
 
 
 def _require(*clients: str) -> None:
@@ -113,8 +162,14 @@ def running_proxy(listen_port: int, upstream: str, *flags: str, http: bool = Tru
     proxy = CensusProxy(listen_port, upstream, *flags, http=http)
     try:
         yield proxy
-    finally:
+    except BaseException as exc:  # e.g. a client failed: say whether the proxy was still there
+        exited = proxy.proc.poll()
         code = proxy.stop()
+        state = "was running" if exited is None else f"had exited {exited}"
+        exc.add_note(f"the proxy on port {listen_port} {state} (stopped: exit {code}); its stderr:\n"
+                     f"{proxy.stderr[-4000:]}")
+        raise
+    code = proxy.stop()
     assert code == 0, f"proxy exited {code}:\n{proxy.stderr}"
     assert "Traceback" not in proxy.stderr, proxy.stderr
 
@@ -129,9 +184,9 @@ def client_tls_args(ca, issued=None) -> list[str]:
     return args + (["--cert", str(issued.cert_path), "--key", str(issued.key_path)] if issued else [])
 
 
-def run_client(name: str, port: int, extra_args, broker) -> dict:
+def run_client(name: str, port: int, extra_args, kafka: Broker) -> dict:
     code, out, err = peers.run_client(name, f"127.0.0.1:{port}", timeout=90, check=False, extra_args=extra_args)
-    assert code == 0, f"{name} exited {code}\nstdout:\n{out}\nstderr:\n{err[-4000:]}\nbroker:\n{broker.stderr_tail()}"
+    assert code == 0, f"{name} exited {code}\nstdout:\n{out}\nstderr:\n{err[-4000:]}\nbroker:\n{kafka.log_tail()}"
     report = peers.parse_report(out)
     assert report["ok"] and report["produced"] == report["consumed"] == peers.MESSAGES, report
     return report
@@ -219,19 +274,19 @@ def by_client_port(conns: list[dict], port: int, after: str | None = None) -> di
 
 # --------------------------------------------------------------------------- 1: TLS termination
 @pytest.mark.parametrize("loop", LOOPS)
-def test_real_clients_through_tls_terminating_proxy(pki, tmp_path, loop):
+def test_real_clients_through_tls_terminating_proxy(pki, kafka, tmp_path, loop):
     """confluent-kafka, kafka-python, aiokafka and kafkajs speak TLS to the proxy (checking its
-    certificate and host name); the proxy decodes them and speaks plaintext Kafka to Tansu."""
+    certificate and host name); the proxy decodes them and speaks plaintext Kafka to Kafka 4."""
     _require(*TLS_CLIENTS)
-    proxy_port = peers.free_port()
+    route = f"TLS_{loop.upper()}"
+    proxy_port, broker_port = kafka.front[route], kafka.port(route)
     pcap = tmp_path / "hops.pcap"
-    with peers.start_tansu(advertised_port=proxy_port) as broker, \
-            running_proxy(proxy_port, broker.bootstrap, "--listener", "EXTERNAL", "--event-loop", loop,
-                          *tls_flags(pki.server)) as proxy:
-        with oracles.tcpdump_capture("lo", f"tcp port {proxy_port} or tcp port {broker.port}", pcap):
+    with running_proxy(proxy_port, kafka.upstream(route), "--listener", "EXTERNAL", "--event-loop", loop,
+                       *tls_flags(pki.server)) as proxy:
+        with oracles.tcpdump_capture("lo", f"tcp port {proxy_port} or tcp port {broker_port}", pcap):
             for name in TLS_CLIENTS:
-                run_client(name, proxy_port, client_tls_args(pki.ca.ca_path), broker)
-            # Plaintext Kafka to the TLS port: the handshake fails, nothing reaches Tansu.
+                run_client(name, proxy_port, client_tls_args(pki.ca.ca_path), kafka)
+            # Plaintext Kafka to the TLS port: the handshake fails, nothing reaches the broker.
             plain_started = iso_time(time.time())
             with socket.create_connection(("127.0.0.1", proxy_port), timeout=10) as sock:
                 plain_port = sock.getsockname()[1]
@@ -262,13 +317,15 @@ def test_real_clients_through_tls_terminating_proxy(pki, tmp_path, loop):
                 (c["client_software_name"], c["client_software_version"]) == (sw_name, sw_version), c
         # kafkajs skips ApiVersions on its fetch connection (as in the golden recording).
         without = [c for c in mine if c not in with_identity]
-        # (named after a sibling at most, issue 15: never in the software fields)
-        assert all(name == "kafkajs" and c["identity_source"] in ("none", "sibling") and
-                   c["client_software_name"] is None for c in without), without
+        # Inferred at most, never in the software fields: named after a sibling (issue 15), or by
+        # the fingerprint of its client's connections together (issue 28), as kafkajs.
+        assert all(name == "kafkajs" and c["client_software_name"] is None and
+                   (c["identity_source"] == "none" or c["identity_source"] in ("sibling", "fingerprint") and
+                    c["inferred_software"]["name"] == "kafkajs") for c in without), without
 
-    # The wire: clients -> proxy carries TLS only; proxy -> Tansu carries the same Kafka bytes
+    # The wire: clients -> proxy carries TLS only; proxy -> broker carries the same Kafka bytes
     # in plaintext, one upstream connection per client connection.
-    front, back = tcp_streams(pcap, proxy_port), tcp_streams(pcap, broker.port)
+    front, back = tcp_streams(pcap, proxy_port), tcp_streams(pcap, broker_port)
     assert front.pop(max(k for k in front if k[0] == plain_port))[0] == api_versions_v0()
     assert sorted(port for port, _ in front) == sorted(c["client_port"] for c in conns)
     for client_bytes, broker_bytes in front.values():
@@ -277,14 +334,15 @@ def test_real_clients_through_tls_terminating_proxy(pki, tmp_path, loop):
     assert len(back) == len(conns)
     for client_bytes, _ in back.values():
         assert client_bytes[0] != TLS_RECORD_HANDSHAKE and b"census-" in client_bytes
-    # Every byte a client sent reached Tansu: per connection, as many as the proxy decoded.
+    # Every byte a client sent reached the broker: per connection, as many as the proxy decoded.
     assert sorted(len(cb) for cb, _ in back.values()) == sorted(c["bytes_from_client"] for c in conns)
-    # Tansu may answer after the client has gone (a long-poll Fetch in flight at close): those
-    # bytes reach the proxy's closed socket, never the client, and are not counted.
+    # The broker may answer after the client has gone (a long-poll Fetch in flight at close, as
+    # Tansu did too): those bytes reach the proxy's closed socket, never the client, and are not
+    # counted; hence at least, not equal.
     assert sum(len(bb) for _, bb in back.values()) >= sum(c["bytes_from_broker"] for c in conns) > 0
     # tshark decodes the upstream hop as Kafka: the very requests the proxy counted, and the
     # software names of ApiVersions v3+ as the proxy reported them.
-    decoded = oracles.tshark_requests(pcap, [broker.port])
+    decoded = oracles.tshark_requests(pcap, [broker_port])
     assert len(decoded) == len(conns)
     tshark_counts = Counter((r["client_id"], r["api_key"], r["api_version"]) for reqs in decoded.values() for r in reqs)
     assert tshark_counts == request_counts(conns)
@@ -297,18 +355,18 @@ def test_real_clients_through_tls_terminating_proxy(pki, tmp_path, loop):
 
 # --------------------------------------------------------------------------- 2: mutual TLS
 @pytest.mark.parametrize("loop", LOOPS)
-def test_mutual_tls_principal_is_the_rfc4514_subject(pki, loop):
+def test_mutual_tls_principal_is_the_rfc4514_subject(pki, kafka, loop):
     """With --tls-client-ca a certificate is required; its subject, in RFC 4514 form (escapes,
     most specific first) is the principal. `cryptography` writes the expected form."""
     clients = {"confluent-kafka": pki.billing, "kafka-python": pki.odd, "kafkajs": pki.odd}
     _require(*clients)
     assert pki.billing.subject == r"CN=billing-service,OU=payments,O=Acme Corp\, Inc.,C=DE"
-    proxy_port = peers.free_port()
-    with peers.start_tansu(advertised_port=proxy_port) as broker, \
-            running_proxy(proxy_port, broker.bootstrap, "--listener", "MTLS", "--event-loop", loop,
-                          *tls_flags(pki.server, client_ca=pki.ca.ca_path)) as proxy:
+    route = f"MTLS_{loop.upper()}"
+    proxy_port = kafka.front[route]
+    with running_proxy(proxy_port, kafka.upstream(route), "--listener", "MTLS", "--event-loop", loop,
+                       *tls_flags(pki.server, client_ca=pki.ca.ca_path)) as proxy:
         for name, issued in clients.items():
-            run_client(name, proxy_port, client_tls_args(pki.ca.ca_path, issued), broker)
+            run_client(name, proxy_port, client_tls_args(pki.ca.ca_path, issued), kafka)
         # Refused: no certificate, and the right subject signed by a CA the proxy does not trust.
         refused = {}
         for label, cert in (("no certificate", None), ("other CA", pki.stranger)):
@@ -322,6 +380,7 @@ def test_mutual_tls_principal_is_the_rfc4514_subject(pki, loop):
         for issued in (pki.billing, pki.wide):
             started = iso_time(time.time())
             local_port, _, answer = tls_probe(proxy_port, pki.ca.ca_path, issued, send=api_versions_v0())
+            # the broker's ApiVersions answer (header v0: the correlation id first), through the proxy
             assert isinstance(answer, bytes) and len(answer) > 10 and answer[4:8] == struct.pack(">i", 7), answer
             probes[local_port, started] = issued
         conns = proxy.wait_all_closed()
@@ -345,20 +404,23 @@ def test_mutual_tls_principal_is_the_rfc4514_subject(pki, loop):
 
 
 # --------------------------------------------------------------------------- 3: upstream TLS
-def test_upstream_tls_chain(pki, tmp_path):
-    """client -> proxy A (plaintext in, TLS out) -> proxy B (terminates TLS) -> Tansu: the
-    client works; the A -> B hop is TLS; A trusting the wrong CA refuses to forward."""
+def test_upstream_tls_chain(pki, kafka, tmp_path):
+    """client -> proxy A (plaintext in, TLS out) -> proxy B (terminates TLS, and speaks TLS to
+    the broker) -> Kafka 4's SSL listener: the client works; every hop after A is TLS; A trusting
+    the wrong CA refuses to forward. (A client speaking TLS to one proxy in front of the SSL
+    listener is tests/test_broker_view.py's.)"""
     _require("confluent-kafka")
-    port_a, port_b, port_a_wrong = peers.free_port(), peers.free_port(), peers.free_port()
-    pcap = tmp_path / "a-to-b.pcap"
-    with peers.start_tansu(advertised_port=port_a) as broker, \
-            running_proxy(port_b, broker.bootstrap, "--listener", "B", *tls_flags(pki.server)) as proxy_b, \
+    port_a, port_b, port_a_wrong = kafka.front["CHAIN"], peers.free_port(), peers.free_port()
+    ssl_port = kafka.port("CHAIN")
+    pcap = tmp_path / "a-to-b-to-kafka.pcap"
+    with running_proxy(port_b, kafka.upstream("CHAIN"), "--listener", "B", *tls_flags(pki.server),
+                       "--upstream-tls", "--upstream-ca", str(pki.ca.ca_path)) as proxy_b, \
             running_proxy(port_a, f"127.0.0.1:{port_b}", "--listener", "A", "--upstream-tls",
                           "--upstream-ca", str(pki.ca.ca_path)) as proxy_a, \
             running_proxy(port_a_wrong, f"127.0.0.1:{port_b}", "--listener", "A_WRONG", "--upstream-tls",
                           "--upstream-ca", str(pki.other_ca.ca_path)) as proxy_wrong:
-        with oracles.tcpdump_capture("lo", f"tcp port {port_b}", pcap):
-            run_client("confluent-kafka", port_a, (), broker)
+        with oracles.tcpdump_capture("lo", f"tcp port {port_b} or tcp port {ssl_port}", pcap):
+            run_client("confluent-kafka", port_a, (), kafka)
             conns_a = proxy_a.wait_all_closed()
             conns_b = proxy_b.wait_all_closed()
         # The wrong CA: A cannot verify B, so the client is closed without a byte from Kafka.
@@ -381,13 +443,15 @@ def test_upstream_tls_chain(pki, tmp_path):
             assert c["close_reason"] in CLIENT_ENDED, c
             assert (c["identity_source"], c["client_software_name"], c["client_software_version"]) == software, c
     assert request_counts(conns_a) == request_counts(conns_b)
-    # Every A -> B connection starts with a TLS handshake record and shows no Kafka in clear.
-    hop = tcp_streams(pcap, port_b)
-    assert len(hop) == len(conns_a) == len(conns_b)
-    for client_bytes, broker_bytes in hop.values():
-        assert client_bytes[0] == TLS_RECORD_HANDSHAKE and broker_bytes[0] == TLS_RECORD_HANDSHAKE
-        assert not any(m in client_bytes or m in broker_bytes for m in PLAINTEXT_MARKERS)
-    assert sum(len(cb) for cb, _ in hop.values()) > sum(c["bytes_from_client"] for c in conns_a)
+    # Every A -> B and B -> broker connection starts with a TLS handshake record and shows no
+    # Kafka in clear; each carries more than the Kafka bytes it wraps (the records' overhead).
+    for port in (port_b, ssl_port):
+        hop = tcp_streams(pcap, port)
+        assert len(hop) == len(conns_a) == len(conns_b), port
+        for client_bytes, broker_bytes in hop.values():
+            assert client_bytes[0] == TLS_RECORD_HANDSHAKE and broker_bytes[0] == TLS_RECORD_HANDSHAKE
+            assert not any(m in client_bytes or m in broker_bytes for m in PLAINTEXT_MARKERS)
+        assert sum(len(cb) for cb, _ in hop.values()) > sum(c["bytes_from_client"] for c in conns_a)
 
     wrong = by_client_port(conns_wrong, wrong_port)
     assert (wrong["state"], wrong["close_reason"], wrong["security_protocol"]) == \
@@ -502,7 +566,9 @@ def test_start_up_errors(pki, tmp_path, case):
 def test_tls_connections_over_the_limit_are_refused_and_counted(pki, loop):
     """A TLS route accepts its sockets itself (capture/proxy.py, _accept_tls), so it keeps the
     connection bound itself: with room for one, a served TLS client stays served and the next
-    connection is closed before any handshake, and counted. In-process, as tests/test_proxy.py."""
+    connection is closed before any handshake, and counted. In-process, as tests/test_proxy.py.
+    On Tansu, as that module's fault tests and for their reason: only the proxy's sockets are
+    checked, and any broker's answer to one ApiVersions request will do."""
     from capture.proxy import TlsSettings
     from tests.test_proxy import running
 
