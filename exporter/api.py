@@ -362,6 +362,11 @@ class InferredSoftware(Model):
     min_compatible: str | None = Field(
         description="First release of this library compatible with Kafka 4.0 (fingerprint only); null: unknown")
     sibling_connection_id: str | None = Field(description="The connection that announced it (sibling only)")
+    client_connections: list[str] = Field(
+        default_factory=list,
+        description="fingerprint of a client of several connections (same client address, client_id and "
+                    "principal): the connections judged together, at most 8 (the evidence counts them all); "
+                    "empty for a connection judged alone")
 
 
 class FingerprintUnknown(Model):

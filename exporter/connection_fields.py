@@ -35,7 +35,7 @@ JSON_TYPES = {"string": str, "state": str, "timestamp": str, "port": int, "count
 class ConnectionField:
     name: str  # the connection object's key
     kind: str  # one of KINDS
-    slot: str | None  # the ConnectionRecord slot behind it (ordered and filtered by); None: computed
+    slot: str | None  # the ConnectionRecord slot (or property) behind it (ordered and filtered by); None: computed
     nullable: bool = False
     description: str | None = None
     examples: tuple = ()
@@ -82,7 +82,8 @@ CONNECTION_FIELDS: tuple[ConnectionField, ...] = (
     _F("requests", "requests", "requests", description="Requests by API and version, ordered by key and version"),
     _F("inferred_software", "inferred_software", "inferred", nullable=True,
        description="Set only when the connection announced no software name (identity_source sibling or "
-                   "fingerprint)"),
+                   "fingerprint). A fingerprint is its client's: the connections of one client address, client_id "
+                   "and principal judged together (client_connections), the same on each of them"),
     _F("fingerprint_unknown", "fingerprint_unknown", "unnamed", nullable=True,
        description="Set when the connection's fingerprint named no one though some recorded library could "
                    "have sent it: why not, and those candidates (evidence of an unknown, never a name)"),

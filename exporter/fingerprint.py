@@ -1,6 +1,8 @@
 """Name a client that does not announce itself, from what its connection sends (issue 15, part 1).
 
-Owns `Observation`, `Inference`, `infer()`, `range_contains()`, the `Fingerprints` table class
+Owns `Observation`, `Inference`, `infer()`, `range_contains()`, `ClientBasis` and
+`client_evidence()` (issue 28: a client's connections judged together, one rule for the registry
+and the pipeline), the `Fingerprints` table class
 (`TABLE`: the generated one; the leave-one-out evaluation builds others), and `observations_from_events()`,
 the adapter from the capture core's events to Observations (duck-typed on the events' class
 names, so this module needs nothing from capture/). Imports only the standard library and its
@@ -23,6 +25,7 @@ versions, a current client (kafka-ts) would otherwise look exactly like Java 3.9
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -50,6 +53,14 @@ _DOMINANT_EXACT = 3
 # code base), so 4; bench.fingerprint_eval --library-out holds it at 0 wrong names.
 MIN_EXACT = 4
 MAX_CANDIDATES = 4  # libraries listed as the evidence of an unknown
+# Libraries whose request versions follow a protocol version the application configures, not the
+# release (issue 28's Go recordings): sarama picks each request's version from config.Version,
+# mostly the versions the Java client of that Kafka release sends, as other Java-following clients
+# do (kafka-python 2.2.15 sends sarama 1.45.2's Fetch v10, ListOffsets v4, Metadata v7 and
+# FindCoordinator v2 on a connection without ApiVersions); and one release sends another's vector
+# when configured alike (1.22.1 and 1.23.1 both send all v0 by default). So its versions name it
+# only beside its default client_id, and its range is never cut at recorded releases: "*".
+CONFIGURED_VERSIONS = frozenset({"sarama"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +185,8 @@ class Fingerprints:
         return points, evidence, overlap, exact
 
     def range_of(self, library: str, matched: list[str], complete: bool) -> str:
+        if library in CONFIGURED_VERSIONS:
+            return "*"  # any release, configured alike, may send the vector
         releases = self.releases[library]
         idx = sorted(releases.index(v) for v in matched)
         i, j = idx[0], idx[-1]
@@ -246,6 +259,9 @@ class Fingerprints:
         if best[3] < MIN_EXACT and not (cid_lib == library and library != JAVA):
             return Unknown(f"{best[3]} exact version{'s' * (best[3] != 1)}, {MIN_EXACT} needed "
                            "without the library's default client_id", self._candidates(by_lib, pairs))
+        if library in CONFIGURED_VERSIONS and cid_lib != library:
+            return Unknown(f"{library}'s versions follow its configured protocol version: named only "
+                           "with its default client_id", self._candidates(by_lib, pairs))
         if not complete:
             evidence.append("matches recorded " + ", ".join(sorted(set(matched), key=_vkey)))
         return Inference(name=library, version_range=self.range_of(library, matched, complete),
@@ -271,6 +287,135 @@ class Fingerprints:
     def infer(self, obs: Observation) -> Inference | None:
         found = self.assess(obs)
         return found if isinstance(found, Inference) else None
+
+
+# ------------------------------------------------------------------------- a client's connections
+
+# Issue 28: a client (its client address, client_id and principal, within the sibling window)
+# spreads its work over connections, each with one or two request kinds; judged alone each is
+# ambiguous. Its basis folds what each connection sent first, bounded; every connection of the
+# client gets the inference of the union. One rule for the registry (live and replay) and the
+# pipeline: both fold `ClientBasis` and call `assess(basis.observation(client_id))`.
+MAX_CLIENT_PAIRS = 32  # distinct (api, version) facts a client's basis holds; more are counted, not kept
+MAX_CLIENT_MEMBERS = 8  # connection ids a client's evidence names (all of them are counted)
+MAX_EVIDENCE = 8  # evidence lines an inference keeps, the client's line last
+MAX_EVIDENCE_CHARS = 256  # characters of one evidence line (connection ids are long)
+CLIENT_EVIDENCE = "client of "  # how the client's evidence line starts
+_MAX_CLIENT_AVS = 8  # distinct ApiVersions request versions kept (the wire may send any int16)
+
+
+class ClientBasis:
+    """The union of what a client's connections sent first. Each (api, version) is a fact of one
+    of three kinds, by the broker's cap on the connection that sent it: exact (below the cap: the
+    client's own max), capped (at the cap: only a lower bound), or uncapped (the cap unknown).
+    The union is a set, so folding order does not change it (but for the bound). `observation()`
+    turns it into the one Observation `assess()` judges: a capped fact below a version the client
+    sent elsewhere says nothing more and is left out; a connection's ApiVersions request carries
+    the client's own max, so the basis keeps the highest first version any connection sent.
+    Connections joined mid-stream must not be folded (their "no ApiVersions" is not a fact)."""
+
+    __slots__ = ("exact", "capped", "uncapped", "api_versions", "_members", "member_count",
+                 "dropped", "version")
+
+    def __init__(self) -> None:
+        self.exact: dict[tuple[int, int], int] = {}  # pair -> the highest cap it was below
+        self.capped: set[tuple[int, int]] = set()
+        self.uncapped: set[tuple[int, int]] = set()
+        self.api_versions: set[int] = set()  # first ApiVersions request versions seen
+        # The MAX_CLIENT_MEMBERS first opened: (first seen, connection id), whatever order they joined in.
+        self._members: list[tuple[float, str]] = []
+        self.member_count = 0
+        self.dropped = 0  # facts not kept: the basis was full
+        self.version = 0  # bumped whenever the union changes: an assess() of an older one is stale
+
+    def __len__(self) -> int:
+        return len(self.exact) + len(self.capped) + len(self.uncapped)
+
+    @property
+    def members(self) -> list[str]:
+        return [conn_id for _, conn_id in self._members]
+
+    def add_member(self, conn_id: str, first_seen: float = 0.0) -> None:
+        self.member_count += 1
+        members = self._members
+        if len(members) < MAX_CLIENT_MEMBERS or (first_seen, conn_id) < members[-1]:
+            bisect.insort(members, (first_seen, conn_id))
+            del members[MAX_CLIENT_MEMBERS:]
+
+    def fold(self, api_versions_request_version: int | None, pairs: Iterable[tuple[int, int]],
+             broker_max: Mapping[int, int] | None) -> bool:
+        """Fold one connection's first requests (all of them so far: folding again is idempotent);
+        True if the union changed."""
+        before = self.version
+        av = api_versions_request_version
+        if av is not None and av not in self.api_versions:
+            if len(self.api_versions) < _MAX_CLIENT_AVS:
+                self.api_versions.add(av)
+                self.version += 1
+            else:
+                self.dropped += 1
+        for pair in pairs:
+            if pair[0] == 18:
+                continue  # ApiVersions is judged by its first version
+            cap = None if broker_max is None else broker_max.get(pair[0])
+            if cap is not None and pair[1] < cap:
+                known = self.exact.get(pair)
+                if known is not None and known >= cap:
+                    continue
+                if known is None and len(self) >= MAX_CLIENT_PAIRS:
+                    self.dropped += 1
+                    continue
+                self.exact[pair] = cap
+            else:
+                kind = self.uncapped if cap is None else self.capped
+                if pair in kind:
+                    continue
+                if len(self) >= MAX_CLIENT_PAIRS:
+                    self.dropped += 1
+                    continue
+                kind.add(pair)
+            self.version += 1
+        return self.version != before
+
+    def observation(self, client_id: str | None) -> Observation:
+        """The Observation of the whole client (see the class doc)."""
+        known: dict[int, int] = {}  # api -> the highest exact or uncapped version
+        for k, v in (*self.exact, *self.uncapped):
+            known[k] = max(known.get(k, -1), v)
+        capped: dict[int, int] = {}
+        for k, v in self.capped:
+            if (k, v) not in self.exact and v > known.get(k, -1):
+                capped[k] = max(capped.get(k, -1), v)
+        broker_max: dict[int, int] = {}
+        for (k, _v), cap in self.exact.items():
+            broker_max[k] = max(broker_max.get(k, -1), cap)
+        broker_max.update(capped)  # at the cap: the exact ones below it stay below it
+        pairs = sorted({*self.exact, *self.uncapped, *capped.items()})
+        av = max(self.api_versions) if self.api_versions else None
+        return Observation(api_versions_request_version=av, requests=dict.fromkeys(pairs, 1),
+                           first_requests=tuple(pairs), client_id=client_id, broker_max=broker_max or None)
+
+    def evidence(self, address: str | None, client_id: str | None) -> str:
+        """The client's part of an inference's evidence: which connections it judged together."""
+        more = self.member_count - len(self._members)
+        n = self.member_count
+        head = (f"{CLIENT_EVIDENCE}{n} connection{'s' * (n != 1)} from {address} "
+                f"with client_id {(client_id or '')[:40]!r}")
+        tail = f" and {more} more)" if more > 0 else ")"
+        ids = ", ".join(self.members)
+        room = MAX_EVIDENCE_CHARS - len(head) - len(tail) - 2
+        if len(ids) > room:  # cut visibly: the count says how many there are
+            ids = ids[:max(room - 1, 0)] + "…"
+        return f"{head} ({ids}{tail}"
+
+
+def client_evidence(evidence: Iterable[str], basis: ClientBasis, address: str | None,
+                    client_id: str | None) -> tuple[str, ...]:
+    """An inference's evidence as every connection of a client shows it: its own lines (at most
+    MAX_EVIDENCE - 1, each cut to MAX_EVIDENCE_CHARS), then, for a client of several connections,
+    the line naming them. The registry and the pipeline both build it here."""
+    own = tuple(e[:MAX_EVIDENCE_CHARS] for e in evidence if not e.startswith(CLIENT_EVIDENCE))[:MAX_EVIDENCE - 1]
+    return own + (basis.evidence(address, client_id),) if basis.member_count > 1 else own
 
 
 TABLE = Fingerprints(_table.ROWS, _table.RELEASES, _table.MIN_COMPATIBLE, _table.DEFAULT_CLIENT_IDS)

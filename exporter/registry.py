@@ -41,13 +41,22 @@ Model:
 - Identity not announced on a connection (issue 15) is kept apart from the KIP-511 fields, in
   `inferred` (REST `inferred_software`) and its own gauge: "sibling", the software a connection
   of the same client address and client_id announced (open, or seen within `sibling_window`
-  seconds before this one opened), else "fingerprint", exporter.fingerprint.assess() on what the
-  connection sent. A fingerprint never spreads to a sibling (issue 26: one wrong inference would
-  be multiplied by a reconnect loop); when it names no one, its reason and candidate libraries
-  stay as `unnamed` (REST `fingerprint_unknown`). Decided only at sync points (`_sync`: events
-  a tally is handed over before), so tally mode and one event per request agree; bounded: one
-  index entry per (address, client_id), at most `max_open`, and at most MAX_INFER_CALLS + 1
-  infer() calls per connection, and at most `max_fingerprints_per_second` in all per second of
+  seconds before this one opened), else "fingerprint": exporter.fingerprint.assess() on what its
+  client sent (issue 28). A client (`_Client`) is the connections of one client address, client_id
+  and principal (once settled) within `sibling_window`; each folds its first requests into the
+  client's bounded `ClientBasis`, which is judged again only when it gains a fact, and every
+  unannounced connection of the client shows that one inference (`ConnectionRecord.view`), open
+  or closed, so a later connection refines it for all and a replay of an event log, whose
+  rollups lose the order of requests across connections, ends where the live registry ends; the
+  census keeps a client's row per client and resolves its inference when listed. A connection
+  with no client_id yet (or SASL not yet settled) is judged alone. One inference per client, not
+  copies: a reconnect loop costs no call. When it names no one, its reason and candidate
+  libraries stay as `unnamed` (REST `fingerprint_unknown`). Decided only at sync points
+  (`_sync`: events a tally is handed over before), so tally mode and one event per request agree;
+  bounded: one index entry per (address, client_id), at most `max_open`, and at most
+  MAX_INFER_CALLS + 1 infer() calls per connection judged alone, one per fact a client gains
+  (MAX_CLIENT_PAIRS), at most `max_open` clients (the least recently joined dropped, counted:
+  `clients_evicted`), and at most `max_fingerprints_per_second` in all per second of
   `now()` (`--max-fingerprints-per-second`; past it a connection is tried again at its next sync
   point, sweep or close, counted in `fingerprint_skipped["budget"]`).
 - An open connection with no announced identity waits under its (address, client_id)
@@ -108,7 +117,15 @@ from exporter.churn import listing as _churn_listing
 from exporter.connection_fields import FIELDS, ORDER_BY, STRING_ORDER
 
 # The fingerprint's own bounds: the first requests it reads, the candidates of an unknown it lists.
-from exporter.fingerprint import MAX_CANDIDATES, MAX_FIRST_REQUESTS, Inference, Observation
+from exporter.fingerprint import (
+    MAX_CANDIDATES,
+    MAX_EVIDENCE,
+    MAX_FIRST_REQUESTS,
+    ClientBasis,
+    Inference,
+    Unknown,
+    client_evidence,
+)
 from exporter.fingerprint import assess as _assess
 from exporter.rollup import FingerprintBasis
 
@@ -126,7 +143,6 @@ DEFAULT_SIBLING_WINDOW = 300.0
 # fingerprint, and the calls of fingerprint.infer() it may cost (one per sync point that brought
 # new information, plus one at close).
 MAX_INFER_CALLS = 3
-MAX_EVIDENCE = 8  # evidence strings kept of one inference
 # fingerprint.infer() calls allowed per second of registry time (`now()`), all connections: a
 # flood of unannounced connections (~170 us a call) must not take the capture thread. Past it a
 # connection stays un-inferred for now (counted, fingerprint_skipped["budget"]) and is tried again
@@ -266,14 +282,43 @@ def identity_source(rec: ConnectionRecord) -> str:
     return "none"
 
 
+_CLIENT_ROW = "client"  # census key marker: the row's inference is its client's
+
+
+class _Client:
+    """A client (issue 28): the connections of one client address, client_id and principal within
+    the sibling window, judged together. `basis` folds what each sent first; `assessed` is the
+    basis version its inference was decided at. `inferred` / `unnamed` are what its unannounced
+    connections show (`ConnectionRecord.view`), open or closed: a later connection refines them
+    for all, so a listing, a replay of an event log and the pipeline all show the inference of the
+    client's whole union. `viewers`: its open connections that show it, per listener, and
+    `gauge_keys` their key in the inferred gauge (moved together when the inference changes)."""
+
+    __slots__ = ("key", "basis", "assessed", "inferred", "unnamed", "labels", "open_count", "last_seen",
+                 "viewers", "gauge_keys")
+
+    def __init__(self, key: tuple) -> None:
+        self.key = key
+        self.basis = ClientBasis()
+        self.assessed = -1
+        self.inferred: dict | None = None
+        self.unnamed: tuple[str, tuple[str, ...]] | None = None
+        self.labels: tuple[str, str] | None = None  # (name, range) label values of `inferred`
+        self.open_count = 0
+        self.last_seen = 0.0
+        self.viewers: Counter[str] = Counter()
+        self.gauge_keys: dict[str, tuple] = {}
+
+
 class ConnectionRecord:
     __slots__ = ("id", "client_address", "client_port", "broker_address", "broker_port", "listener",
                  "security_protocol", "source", "mid_stream", "state", "close_reason", "client_id",
                  "software_name", "software_version", "labels", "identity_version", "tls", "principal",
                  "sasl_mechanism", "sasl_outcome", "first_seen", "last_seen", "closed_at", "bytes_from_client",
                  "bytes_from_broker", "requests", "decode_errors", "desyncs", "restored", "restored_identity_version",
-                 "api_versions_request_version", "first_requests", "pending_requests", "inferred", "inferred_labels",
-                 "unnamed", "infer_calls", "infer_basis", "announce_pending", "unsupported")
+                 "api_versions_request_version", "first_requests", "pending_requests", "own_inferred",
+                 "inferred_labels", "own_unnamed", "infer_calls", "infer_basis", "announce_pending", "unsupported",
+                 "client", "view")
 
     def __init__(self, ev: ConnectionOpened) -> None:
         self.id = ev.conn_id
@@ -323,11 +368,11 @@ class ConnectionRecord:
         # fields): {source: "sibling"|"fingerprint", name, version_range, confidence, evidence,
         # min_compatible, sibling_connection_id}; replaced whole, never mutated (readers copy
         # the reference). inferred_labels: its (listener, name, range) key of the inferred gauge.
-        self.inferred: dict | None = None
+        self.own_inferred: dict | None = None
         self.inferred_labels: tuple | None = None
         # Its last fingerprint named no one (issue 26): (why, the candidate libraries), kept as
         # evidence of an unknown, bounded like an inference's evidence; None otherwise.
-        self.unnamed: tuple[str, tuple[str, ...]] | None = None
+        self.own_unnamed: tuple[str, tuple[str, ...]] | None = None
         self.infer_calls = 0
         self.infer_basis: tuple | None = None  # what the last infer() call saw
         # Announced software before any client_id: it names its siblings once a request gives
@@ -337,9 +382,29 @@ class ConnectionRecord:
         # Closed by the broker right after a request version it does not accept (issue 27): that
         # request_key(); close_reason is then UNSUPPORTED_VERSION.
         self.unsupported: tuple[int, int] | None = None
+        # The client whose basis this connection folds into (issue 28: `_client_of`), once it
+        # joined one; None while it is judged alone (no client_id yet, or SASL not yet settled).
+        self.client: _Client | None = None
+        # It shows its client's inference (`inferred`, `unnamed`), whatever the client learns
+        # later, closed or not; else its own (a sibling's, a restored one, or its own fingerprint).
+        self.view = False
+
+    @property
+    def inferred(self) -> dict | None:
+        client = self.client
+        return client.inferred if self.view and client is not None else self.own_inferred
+
+    @property
+    def unnamed(self) -> tuple[str, tuple[str, ...]] | None:
+        client = self.client
+        return client.unnamed if self.view and client is not None else self.own_unnamed
 
     def census_key(self) -> tuple:
-        inferred = self.inferred
+        client = self.client
+        if self.view and client is not None:
+            # A census row per client: what it is inferred to be may still change (`clients` resolves it).
+            return (None, None, self.client_id, self.principal, self.listener, (_CLIENT_ROW, *client.key))
+        inferred = self.own_inferred
         return (self.software_name, self.software_version, self.client_id, self.principal, self.listener,
                 None if inferred is None else (inferred["source"], inferred["name"], inferred["version_range"]))
 
@@ -393,7 +458,8 @@ def inferred_software(inferred: dict | None) -> dict | None:
     return {"name": inferred["name"], "version_range": inferred["version_range"],
             "confidence": inferred["confidence"], "source": inferred["source"],
             "evidence": list(inferred["evidence"]), "min_compatible": inferred["min_compatible"],
-            "sibling_connection_id": inferred["sibling_connection_id"]}
+            "sibling_connection_id": inferred["sibling_connection_id"],
+            "client_connections": list(inferred.get("client_connections", ()))}
 
 
 def first_requests(keys) -> list[dict]:
@@ -408,7 +474,9 @@ class _CensusRow:
     last_seen: float = 0.0
     addresses: set = field(default_factory=set)
     requests: Counter = field(default_factory=Counter)
-    inferred: dict | None = None  # the first folded connection's inference (its evidence names it)
+    # The first folded connection's inference (its evidence names it); a client's row (issue 28)
+    # holds the client, whose inference it shows as it is when read.
+    inferred: Any = None
 
 
 # --- the metrics snapshot --------------------------------------------------------------------
@@ -652,6 +720,7 @@ def saved_inferred(inferred: dict | None) -> dict | None:
         return None
     out = inferred_software(inferred)
     out["source"] = _SAVED_SOURCE.get(out["source"], out["source"])
+    del out["client_connections"]  # connection ids of a run: the restarted one knows none of them
     return out
 
 
@@ -661,8 +730,49 @@ def _record_copy(rec: ConnectionRecord) -> tuple:
 
 def _census_copy(item: tuple) -> tuple:
     key, row = item
+    inferred = row.inferred
     return key, _CensusRow(0, row.total, row.first_seen, row.last_seen, set(row.addresses), Counter(row.requests),
-                           row.inferred)
+                           inferred.inferred if isinstance(inferred, _Client) else inferred)
+
+
+def _with_members(inferred: dict, basis: ClientBasis, rec: ConnectionRecord) -> dict:
+    """A client's inference (a new dict: readers hold the old one) with its evidence's last line
+    naming the connections judged together, when there are several."""
+    return {**inferred, "evidence": client_evidence(inferred["evidence"], basis, rec.client_address, rec.client_id),
+            "client_connections": tuple(basis.members) if basis.member_count > 1 else ()}
+
+
+def _inferred_labels(inferred: dict) -> tuple[str, str]:
+    """The (name, version range) label values of an inference: a longer one is no real client's."""
+    name, version_range = inferred["name"], inferred["version_range"]
+    return (name if len(name) <= MAX_SOFTWARE_LABEL_LEN else OTHER,
+            version_range if len(version_range) <= MAX_SOFTWARE_LABEL_LEN else OTHER)
+
+
+def _resolved(rows: dict[tuple, _CensusRow]) -> dict[tuple, _CensusRow]:
+    """Census rows with a client's row (issue 28) keyed by what the client is inferred to be now,
+    merged with the rows of the same key: one row per identity, however it was learnt."""
+    out: dict[tuple, _CensusRow] = {}
+    for key, row in rows.items():
+        marker = key[5]
+        if marker is not None and marker[0] == _CLIENT_ROW:
+            inferred = row.inferred
+            key = (*key[:5], None if inferred is None else
+                   (inferred["source"], inferred["name"], inferred["version_range"]))
+        into = out.get(key)
+        if into is None:
+            out[key] = row
+            continue
+        into.open += row.open
+        into.total += row.total
+        into.first_seen = min(into.first_seen, row.first_seen)
+        into.last_seen = max(into.last_seen, row.last_seen)
+        for address in row.addresses:
+            if len(into.addresses) >= MAX_ROW_ADDRESSES:
+                break
+            into.addresses.add(address)
+        into.requests.update(row.requests)
+    return out
 
 
 def _census_part(rec: ConnectionRecord) -> tuple:
@@ -858,6 +968,13 @@ class ConnectionRegistry:
         self._announced: OrderedDict[tuple, str] = OrderedDict()
         self._waiting: OrderedDict[tuple, list[str]] = OrderedDict()  # `_wait`: at most max_open keys
         self.sibling_identities = 0  # connections that took a sibling's identity
+        # Issue 28: clients by (client address, client_id, principal), each with the basis its
+        # connections fold into (`_client_of`); at most `max_open`, the least recently joined
+        # dropped first (counted: its open connections keep what they were given, and are judged
+        # alone from then on).
+        self._clients: OrderedDict[tuple, _Client] = OrderedDict()
+        self.clients_evicted = 0
+        self.client_facts_dropped = 0  # facts a full client basis did not keep (MAX_CLIENT_PAIRS)
         self.infer_calls = 0  # fingerprint.infer() calls, all connections (each bounded by MAX_INFER_CALLS + 1)
         # ... and at most `max_fingerprints_per_second` of them per second of `now()` (`_infer_budget`)
         self.max_fingerprints_per_second = max_fingerprints_per_second
@@ -1113,7 +1230,7 @@ class ConnectionRegistry:
             row.requests.update(requests)
             row.open += 1
         out = []
-        for (name, version, client_id, principal, listener, inferred), row in rows.items():
+        for (name, version, client_id, principal, listener, inferred), row in _resolved(rows).items():
             out.append({
                 "client_software_name": name, "client_software_version": version, "client_id": client_id,
                 "principal": principal, "listener": listener,
@@ -1440,9 +1557,9 @@ class ConnectionRegistry:
                         rec.announce_pending = True
             self._gauge[(rec.listener, *rec.labels)] += 1
             if rec.software_name is not None:  # the wire's word ends any inference
-                rec.unnamed = None
-                if rec.inferred is not None:
+                if rec.inferred is not None or rec.view:
                     self._set_inferred(rec, None)
+                rec.own_unnamed = None
         self._count_request(rec, request)
         self._sync(rec)
 
@@ -1668,7 +1785,7 @@ class ConnectionRegistry:
         if inferred is not None and inferred["sibling_connection_id"] == sib.id:
             return True
         name, version = sib.software_name, sib.software_version or UNKNOWN
-        rec.unnamed = None
+        rec.own_unnamed = None
         self._set_inferred(rec, {
             # not 1: behind a NAT another process may share the address and the client_id
             "source": "sibling", "name": name, "version_range": version, "confidence": 0.9,
@@ -1680,9 +1797,11 @@ class ConnectionRegistry:
         return True
 
     def _fingerprint(self, rec: ConnectionRecord, closing: bool) -> None:
-        """fingerprint.infer() on what the connection sent, when that changed since the last call:
-        at most MAX_INFER_CALLS times while open (from its second distinct request on) and once
-        more at close."""
+        """exporter.fingerprint.assess() of the connection's client (issue 28): the union of what
+        the client's connections sent first (`_client_of`; the connection alone until it can join
+        one). Called again only when that union changed since the last call: a client costs at
+        most one call per fact it gained (MAX_CLIENT_PAIRS bounds them), a connection judged alone
+        at most MAX_INFER_CALLS while open and one at close; all within the per-second budget."""
         if rec.mid_stream:
             # Joined mid-stream: "no ApiVersions seen" is not "none sent", and infer() takes it as a fact.
             return
@@ -1690,48 +1809,148 @@ class ConnectionRegistry:
         pending = rec.pending_requests
         if pending:  # at a sweep: what the next sync point will fold
             first = (first + tuple(_CANONICAL_KEY[k] for k in sorted(pending) if k not in first))[:MAX_FIRST_REQUESTS]
-        basis = (first, rec.api_versions_request_version, rec.client_id)
         if not first:
             return
-        # At close always (once): the final word depends on the whole connection only, not on
-        # when the sweeps before it came (a live capture and its replay agree on closed ones).
-        if not closing and (basis == rec.infer_basis or rec.infer_calls >= MAX_INFER_CALLS or len(first) < 2):
+        broker_max = self._broker_max.get(f"{rec.listener}:{rec.broker_port}")
+        client = self._client_of(rec, closing)
+        if client is None:  # alone: a basis of its own connection, rebuilt for each call
+            seen = (first, rec.api_versions_request_version, rec.client_id)
+            if not closing and (seen == rec.infer_basis or rec.infer_calls >= MAX_INFER_CALLS or len(first) < 2):
+                return
+            if rec.infer_calls > MAX_INFER_CALLS:
+                return
+            if not self._infer_budget():  # tried again at the next sync point, sweep or close (basis unchanged)
+                self.fingerprint_skipped["budget"] += 1
+                return
+            rec.infer_basis = seen
+            rec.infer_calls += 1
+            own = ClientBasis()
+            own.add_member(rec.id, rec.first_seen)
+            own.fold(rec.api_versions_request_version, first, broker_max)
+            inferred, unnamed = self._decided(own, rec, self._assessed(own, rec.client_id))
+            if inferred is None:
+                if rec.own_inferred is not None and rec.own_inferred["source"] == "fingerprint":
+                    self._set_inferred(rec, None)  # more evidence, less sure: a wrong name is worse than none
+            else:
+                self._set_inferred(rec, inferred, _inferred_labels(inferred))
+            rec.own_unnamed = unnamed
             return
-        if rec.infer_calls > MAX_INFER_CALLS:
+        basis = client.basis
+        dropped = basis.dropped
+        basis.fold(rec.api_versions_request_version, first, broker_max)
+        self.client_facts_dropped += basis.dropped - dropped
+        if client.assessed == basis.version:
             return
-        if not self._infer_budget():  # tried again at the next sync point, sweep or close (basis unchanged)
+        # From the client's second distinct request on (as one connection's), or at a close.
+        if len(basis) < 2 and not closing:
+            return
+        if not self._infer_budget():
             self.fingerprint_skipped["budget"] += 1
             return
-        rec.infer_basis = basis
-        rec.infer_calls += 1
+        client.assessed = basis.version
+        inferred, client.unnamed = self._decided(basis, rec, self._assessed(basis, rec.client_id))
+        if inferred != client.inferred:
+            self._move_client_gauge(client, inferred)
+
+    def _assessed(self, basis: ClientBasis, client_id: str | None) -> Inference | Unknown | None:
         self.infer_calls += 1
-        obs = Observation(
-            api_versions_request_version=rec.api_versions_request_version,
-            requests={k: n for k, n in rec.requests.items() if k != UNKNOWN_REQUEST},
-            first_requests=first, client_id=rec.client_id,
-            broker_max=self._broker_max.get(f"{rec.listener}:{rec.broker_port}"))
         try:
-            found = _assess(obs)
+            return _assess(basis.observation(client_id))
         except Exception:  # a fault of the inference must not stop the capture: counted, no identity
             self._decode_errors["fingerprint"] += 1
-            found = None
+            return None
+
+    @staticmethod
+    def _decided(basis: ClientBasis, rec: ConnectionRecord, found: Inference | Unknown | None) -> tuple:
+        """(inferred, unnamed): what assess() found, as a record holds it, bounded."""
         if not isinstance(found, Inference):
-            if rec.inferred is not None and rec.inferred["source"] == "fingerprint":
-                # more evidence, less sure: a wrong name is worse than none
-                self._set_inferred(rec, None)
-            rec.unnamed = None if found is None or not found.candidates else (
+            return None, (None if found is None or not found.candidates else (
                 str(found.reason)[:MAX_WIRE_STRING],
-                tuple(str(c)[:MAX_WIRE_STRING] for c in found.candidates[:MAX_CANDIDATES]))
-            return
-        rec.unnamed = None
-        name, version_range = str(found.name), str(found.version_range)
-        self._set_inferred(rec, {
-            "source": "fingerprint", "name": name[:MAX_WIRE_STRING], "version_range": version_range[:MAX_WIRE_STRING],
+                tuple(str(c)[:MAX_WIRE_STRING] for c in found.candidates[:MAX_CANDIDATES])))
+        return _with_members({
+            "source": "fingerprint", "name": str(found.name)[:MAX_WIRE_STRING],
+            "version_range": str(found.version_range)[:MAX_WIRE_STRING],
             "confidence": round(float(found.confidence), 3),
-            "evidence": tuple(str(e)[:MAX_WIRE_STRING] for e in tuple(found.evidence)[:MAX_EVIDENCE]),
-            "min_compatible": found.min_compatible, "sibling_connection_id": None,
-        }, (name if len(name) <= MAX_SOFTWARE_LABEL_LEN else OTHER,
-            version_range if len(version_range) <= MAX_SOFTWARE_LABEL_LEN else OTHER))
+            "evidence": tuple(str(e) for e in found.evidence),
+            "min_compatible": found.min_compatible, "sibling_connection_id": None, "client_connections": (),
+        }, basis, rec), None
+
+    def _client_of(self, rec: ConnectionRecord, closing: bool) -> _Client | None:
+        """The client `rec` folds into, joining it (or a new one) at the first call that can tell
+        the client: a client_id, and the principal settled (none asked, or authenticated, or the
+        connection closing). A client whose connections all closed more than `sibling_window`
+        seconds before `rec` opened is over: `rec` starts a new one under the key. Joining, an
+        unannounced `rec` with no sibling's identity starts showing the client's inference."""
+        client = rec.client
+        if client is not None:
+            return client
+        if rec.client_id is None or (rec.sasl_mechanism is not None and rec.principal is None and not closing):
+            return None
+        key = (rec.client_address, rec.client_id, rec.principal)
+        clients = self._clients
+        client = clients.get(key)
+        if client is not None and client.open_count == 0 and rec.first_seen - client.last_seen > self.sibling_window:
+            client = None
+        if client is None:
+            client = clients[key] = _Client(key)
+            if len(clients) > self.max_open:
+                clients.popitem(last=False)
+                self.clients_evicted += 1
+        clients.move_to_end(key)
+        rec.client = client
+        client.basis.add_member(rec.id, rec.first_seen)
+        client.open_count += 1
+        if client.inferred is not None:  # the same inference, its evidence naming one connection more
+            client.inferred = _with_members(client.inferred, client.basis, rec)
+        own = rec.own_inferred
+        if rec.software_name is None and not rec.restored and (own is None or own["source"] == "fingerprint"):
+            self._set_inferred(rec, None)
+            rec.own_unnamed = None
+            rec.view = True
+            client.viewers[rec.listener] += 1
+            series = client.gauge_keys.get(rec.listener)
+            if client.inferred is not None and series is None:
+                series = client.gauge_keys[rec.listener] = self._slot(
+                    "connections_inferred", self._inferred_gauge, (rec.listener, *_inferred_labels(client.inferred)))
+            if series is not None:
+                self._inferred_gauge[series] += 1
+        return client
+
+    def _left_client(self, rec: ConnectionRecord) -> None:
+        """`rec` closed: its client counts one open connection less, and ends `sibling_window`
+        seconds after the last of them."""
+        client = rec.client
+        if client is None:
+            return
+        client.open_count -= 1
+        client.last_seen = max(client.last_seen, rec.last_seen)
+
+    def _unview_gauge(self, rec: ConnectionRecord) -> None:
+        """`rec` (open) stops counting in its client's inferred gauge: it closed, or has an
+        identity of its own now."""
+        client = rec.client
+        if not rec.view or client is None:
+            return
+        client.viewers[rec.listener] -= 1
+        key = client.gauge_keys.get(rec.listener)
+        if key is not None:
+            self._inferred_gauge[key] -= 1
+
+    def _move_client_gauge(self, client: _Client, inferred: dict | None) -> None:
+        """The client's inference changed: its open viewers move in the inferred gauge together
+        (work per listener, not per connection)."""
+        gauge = self._inferred_gauge
+        for listener, series in client.gauge_keys.items():
+            gauge[series] -= client.viewers[listener]
+        client.gauge_keys = {}
+        client.inferred = inferred
+        if inferred is None:
+            return
+        labels = _inferred_labels(inferred)
+        for listener, n in client.viewers.items():
+            if n > 0:
+                series = client.gauge_keys[listener] = self._slot("connections_inferred", gauge, (listener, *labels))
+                gauge[series] += n
 
     def _infer_budget(self) -> bool:
         """One infer() call out of this second's budget (seconds of `now()`: wall time live, the
@@ -1747,10 +1966,14 @@ class ConnectionRegistry:
         return True
 
     def _set_inferred(self, rec: ConnectionRecord, inferred: dict | None, labels: tuple = ()) -> None:
-        """Replace an open record's inferred identity, moving it in the inferred gauge."""
+        """Replace an open record's own inferred identity (it no longer shows its client's, if it
+        did), moving it in the inferred gauge."""
+        if rec.view:
+            self._unview_gauge(rec)
+            rec.view = False
         if rec.inferred_labels is not None:
             self._inferred_gauge[rec.inferred_labels] -= 1
-        rec.inferred = inferred
+        rec.own_inferred = inferred
         if inferred is None:
             rec.inferred_labels = None
             return
@@ -1795,6 +2018,7 @@ class ConnectionRegistry:
             return
         self._sync(rec, closing=True)  # the last word: what the whole connection said
         del self.open[ev.conn_id]
+        self._left_client(rec)
         if rec.client_id is None and not rec.mid_stream:  # never sent one (TLS, or no request): counted now
             self._churn.note(rec.client_address, None, rec.first_seen)
         waiting = self._waiting.get((rec.client_address, rec.client_id)) if self._waiting else None
@@ -1805,6 +2029,7 @@ class ConnectionRegistry:
         self._gauge[(rec.listener, *rec.labels)] -= 1
         if rec.inferred_labels is not None:
             self._inferred_gauge[rec.inferred_labels] -= 1
+        self._unview_gauge(rec)
         rec.state = "closed"
         rec.close_reason = ev.reason
         if ev.pending_requests and ev.reason not in NOT_BY_THE_BROKER:
@@ -1828,6 +2053,8 @@ class ConnectionRegistry:
             else:
                 row = self._census[key] = _CensusRow(inferred=rec.inferred)
         if row is not None:
+            if rec.view:
+                row.inferred = rec.client  # the client's inference when read (the latest client of the key)
             self._fold(row, rec)
         self.closed[rec.id] = rec
         self._closes += 1

@@ -148,7 +148,7 @@ def run_tables(spark, args) -> dict:
         # (issue 15), as /api/v1/upgrade-readiness's clients_by_software.
         from pipeline.identity import identities
 
-        by_software = jobs.readiness_by_software(spark, identities(facts, conns, reqs), reqs, args.target)
+        by_software = jobs.readiness_by_software(spark, identities(facts, conns), reqs, args.target)
         n = summary["rows_by_software"] = jobs.write_table(by_software, args.output, f"{name}_by_software")
         progress(f"{args.job}: {n} rows by software -> {args.output}/{name}_by_software/ (Parquet) and "
                  f"{args.output}/{name}_by_software.csv/")

@@ -1,21 +1,26 @@
-"""Who the connections that announced no software are (issue 15), over event logs, in Spark.
+"""Who the connections that announced no software are (issues 15 and 28), over event logs, in Spark.
 
 Owns `identities` (one row per connection of `pipeline.events.connections`, with its identity
 source and, for an unannounced one, the inferred library, version range, confidence,
-min_compatible and evidence) and `infer_row` (the fingerprint of one connection, run in the
+min_compatible and evidence) and `infer_client` (the fingerprint of one client, run in the
 executors). The same rules as the live registry (exporter/registry.py), on whole connections:
 
 - `announced`: the connection's own KIP-511 fields (an accepted ApiVersions v3+);
 - `sibling`: else the software a connection of the same client address and client_id announced
   (same `source`, i.e. the same sidecar), if it announced before this one ended and was seen
   within `window` seconds before this one opened (`--sibling-window`, 300 s): the latest such;
-- `fingerprint`: else `exporter.fingerprint.infer()` on what the connection sent: the version of
-  its first ApiVersions request, its request counts per (api, version), its client_id and its
-  first requests: from the log's own record of them (schema 2 ConnectionRollup records carry
-  `first_requests` as the registry folded them), else, for a schema 1 log, the first eight
-  distinct pairs in the order the log has them; and the broker's maxima from the latest
-  ApiVersions answer of the same broker. Never for a connection joined mid-stream. A fingerprint
-  names only its own connection, never a sibling (issue 26);
+- `fingerprint`: else the inference of its client (issue 28): the unannounced connections seen
+  from their start with no announced sibling, of the same client address, client_id and
+  principal (same `source`), in one session (a connection that opens more than `window` seconds
+  after every earlier one ended starts a new one), folded into one
+  `exporter.fingerprint.ClientBasis` and judged by `exporter.fingerprint.assess()`: each
+  connection's first ApiVersions request version and first requests (from the log's own record
+  of them: schema 2 ConnectionRollup records carry `first_requests` as the registry folded them;
+  for a schema 1 log the first eight distinct pairs in the order the log has them), with the
+  broker's maxima from the latest ApiVersions answer of the same broker. Every connection of the
+  client shows that inference, as the live registry's do once the client's connections have
+  all been seen; a connection without a client_id is a client of its own. Never for a
+  connection joined mid-stream;
 - `none`.
 
 Imports pyspark, the generated API table and `exporter.fingerprint` (a pure, standard-library
@@ -47,37 +52,44 @@ INFERENCE = T.StructType([
 ])
 
 
-def infer_row(logged_first, seen, counts, avv, client_id, broker_max):
-    """The fingerprint of one connection (a row of `identities`' input), or None. Runs in the
-    executors; the arguments are Spark rows and lists."""
-    from exporter.fingerprint import Observation, infer
-
-    requests = {}
-    for k, v, n in counts or ():
-        if (k, v) in _TABLE_PAIRS:
-            requests[(k, v)] = requests.get((k, v), 0) + n
+def _first(logged_first, seen) -> tuple:
     if logged_first is not None:
-        first = tuple((k, v) for k, v in logged_first if (k, v) in _TABLE_PAIRS)[:MAX_FIRST_REQUESTS]
-    else:  # schema 1: the order the log has them
-        first = tuple((k, v) for _, k, v in sorted(seen or ()) if (k, v) in _TABLE_PAIRS)[:MAX_FIRST_REQUESTS]
-    if not first:
+        return tuple((k, v) for k, v in logged_first if (k, v) in _TABLE_PAIRS)[:MAX_FIRST_REQUESTS]
+    # schema 1: the order the log has them
+    return tuple((k, v) for _, k, v in sorted(seen or ()) if (k, v) in _TABLE_PAIRS)[:MAX_FIRST_REQUESTS]
+
+
+def infer_client(client_address, client_id, members):
+    """The fingerprint of one client (issue 28): `members`, its connections (conn_id, first_seen,
+    logged_first, seen, avv, broker_max), folded into one `exporter.fingerprint.ClientBasis` as the
+    registry folds them, judged by `assess`. Returns (name, version_range, confidence, evidence,
+    min_compatible) or None. Runs in the executors; the arguments are Spark rows and lists."""
+    from exporter.fingerprint import ClientBasis, Inference, assess, client_evidence
+
+    basis = ClientBasis()
+    for m in members:
+        first = _first(m["logged_first"], m["seen"])
+        if not first:
+            continue
+        basis.add_member(m["conn_id"], m["first_seen"])
+        broker_max = m["broker_max"]
+        basis.fold(m["avv"], first, None if broker_max is None else {k: hi for k, hi in broker_max})
+    if not basis.member_count:
         return None
     try:
-        found = infer(Observation(api_versions_request_version=avv, requests=requests, first_requests=first,
-                                  client_id=client_id,
-                                  broker_max=None if broker_max is None else {k: hi for k, hi in broker_max}))
+        found = assess(basis.observation(client_id))
     except Exception:  # noqa: BLE001 - as the registry: a fault of the inference is no identity, not a failed job
         return None
-    if found is None:
+    if not isinstance(found, Inference):
         return None
     return (str(found.name), str(found.version_range), round(float(found.confidence), 3),
-            [str(e) for e in tuple(found.evidence)[:MAX_EVIDENCE]], found.min_compatible)
+            list(client_evidence(found.evidence, basis, client_address, client_id)), found.min_compatible)
 
 
-_infer_udf = F.udf(infer_row, INFERENCE)
+_infer_udf = F.udf(infer_client, INFERENCE)
 
 
-def identities(facts: DataFrame, conns: DataFrame, reqs: DataFrame, window: float = DEFAULT_WINDOW) -> DataFrame:
+def identities(facts: DataFrame, conns: DataFrame, window: float = DEFAULT_WINDOW) -> DataFrame:
     """`conns` (pipeline.events.connections over `facts`) with: identity_source ("announced",
     "sibling", "fingerprint", "none"), inferred_software_name, inferred_version_range,
     inferred_confidence, min_compatible, evidence (array) and sibling_conn_id. See the module
@@ -90,7 +102,6 @@ def identities(facts: DataFrame, conns: DataFrame, reqs: DataFrame, window: floa
         F.col("answer.ts").alias("answer_ts"), F.col("answer.broker_max").alias("broker_max"))
     first = F.struct(F.col("first_request").alias("t"), "api_key", "api_version")
     seen = requests(facts, first=True).groupBy(key).agg(F.collect_list(first).alias("seen"))
-    counts = (reqs.groupBy(key).agg(F.collect_list(F.struct("api_key", "api_version", "requests")).alias("counts")))
     # The broker's maxima: its latest answer, per sidecar, listener and broker.
     answers = (per_conn.where(F.col("broker_max").isNotNull())
                .join(conns.select(*key, "listener", "broker"), key)
@@ -98,12 +109,10 @@ def identities(facts: DataFrame, conns: DataFrame, reqs: DataFrame, window: floa
                .agg(F.max(F.struct("answer_ts", "broker_max")).alias("latest"))
                .select("source", "listener", "broker", F.col("latest.broker_max").alias("broker_max")))
     df = (conns.join(per_conn.drop("answer_ts", "broker_max"), key, "left").join(seen, key, "left")
-          .join(counts, key, "left").join(answers, ["source", "listener", "broker"], "left"))
+          .join(answers, ["source", "listener", "broker"], "left"))
     unannounced = F.col("client_software_name").isNull()
-    # Cached: the sibling search below reads it twice, and planning that many copies of
-    # the joins above (and running the fingerprint UDF again for each) cost more than the data.
-    df = df.withColumn("own", F.when(unannounced & (F.coalesce("mid_stream", F.lit(0)) == 0), _infer_udf(
-        "logged_first", "seen", "counts", "avv", "client_id", "broker_max"))).cache()
+    # Cached: the sibling search and the clients below read it again.
+    df = df.cache()
 
     client = ["source", "client_address", "client_id"]
     me = df.select(*key, *client, "first_seen", "last_seen")
@@ -121,6 +130,29 @@ def identities(facts: DataFrame, conns: DataFrame, reqs: DataFrame, window: floa
            .withColumn("rank", F.row_number().over(latest)).filter(F.col("rank") == 1)
            .select(*key, "sib_id", "sib_name", "sib_version", "sib_iv"))
     df = df.join(sib, key, "left")
+
+    # Clients (issue 28): the unannounced connections seen from their start with no announced
+    # sibling, by client address, client_id and principal, cut into sessions where one opens more
+    # than `window` seconds after every earlier one ended (the registry's client ends so); one
+    # without a client_id is a client of its own. Each session is judged once, on the union.
+    own = unannounced & F.col("sib_id").isNull() & (F.coalesce("mid_stream", F.lit(0)) == 0)
+    members = df.filter(own).withColumn(
+        "client_key", F.when(F.col("client_id").isNull(), F.col("conn_id")))
+    order = Window.partitionBy("source", "client_address", "client_id", "principal", "client_key") \
+        .orderBy("first_seen", "conn_id")
+    members = (members
+               .withColumn("ended_before", F.max("last_seen").over(order.rowsBetween(Window.unboundedPreceding, -1)))
+               .withColumn("starts", (F.col("ended_before").isNull()
+                                      | (F.col("first_seen") - F.col("ended_before") > window)).cast("int"))
+               .withColumn("session", F.sum("starts").over(order.rowsBetween(Window.unboundedPreceding, 0))))
+    group = ["source", "client_address", "client_id", "principal", "client_key", "session"]
+    member = F.struct("conn_id", "first_seen", "logged_first", "seen", "avv", "broker_max")
+    # (client_id and principal may be null: each session's connections are carried along, not joined on them)
+    judged = (members.groupBy(group)
+              .agg(F.collect_list(member).alias("members"))
+              .select("source", F.explode(F.col("members.conn_id")).alias("conn_id"),
+                      _infer_udf("client_address", "client_id", "members").alias("own")))
+    df = df.join(judged, key, "left")
 
     is_sib = unannounced & F.col("sib_id").isNotNull()
     is_own = unannounced & F.col("sib_id").isNull() & F.col("own").isNotNull()

@@ -524,7 +524,7 @@ def run_report(spark, args, progress) -> dict:
 
     frames = {"upgrade_readiness": jobs.upgrade_readiness(spark, conns, reqs, args.target),
               "upgrade_readiness_by_software": jobs.readiness_by_software(
-                  spark, identities(facts, conns, reqs), reqs, args.target),
+                  spark, identities(facts, conns), reqs, args.target),
               "inventory": jobs.inventory(conns, reqs), "adoption": jobs.adoption(conns),
               "api_usage": jobs.api_usage(conns, reqs)}
     totals = {}

@@ -140,9 +140,9 @@ def tables(logs, spark) -> dict[str, dict[str, list]]:
             "upgrade_readiness": _rows(jobs.upgrade_readiness(spark, conns, reqs, "4.0")),
             # issue 15: who the unannounced connections are (pipeline.identity), and who to upgrade by
             # software; a schema 2 log gives its connections' first requests, a schema 1 log its order
-            "identities": _rows(identities(facts, conns, reqs)),
+            "identities": _rows(identities(facts, conns)),
             "readiness_by_software": _rows(jobs.readiness_by_software(
-                spark, identities(facts, conns, reqs), reqs, "4.0")),
+                spark, identities(facts, conns), reqs, "4.0")),
         }
     return out
 

@@ -77,14 +77,16 @@ def test_an_unannounced_connection_is_fingerprinted_apart_from_the_software_fiel
     assert c["client_software_name"] is None and c["client_software_version"] is None
     assert c["inferred_software"] == {
         "name": "apache-kafka-java", "version_range": "0.10.2.0-0.11.0.3", "confidence": 0.9, "source": "fingerprint",
-        "evidence": ["Produce v2", "ApiVersions v0"], "min_compatible": "2.1", "sibling_connection_id": None}
+        "evidence": ["Produce v2", "ApiVersions v0"], "min_compatible": "2.1", "sibling_connection_id": None,
+        "client_connections": []}  # a client of one connection
     assert c["api_versions_request_version"] == 0
     # REST lists them as of the last event other than a sweep (sweeps come at other times live
     # than in a replay); infer() got them provisionally, and the close folds them.
     assert [(r["api_key"], r["api_version"]) for r in c["first_requests"]] == [(18, 0)]
     obs = calls[-1]
     assert obs.api_versions_request_version == 0 and obs.client_id == "old-app"
-    assert obs.first_requests == ((18, 0), (0, 2), (3, 2)) and obs.requests == {(18, 0): 1, (3, 2): 1, (0, 2): 1}
+    # The client's union (exporter.fingerprint.ClientBasis): ApiVersions is its first version, not a pair.
+    assert obs.first_requests == ((0, 2), (3, 2)) and obs.requests == {(3, 2): 1, (0, 2): 1}
     snap = reg.snapshot()
     assert {k: v for k, v in snap.connections_inferred.items() if v} == {
         ("PLAINTEXT", "apache-kafka-java", "0.10.2.0-0.11.0.3"): 1}
@@ -104,16 +106,33 @@ def test_an_announced_connection_is_never_fingerprinted(calls):
 
 
 def test_infer_is_called_only_on_new_information_and_a_bounded_number_of_times(calls):
+    """A client's union is judged again only when it gained a fact (at most MAX_CLIENT_PAIRS of
+    them), and the close adds no call when nothing is new."""
     reg = old_java(ConnectionRegistry())
     n = len(calls)
     feed(reg, sweep("a", 2.0), sweep("a", 3.0), req("a", 3.1, 0, 2), sweep("a", 3.2))
     assert len(calls) == n  # nothing new: no call
     for i, (key, version) in enumerate([(1, 4), (2, 1), (8, 2), (9, 1), (10, 0), (11, 2), (12, 0), (13, 0)]):
         feed(reg, req("a", 4 + i, key, version), sweep("a", 4.5 + i))
+    feed(reg, ConnectionClosed(conn_id="a", ts=20.0, reason="fin", pending_requests=0))
+    assert len(reg.get("a")["first_requests"]) == MAX_FIRST_REQUESTS
+    # first_requests keeps 8 pairs (ApiVersions among them): 7 facts, each judged once at most
+    assert len(calls) <= MAX_FIRST_REQUESTS - 1
+    sizes = [len(o.first_requests) for o in calls]
+    assert sizes == sorted(set(sizes)), sizes  # every call saw more than the one before
+
+
+def test_a_connection_alone_is_judged_a_bounded_number_of_times(calls):
+    """Without a client_id it cannot join a client: judged alone, at most MAX_INFER_CALLS times
+    while open and once more at its close."""
+    reg = ConnectionRegistry()
+    feed(reg, opened("a", 1.0), req("a", 1.0, 18, 0, client_id=None), v0("a", 1.0))
+    for i, (key, version) in enumerate([(0, 2), (3, 2), (1, 4), (2, 1), (8, 2), (9, 1), (10, 0), (11, 2)]):
+        feed(reg, req("a", 2 + i, key, version, client_id=None), sweep("a", 2.5 + i))
     assert len(calls) <= MAX_INFER_CALLS
     feed(reg, ConnectionClosed(conn_id="a", ts=20.0, reason="fin", pending_requests=0))
     assert len(calls) <= MAX_INFER_CALLS + 1
-    assert len(reg.get("a")["first_requests"]) == MAX_FIRST_REQUESTS
+    assert reg.get("a")["inferred_software"]["client_connections"] == []
 
 
 def test_first_requests_from_a_tally_equal_those_of_one_event_per_request(calls):
@@ -192,8 +211,10 @@ def test_a_flood_of_unannounced_connections_spends_at_most_the_budget_per_second
     monkeypatch.setattr(registry_module, "_assess", timed)
     reg = ConnectionRegistry(clock=lambda: now[0], max_fingerprints_per_second=50)
     n = 500
-    for i in range(n):
-        old_java(reg, f"c{i}", now[0], 40000 + i)
+    for i in range(n):  # 500 clients: a client_id each (one client's connections cost one call)
+        c, t = f"c{i}", now[0]
+        feed(reg, opened(c, t, 40000 + i), req(c, t, 18, 0, f"app-{i}"), v0(c, t), req(c, t + 0.1, 3, 2, f"app-{i}"),
+             req(c, t + 0.2, 0, 2, f"app-{i}"), sweep(c, t + 0.3))
     per_second = Counter(seconds)
     assert per_second == {1000: 50}
     skipped = reg.snapshot().fingerprint_skipped["budget"]

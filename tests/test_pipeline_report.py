@@ -263,7 +263,7 @@ def inferred(spark, tmp_path_factory):
     facts = pev.facts(pev.read(spark, [str(logs)])).cache()
     assert pev.quarantine(facts).count() == 0
     conns, reqs = pev.connections(facts).cache(), pev.requests(facts).cache()
-    idents = identities(facts, conns, reqs).cache()
+    idents = identities(facts, conns).cache()
     by_software = jobs.readiness_by_software(spark, idents, reqs, "4.0")
     return {"registries": registries, "logs": logs, "idents": [r.asDict() for r in idents.collect()],
             "by_software": [r.asDict() for r in by_software.collect()]}

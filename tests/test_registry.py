@@ -258,10 +258,15 @@ def test_census_rows_are_bounded_and_the_overflow_counted():
     for n in range(1, 5):  # four distinct client ids: four census keys
         feed(reg, opened(cid(n), float(n), n=n), request(cid(n), n + 0.1, 3, 12, client_id=f"app-{n}"),
              closed(cid(n), n + 0.2))
-    feed(reg, opened(cid(5), 6.0, n=5), request(cid(5), 6.1, 3, 12, client_id="app-1"), closed(cid(5), 6.2))
+    # app-1 again, from its address (n=251: 10.0.1.1): the same client, so the same row. An
+    # unannounced client's row is kept per client address (issue 28: its inference is its
+    # client's, read when listed); the listing merges rows of the same identity.
+    feed(reg, opened(cid(251), 6.0, n=251), request(cid(251), 6.1, 3, 12, client_id="app-1"), closed(cid(251), 6.2))
     assert reg.snapshot().census_overflow == 2
     rows = {r["client_id"]: r["total_connections"] for r in reg.clients()}
     assert rows == {"app-1": 2, "app-2": 1}  # an existing row still folds when the census is full
+    feed(reg, opened(cid(6), 7.0, n=6), request(cid(6), 7.1, 3, 12, client_id="app-1"), closed(cid(6), 7.2))
+    assert reg.snapshot().census_overflow == 3  # app-1 from another address: another client, no room
 
 
 # --- brokers and upgrade readiness ----------------------------------------------------------

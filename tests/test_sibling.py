@@ -185,20 +185,30 @@ def test_platformatic_fetch_connections_take_the_announced_identity_of_their_con
 
 
 @pytest.mark.parametrize("tally", [False, True], ids=["events", "tally"])
-def test_kafkajs_fetch_connections_do_not_take_their_siblings_fingerprint(tmp_path, tally):
-    """kafkajs announces nothing (ApiVersions v2, no KIP-511 fields): its other connections are
-    fingerprinted (exporter/fingerprint.py), and its fetch connection, one Fetch v11 that says
-    too little alone, stays unknown (issue 26): a fingerprint is one decision, never spread as if
-    announced. The gauge counts the fingerprinted connections only."""
+def test_kafkajs_fetch_connections_are_named_with_their_client(tmp_path, tally):
+    """kafkajs announces nothing (ApiVersions v2, no KIP-511 fields). Its fetch connection sends
+    one Fetch v11, which says too little alone (issue 26); judged with the other connections of
+    its client (same address and client_id: issue 28), it is named kafkajs like them, with the
+    client's evidence naming the connections judged together. Nothing is a sibling: no connection
+    announced."""
     reg = _replayed(tmp_path, "kafkajs", tally)
     conns = reg.connections()
     assert not [c for c in conns if c["client_software_name"] is not None]  # the recording announces nothing
     fetch = _fetch_connections(conns)
     assert fetch
     for c in fetch:
-        assert c["identity_source"] == "none" and c["inferred_software"] is None, c
+        inferred = c["inferred_software"]
+        assert c["identity_source"] == "fingerprint" and inferred["name"] == "kafkajs", c
+        assert len(inferred["client_connections"]) > 1 and c["id"] in inferred["client_connections"]
+        assert any(e.startswith(f"client of {len(inferred['client_connections'])} connections") for e in
+                   inferred["evidence"]), inferred["evidence"]
+        # the connection alone would not be named: the name is the client's
+        alone = [x for x in conns if x["client_id"] == c["client_id"]]
+        assert len(alone) > 1
     fingerprinted = [c for c in conns if c["identity_source"] == "fingerprint"]
-    assert fingerprinted and all(c["inferred_software"]["name"] == "kafkajs" for c in fingerprinted)
+    assert all(c["inferred_software"]["name"] == "kafkajs" for c in fingerprinted)
+    assert {c["inferred_software"]["version_range"] for c in fingerprinted} == \
+        {fetch[0]["inferred_software"]["version_range"]}  # one client, one inference
     assert not [c for c in conns if c["identity_source"] == "sibling"]
     assert reg.sibling_identities == 0
 
@@ -266,14 +276,19 @@ def test_a_waiting_connection_is_named_when_its_sibling_announces_not_at_its_own
     assert reg.get("b")["inferred_software"]["sibling_connection_id"] == "a"  # named for good: not moved
 
 
-def test_a_fingerprint_never_names_a_sibling_however_many_reconnect(monkeypatch):
-    """a is fingerprinted; b and 1,000 reconnecting connections of the same client address and
-    client_id send too little to be: none takes a's inference (issue 26: a wrong one would be
-    multiplied by the reconnect loop). An announced sibling still names them at once."""
+def test_a_client_is_judged_once_however_many_times_it_reconnects(monkeypatch):
+    """a, b and 1,000 reconnecting connections of the same client address and client_id are one
+    client (issue 28): judged on the union of what they sent, one decision that every connection
+    takes, and assess() runs only when the union gains a fact (the reconnects add none), so a
+    reconnect loop costs no inference. b alone sends too little to be named, and is named with
+    its client. An announced sibling still beats the fingerprint, at once."""
     from exporter import registry as registry_module
     from exporter.fingerprint import Inference as Inf
 
-    def assess(obs):  # a's pairs name kafkajs; a single pair names nothing
+    calls = []
+
+    def assess(obs):  # the union of a's pairs names kafkajs; a single pair names nothing
+        calls.append(obs.first_requests)
         if len(obs.first_requests) >= 2:
             return Inf("kafkajs", ">=1.12.0,<2.1.0", 0.9, ("wide",), "1.12.0")
         return None
@@ -282,18 +297,57 @@ def test_a_fingerprint_never_names_a_sibling_however_many_reconnect(monkeypatch)
     reg = feed(ConnectionRegistry(), opened("a", 1.0), request("a", 1.0, 3, 6), request("a", 1.0, 10, 2),
                sweep("a", 1.05), opened("b", 1.1, port=40001), request("b", 1.1, 1, 11), sweep("b", 1.15))
     assert reg.get("a")["identity_source"] == "fingerprint"
-    assert reg.get("b")["identity_source"] == "none"
+    b = reg.get("b")
+    assert b["identity_source"] == "fingerprint" and b["inferred_software"]["client_connections"] == ["a", "b"]
     for i in range(1000):
         c = f"r{i}"
         feed(reg, opened(c, 2.0 + i / 100, port=41000 + i), request(c, 2.0 + i / 100, 1, 11),
              closed(c, 2.005 + i / 100))
-    assert not [c for c in reg.connections() if c["identity_source"] == "sibling"]
-    assert inferred_gauge(reg) == {("PLAINTEXT", "kafkajs", ">=1.12.0,<2.1.0"): 1}  # a alone
+    assert len(calls) <= 3, calls  # a's two facts, then b's: no reconnect added one
+    assert reg.infer_calls == len(calls)
+    closed_ones = [c for c in reg.connections(state="closed") if c["id"].startswith("r")]
+    assert len(closed_ones) == 1000 and all(c["identity_source"] == "fingerprint" for c in closed_ones)
+    evidence = closed_ones[-1]["inferred_software"]["evidence"]
+    assert any(e.startswith("client of 1002 connections") and "and 994 more" in e for e in evidence), evidence
+    assert inferred_gauge(reg) == {("PLAINTEXT", "kafkajs", ">=1.12.0,<2.1.0"): 2}  # a and b, open
     assert reg.sibling_identities == 0
     feed(reg, opened("e", 20.0, port=40004), request("e", 20.0, 18, 3), announce("e", 20.1, version="2.2.5"))
     b = reg.get("b")  # waiting: named at e's event
     assert b["identity_source"] == "sibling" and b["inferred_software"]["version_range"] == "2.2.5"
     assert reg.get("a")["inferred_software"]["sibling_connection_id"] == "e"  # announced beats a fingerprint
+
+
+def test_clients_are_bounded_and_end_after_the_sibling_window(monkeypatch):
+    """Flood: 3,000 clients (distinct client_ids) with 3 connections each, against max_open=1,000:
+    at most 1,000 clients kept, the others evicted and counted, and assess() called at most once
+    per fact a client gained. A client whose connections all closed more than sibling_window
+    seconds before a new one opened is over: the new one starts a client of its own."""
+    from exporter import registry as registry_module
+    from exporter.fingerprint import Inference as Inf
+
+    calls = []
+
+    def assess(obs):
+        calls.append(1)
+        return Inf("kafkajs", "*", 0.9, ("x",), None) if len(obs.first_requests) >= 2 else None
+
+    monkeypatch.setattr(registry_module, "_assess", assess)
+    reg = ConnectionRegistry(max_open=1000, max_fingerprints_per_second=10**9)
+    for i in range(3000):
+        for j, (api, ver) in enumerate(((3, 6), (10, 2), (1, 11))):
+            c = f"c{i}-{j}"
+            feed(reg, opened(c, 1.0 + i / 1000, port=10000 + 3 * i + j),
+                 request(c, 1.0 + i / 1000, api, ver, client_id=f"app-{i}"), closed(c, 1.0005 + i / 1000))
+    assert len(reg._clients) == 1000 and reg.clients_evicted == 2000
+    assert len(calls) <= 3000 * 3
+    last = reg.connections(state="closed")[-1]
+    assert last["inferred_software"]["client_connections"] == ["c2999-0", "c2999-1", "c2999-2"]
+    # Over the window: a new connection of app-2999 is a client of its own.
+    t = 1.0 + 2999 / 1000 + reg.sibling_window + 1
+    feed(reg, opened("late", t, port=60000), request("late", t, 1, 11, client_id="app-2999"),
+         closed("late", t + 0.001))
+    late = reg.get("late")
+    assert late["identity_source"] == "none" and late["inferred_software"] is None  # one pair: too little alone
 
 
 def test_the_work_per_event_and_the_waiting_list_are_bounded(monkeypatch):
