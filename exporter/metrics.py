@@ -159,6 +159,14 @@ class CensusCollector:
         yield _counter("fingerprint_skipped", "Fingerprint inferences not run, by reason: 'budget', past "
                        "--max-fingerprints-per-second (the connection is tried again later).", ["reason"],
                        s.fingerprint_skipped)
+        yield _gauge("fingerprint_clients", "Clients (client address, client_id and principal) whose unannounced "
+                     "connections are fingerprinted together, at most --max-connections.", [],
+                     {(): s.fingerprint_clients})
+        yield _counter("fingerprint_clients_evicted", "Clients forgotten at --max-connections, the least "
+                       "recently joined first: their open connections keep their inference, new ones start a "
+                       "client anew.", [], {(): s.fingerprint_clients_evicted})
+        yield _counter("fingerprint_facts_dropped", "Request versions a client's fingerprint basis did not keep: "
+                       "it holds at most 32 distinct (API, version) facts.", [], {(): s.fingerprint_facts_dropped})
         yield _gauge("churning_clients", "Clients (client address and client_id) opening connections at or over "
                      "--churn-threshold-per-minute now: reconnect loops (GET /api/v1/churn lists them).", [],
                      {(): s.churning_clients})

@@ -596,6 +596,9 @@ class MetricsSnapshot:
     broker_drops: dict[str, int]  # BROKER_DROPS -> answers or entries not kept
     fingerprint_calls: int  # fingerprint.infer() calls
     fingerprint_skipped: dict[str, int]  # reason -> infer() calls not made (budget)
+    fingerprint_clients: int  # clients whose connections are judged together (issue 28), at most max_open
+    fingerprint_clients_evicted: int  # clients dropped at max_open, the least recently joined first
+    fingerprint_facts_dropped: int  # facts a full client basis did not keep (MAX_CLIENT_PAIRS)
     churning_clients: int  # (client address, client_id) at or over the churn threshold now
     churn_clients_evicted: int  # clients the churn tracker forgot at --max-churn-clients
     unsupported_version_closes: dict[RequestSeries, int]  # connections the broker closed at a version it refuses
@@ -1318,6 +1321,8 @@ class ConnectionRegistry:
                 census_overflow=self.census_overflow, series=self._series, max_series=self.max_series,
                 series_folded=dict(self.series_folded), broker_drops=dict(self.broker_drops),
                 fingerprint_calls=self.infer_calls, fingerprint_skipped=dict(self.fingerprint_skipped),
+                fingerprint_clients=len(self._clients), fingerprint_clients_evicted=self.clients_evicted,
+                fingerprint_facts_dropped=self.client_facts_dropped,
                 churning_clients=self._churn.count_churning(self.now()), churn_clients_evicted=self._churn.evicted,
                 unsupported_version_closes=_named(RequestSeries, dict(self._unsupported)))
         gauge, inferred, closed, requests, deprecated, api_versions, acks, sasl = tables

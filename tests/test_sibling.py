@@ -339,6 +339,8 @@ def test_clients_are_bounded_and_end_after_the_sibling_window(monkeypatch):
             feed(reg, opened(c, 1.0 + i / 1000, port=10000 + 3 * i + j),
                  request(c, 1.0 + i / 1000, api, ver, client_id=f"app-{i}"), closed(c, 1.0005 + i / 1000))
     assert len(reg._clients) == 1000 and reg.clients_evicted == 2000
+    snap = reg.snapshot()
+    assert (snap.fingerprint_clients, snap.fingerprint_clients_evicted) == (1000, 2000)
     assert len(calls) <= 3000 * 3
     last = reg.connections(state="closed")[-1]
     assert last["inferred_software"]["client_connections"] == ["c2999-0", "c2999-1", "c2999-2"]
@@ -386,3 +388,23 @@ def test_a_closed_connection_leaves_the_waiting_list():
     assert reg._waiting[("10.0.1.1", "app")] == ["c"]
     feed(reg, closed("c", 2.0))
     assert not reg._waiting  # no closed connection's id kept
+
+
+def test_a_client_basis_keeps_at_most_its_bound_of_facts_and_counts_the_rest():
+    """A client whose connections send 200 distinct (api, version) pairs (a wire that makes them
+    up): the basis keeps MAX_CLIENT_PAIRS, the rest is counted, and the calls stay bounded."""
+    from exporter.fingerprint import MAX_CLIENT_PAIRS
+
+    reg = ConnectionRegistry(max_fingerprints_per_second=10**9)
+    pairs = [(k, v) for k in range(0, 20) for v in range(10)]
+    for i in range(25):  # 25 connections of one client, 8 new pairs each
+        c = f"p{i}"
+        feed(reg, opened(c, 1.0 + i, port=42000 + i))
+        for key, version in pairs[8 * i:8 * i + 8]:
+            feed(reg, request(c, 1.0 + i, key, version))
+        feed(reg, closed(c, 1.5 + i))
+    (client,) = reg._clients.values()
+    assert len(client.basis) == MAX_CLIENT_PAIRS
+    snap = reg.snapshot()
+    assert snap.fingerprint_facts_dropped > 0 and len(client.basis) + snap.fingerprint_facts_dropped >= 100
+    assert snap.fingerprint_calls <= MAX_CLIENT_PAIRS + 25  # one per fact gained, and the closes
