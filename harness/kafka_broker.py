@@ -426,12 +426,17 @@ def install(versions: Sequence[str] = tuple(KAFKA_VERSIONS.values()), agent: boo
     for version in versions:
         target = JARS_DIR / version
         print(f"Apache Kafka {version}: Maven copies its runtime jars into {target.relative_to(REPO_ROOT)}", flush=True)
-        shutil.rmtree(target, ignore_errors=True)
+        # Copied beside the installed line, which is replaced only once the copy is whole: a
+        # failed or interrupted install leaves the line that was there.
+        staging = target.with_name(f".{version}.partial")
+        shutil.rmtree(staging, ignore_errors=True)
         # profiles named explicitly (one given on the command line turns the default ones off)
         profiles = ([] if version.startswith("3.") else ["log4j2"]) + (["tools"] if tools else [])
         profile = [f"-P{','.join(profiles) or '!tools'}", f"-Dlog4j2.version={LOG4J2_VERSION}"]
         _mvn([mvn, "-q", "-B", "-f", str(pom), *profile, f"-Dkafka.version={version}", "dependency:copy-dependencies",
-              "-DincludeScope=runtime", f"-DoutputDirectory={target}"])
+              "-DincludeScope=runtime", f"-DoutputDirectory={staging}"])
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
     if agent:
         print(f"JMX exporter agent {JMX_AGENT_VERSION}", flush=True)
         _mvn([mvn, "-q", "-B", "-f", str(pom), "dependency:copy", f"-DoutputDirectory={JARS_DIR}",
