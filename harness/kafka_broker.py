@@ -145,8 +145,13 @@ def java_binary() -> str:
 
 
 def _cluster_id() -> str:
-    """What `kafka-storage random-uuid` prints: 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """What `kafka-storage random-uuid` prints: 16 random bytes, URL-safe base64 without padding,
+    drawn again when it starts with "-" as Kafka's Uuid.randomUuid does (StorageTool's argument
+    parser would take one for an option: 1 start in 64 failed)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _logging(version: str) -> list[str]:
