@@ -43,6 +43,8 @@ class FingerprintRow(NamedTuple):
 #   fingerprints/aiokafka-0.7.2 (aiokafka 0.7.2)
 #   fingerprints/aiokafka-0.8.1 (aiokafka 0.8.1)
 #   fingerprints/aiokafka-0.9.0 (aiokafka 0.9.0)
+#   fingerprints/confluent-kafka-go-2.11.1-kafka3.9 (librdkafka 2.11.1)
+#   fingerprints/confluent-kafka-go-2.11.1-kafka4.4 (librdkafka 2.11.1)
 #   fingerprints/confluent-kafka-python-1.8.2 (librdkafka 1.8.2): nothing but ApiVersions, left out
 #   fingerprints/confluent-kafka-python-1.9.2 (librdkafka 1.9.2): nothing but ApiVersions, left out
 #   fingerprints/confluent-kafka-python-2.0.2 (librdkafka 2.0.2): nothing but ApiVersions, left out
@@ -50,7 +52,15 @@ class FingerprintRow(NamedTuple):
 #   fingerprints/confluent-kafka-python-2.10.1 (librdkafka 2.10.1)
 #   fingerprints/confluent-kafka-python-2.3.0 (librdkafka 2.3.0)
 #   fingerprints/confluent-kafka-python-2.6.1 (librdkafka 2.6.1)
+#   fingerprints/franz-go-1.14.0-kafka3.9 (franz-go 1.14.0)
+#   fingerprints/franz-go-1.14.0-kafka4.4 (franz-go 1.14.0)
+#   fingerprints/franz-go-1.22.3-kafka3.9 (franz-go 1.22.3)
+#   fingerprints/franz-go-1.22.3-kafka4.4 (franz-go 1.22.3)
 #   fingerprints/kafka-go-0.2.1 (kafka-go 0.2.1)
+#   fingerprints/kafka-go-0.4.42-kafka3.9 (kafka-go 0.4.42)
+#   fingerprints/kafka-go-0.4.42-kafka4.4 (kafka-go 0.4.42)
+#   fingerprints/kafka-go-0.4.51-kafka3.9 (kafka-go 0.4.51)
+#   fingerprints/kafka-go-0.4.51-kafka4.4 (kafka-go 0.4.51)
 #   fingerprints/kafka-node-3.0.1 (kafka-node 3.0.1)
 #   fingerprints/kafka-node-4.1.3 (kafka-node 4.1.3)
 #   fingerprints/kafka-node-5.0.0 (kafka-node 5.0.0)
@@ -68,6 +78,18 @@ class FingerprintRow(NamedTuple):
 #   fingerprints/librdkafka-2.0.2 (librdkafka 2.0.2): nothing but ApiVersions, left out
 #   fingerprints/sarama-1.22.1-v2.0.0 (sarama 1.22.1)
 #   fingerprints/sarama-1.22.1 (sarama 1.22.1)
+#   fingerprints/sarama-1.23.1-kafka3.9 (sarama 1.23.1)
+#   fingerprints/sarama-1.23.1-v2.3.0-kafka3.9 (sarama 1.23.1)
+#   fingerprints/sarama-1.40.1-kafka3.9 (sarama 1.40.1)
+#   fingerprints/sarama-1.40.1-v3.3.2-kafka3.9 (sarama 1.40.1)
+#   fingerprints/sarama-1.45.2-kafka3.9 (sarama 1.45.2)
+#   fingerprints/sarama-1.45.2-kafka4.4 (sarama 1.45.2)
+#   fingerprints/sarama-1.45.2-v4.0.0-kafka3.9 (sarama 1.45.2)
+#   fingerprints/sarama-1.45.2-v4.0.0-kafka4.4 (sarama 1.45.2)
+#   fingerprints/sarama-1.61.1-kafka3.9 (sarama 1.61.1)
+#   fingerprints/sarama-1.61.1-kafka4.4 (sarama 1.61.1)
+#   fingerprints/sarama-1.61.1-v4.3.1-kafka3.9 (sarama 1.61.1)
+#   fingerprints/sarama-1.61.1-v4.3.1-kafka4.4 (sarama 1.61.1)
 # fmt: off
 ROWS: tuple[FingerprintRow, ...] = (
     FingerprintRow('apache-kafka-java', ('0.10.0.0', '0.10.0.1'), (None,),
@@ -163,9 +185,27 @@ ROWS: tuple[FingerprintRow, ...] = (
     FingerprintRow('aiokafka', ('0.14.0',), (0,),
                    ((0, 7, 7), (1, 11, 11), (2, 3, 3), (3, 5, 5), (8, 3, 3), (9, 3, 3), (10, 1, 1), (11, 5, 5), (14, 3, 3), (19, 3, 3)),
                    False, True, 'golden/aiokafka'),
+    FingerprintRow('franz-go', ('1.14.0',), (None,),
+                   ((0, 9, 9), (1, 15, 15), (11, 9, -1), (14, 5, -1)),
+                   False, True, 'fingerprints/franz-go-1.14.0-kafka3.9'),
+    FingerprintRow('franz-go', ('1.14.0',), (None,),
+                   ((0, 9, 9), (1, 15, 15), (11, 9, -1), (14, 5, -1)),
+                   False, True, 'fingerprints/franz-go-1.14.0-kafka4.4'),
     FingerprintRow('kafka-go', ('0.2.1',), (None,),
                    ((0, 2, 2), (1, 2, 2), (2, 1, 1), (3, 1, 1), (10, 0, 0), (11, 1, 1)),
-                   False, True, 'fingerprints/kafka-go-0.2.1'),
+                   False, False, 'fingerprints/kafka-go-0.2.1'),
+    FingerprintRow('kafka-go', ('0.4.42',), (None, 0),
+                   ((0, 8, 8), (1, 10, 10), (2, 1, 1), (3, 6, 8), (8, 2, 2), (9, 1, 1), (10, 0, 0), (11, 1, 1), (13, 0, 0), (14, 0, 0)),
+                   False, True, 'fingerprints/kafka-go-0.4.42-kafka3.9'),
+    FingerprintRow('kafka-go', ('0.4.42',), (None, 0),
+                   ((0, 8, 8), (1, 10, 10), (2, 1, 1), (3, 6, 8), (8, 2, 2), (9, 1, 1), (10, 0, 0), (11, 1, 1), (13, 0, 0), (14, 0, 0)),
+                   False, True, 'fingerprints/kafka-go-0.4.42-kafka4.4'),
+    FingerprintRow('kafka-go', ('0.4.51',), (None, 0),
+                   ((0, 8, 8), (1, 10, 10), (2, 1, 1), (3, 6, 8), (8, 2, 2), (9, 1, 1), (10, 0, 0), (11, 2, 2), (13, 0, 0), (14, 0, 0)),
+                   False, True, 'fingerprints/kafka-go-0.4.51-kafka3.9'),
+    FingerprintRow('kafka-go', ('0.4.51',), (None, 0),
+                   ((0, 8, 8), (1, 10, 10), (2, 1, 1), (3, 6, 8), (8, 2, 2), (9, 1, 1), (10, 0, 0), (11, 2, 2), (13, 0, 0), (14, 0, 0)),
+                   False, True, 'fingerprints/kafka-go-0.4.51-kafka4.4'),
     FingerprintRow('kafka-node', ('3.0.1',), (0,),
                    ((0, 2, 2), (1, 2, 2), (3, 1, 1), (10, 0, 0), (11, 0, 0)),
                    False, True, 'fingerprints/kafka-node-3.0.1'),
@@ -226,6 +266,12 @@ ROWS: tuple[FingerprintRow, ...] = (
     FingerprintRow('librdkafka', ('2.10.1',), (3,),
                    ((0, 10, 10), (1, 16, 16), (2, 7, 7), (3, 12, -1), (8, 9, -1), (9, 9, -1), (10, 2, 2), (11, 5, 5), (12, 3, 3), (13, 1, 1), (14, 3, 3), (71, 0, -1)),
                    False, True, 'fingerprints/confluent-kafka-python-2.10.1'),
+    FingerprintRow('librdkafka', ('2.11.1',), (3,),
+                   ((0, 10, 10), (1, 16, 16), (2, 7, 7), (3, 12, -1), (8, 9, -1), (9, 9, -1), (10, 2, 2), (11, 5, 5), (12, 3, 3), (13, 1, 1), (14, 3, 3)),
+                   False, True, 'fingerprints/confluent-kafka-go-2.11.1-kafka3.9'),
+    FingerprintRow('librdkafka', ('2.11.1',), (3,),
+                   ((0, 10, 10), (1, 16, 16), (2, 7, 7), (3, 13, -1), (8, 9, 9), (9, 9, 9), (10, 2, 2), (11, 5, 5), (12, 3, 3), (13, 1, 1), (14, 3, 3)),
+                   False, True, 'fingerprints/confluent-kafka-go-2.11.1-kafka4.4'),
     FingerprintRow('librdkafka', ('2.16.0',), (3,),
                    ((0, 10, 10), (1, 16, 16), (2, 7, 7), (3, 12, -1), (8, 9, -1), (9, 9, -1), (10, 2, 2), (11, 5, 5), (12, 3, 3), (13, 1, 1), (14, 3, 3), (19, 4, 4), (71, 0, -1)),
                    False, True, 'golden/confluent-kafka'),
@@ -234,10 +280,25 @@ ROWS: tuple[FingerprintRow, ...] = (
                    False, True, 'golden/platformatic'),
     FingerprintRow('sarama', ('1.22.1',), (None,),
                    ((0, 0, 0), (2, 0, 0), (3, 0, 0)),
-                   False, True, 'fingerprints/sarama-1.22.1'),
+                   False, False, 'fingerprints/sarama-1.22.1'),
     FingerprintRow('sarama', ('1.22.1',), (None,),
                    ((0, 3, 3), (1, 4, 4), (2, 1, 1), (3, 5, 5)),
-                   False, True, 'fingerprints/sarama-1.22.1-v2.0.0'),
+                   False, False, 'fingerprints/sarama-1.22.1-v2.0.0'),
+    FingerprintRow('sarama', ('1.23.1',), (None,),
+                   ((0, 0, 0), (1, 0, 0), (2, 0, 0), (3, 0, 0)),
+                   False, False, 'fingerprints/sarama-1.23.1-kafka3.9'),
+    FingerprintRow('sarama', ('1.23.1',), (None,),
+                   ((0, 3, 3), (1, 4, 4), (2, 1, 1), (3, 5, 5), (8, 1, 1), (9, 1, 1), (10, 0, 0), (11, 1, 1), (12, 0, 0), (13, 0, 0), (14, 0, 0)),
+                   False, False, 'fingerprints/sarama-1.23.1-v2.3.0-kafka3.9'),
+    FingerprintRow('sarama', ('1.40.1',), (None,),
+                   ((0, 3, 3), (1, 4, 4), (2, 1, 1), (3, 5, 5), (8, 1, 1), (9, 1, 1), (10, 1, 1), (11, 1, 1), (12, 0, 0), (13, 0, 0), (14, 0, 0)),
+                   False, False, 'fingerprints/sarama-1.40.1-kafka3.9'),
+    FingerprintRow('sarama', ('1.45.2',), (None,),
+                   ((0, 7, 7), (1, 10, 10), (2, 4, 4), (3, 7, 7), (8, 6, 6), (9, 5, 5), (10, 2, 2), (11, 3, 3), (12, 2, 2), (13, 2, 2), (14, 2, 2)),
+                   False, False, 'fingerprints/sarama-1.45.2-kafka3.9'),
+    FingerprintRow('sarama', ('1.45.2',), (None,),
+                   ((0, 7, 7), (1, 10, 10), (2, 4, 4), (3, 7, 7), (8, 6, 6), (9, 5, 5), (10, 2, 2), (11, 3, 3), (12, 2, 2), (13, 2, 2), (14, 2, 2)),
+                   False, False, 'fingerprints/sarama-1.45.2-kafka4.4'),
 )
 # fmt: on
 
@@ -250,30 +311,33 @@ DEFAULT_CLIENT_IDS: dict[str, tuple[str, ...]] = {
     'sarama': ('sarama',),
     'kafka-node': ('kafka-node-client',),
     'kafka-go': ('.+ \\(github\\.com/segmentio/kafka-go\\)',),
+    'franz-go': ('kgo',),
 }
 
 MIN_COMPATIBLE: dict[str, str | None] = {
     'apache-kafka-java': '2.1',
     'aiokafka': '0.7.2',
-    'kafka-go': None,
+    'franz-go': '1.14.0',
+    'kafka-go': '0.4.42',
     'kafka-node': None,
     'kafka-python': '1.4.7',
     'kafka-ts': '1.5.0',
     'kafkajs': '1.12.0',
     'librdkafka': '2.3.0',
     'platformatic-kafka': '1.35.0',
-    'sarama': None,
+    'sarama': '1.45.2',
 }
 
 RELEASES: dict[str, tuple[str, ...]] = {
     'apache-kafka-java': ('0.10.0.0', '0.10.0.1', '0.10.1.0', '0.10.1.1', '0.10.2.0', '0.10.2.1', '0.10.2.2', '0.11.0.0', '0.11.0.1', '0.11.0.2', '0.11.0.3', '1.0.0', '1.0.1', '1.0.2', '1.1.0', '1.1.1', '2.0.0', '2.0.1', '2.1.0', '2.1.1', '2.2.0', '2.2.1', '2.2.2', '2.3.0', '2.3.1', '2.4.0', '2.4.1', '2.5.0', '2.5.1', '2.6.0', '2.6.1', '2.6.2', '2.6.3', '2.7.0', '2.7.1', '2.7.2', '2.8.0', '2.8.1', '2.8.2', '3.0.0', '3.0.1', '3.0.2', '3.1.0', '3.1.1', '3.1.2', '3.2.0', '3.2.1', '3.2.2', '3.2.3', '3.3.0', '3.3.1', '3.3.2', '3.4.0', '3.4.1', '3.5.0', '3.5.1', '3.5.2', '3.6.0', '3.6.1', '3.6.2', '3.7.0', '3.7.1', '3.8.0', '3.8.1', '3.9.0'),
     'aiokafka': ('0.7.2', '0.8.1', '0.9.0', '0.10.0', '0.11.0', '0.12.0', '0.13.0', '0.14.0'),
-    'kafka-go': ('0.2.1',),
+    'franz-go': ('1.14.0',),
+    'kafka-go': ('0.2.1', '0.4.42', '0.4.51'),
     'kafka-node': ('3.0.1', '4.1.3', '5.0.0'),
     'kafka-python': ('1.4.7', '2.0.2', '2.1.6', '2.2.15', '2.3.0', '3.0.12'),
     'kafka-ts': ('1.5.0',),
     'kafkajs': ('1.12.0', '1.14.0', '1.15.0', '1.16.0', '2.0.0', '2.1.0', '2.2.4'),
-    'librdkafka': ('2.3.0', '2.6.1', '2.10.1', '2.16.0'),
+    'librdkafka': ('2.3.0', '2.6.1', '2.10.1', '2.11.1', '2.16.0'),
     'platformatic-kafka': ('1.35.0',),
-    'sarama': ('1.22.1',),
+    'sarama': ('1.22.1', '1.23.1', '1.40.1', '1.45.2'),
 }

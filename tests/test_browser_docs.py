@@ -27,7 +27,7 @@ pytestmark = pytest.mark.e2e
 RECORDINGS = Path(__file__).parent / "fixtures" / "fingerprints"
 RECORDING = json.loads((RECORDINGS / "MANIFEST.json").read_text())["recordings"]["confluent-kafka-python-2.10.1"]
 PCAP = RECORDINGS / RECORDING["file"]
-REPLAY = ["replay", PCAP, "--listener", f"PLAINTEXT={RECORDING['tansu_port']}", "--serve"]
+REPLAY = ["replay", PCAP, "--listener", f"PLAINTEXT={RECORDING['port']}", "--serve"]
 TOKEN = "br0wser-t0ken-19"
 SWAGGER_FILES = {"/docs", docs_ui.INIT_URL, "/openapi.json", *docs_ui.VENDOR}
 

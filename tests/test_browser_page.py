@@ -70,7 +70,7 @@ def build_capture(path: Path) -> list[str]:
         records += [(t + meta.sec + meta.usec / 1e6 - first, data) for data, meta in rows]
         t = records[-1][0] + 1.0
         listener = name.rsplit("-", 1)[0].upper().replace("-", "_")  # KAFKA_GO=PORT, ...
-        listeners += ["--listener", f"{listener}={recordings[name]['tansu_port']}"]
+        listeners += ["--listener", f"{listener}={recordings[name]['port']}"]
     conv = synth.TcpConversation(client=("10.9.9.9", 45000), broker=("10.9.9.1", 9092))
     request = request_frame(ApiVersionsRequest(client_software_name=HOSTILE_SOFTWARE, client_software_version="1.0"),
                             1, client_id=HOSTILE)

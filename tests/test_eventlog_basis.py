@@ -47,7 +47,7 @@ COMPARED = ("first_requests", "api_versions_request_version", "inferred_software
 def _events(name: str, tally: bool) -> list:
     m = MANIFEST[name]
     out: list = []
-    replay(FIXTURES / m["file"], ListenerMap.parse([f"PLAINTEXT={m['tansu_port']}"]), out.append, tally=tally)
+    replay(FIXTURES / m["file"], ListenerMap.parse([f"PLAINTEXT={m['port']}"]), out.append, tally=tally)
     return out
 
 

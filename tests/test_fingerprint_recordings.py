@@ -1,5 +1,7 @@
 """The fingerprint recordings (tests/fixtures/fingerprints/, made by record.py there): pinned real
-client releases against Tansu, one pcap each, with MANIFEST.json saying what each one is.
+client releases against Tansu, and the Java client (kafka-clients 0.10.2-4.x, built by Maven)
+and Go clients (module versions from the Go module proxy) against Apache Kafka 3.9.2 and 4.4.0,
+one pcap each, with MANIFEST.json saying what each one is.
 
 Per recording: its pcap exists (and every pcap has an entry), it is small, the project's replay
 decodes it with no decode error, desync, gap, drop (but of a retransmitted segment) or
@@ -36,7 +38,7 @@ HERE = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
 MANIFEST = json.loads((HERE / "MANIFEST.json").read_text())
 RECORDINGS = MANIFEST["recordings"]
 LIBRARIES = {"kafka-python", "aiokafka", "confluent-kafka-python", "librdkafka", "kafkajs", "kafka-node",
-             "sarama", "kafka-go"}
+             "sarama", "kafka-go", "apache-kafka-java", "franz-go", "confluent-kafka-go"}
 SASL_KEYS = {17, 36}  # SaslHandshake, SaslAuthenticate
 API_VERSIONS = 18
 MAX_BYTES = 256 * 1024  # a fixture is a short run: a few to a few tens of KB
@@ -51,8 +53,13 @@ def test_every_entry_has_its_pcap_and_every_pcap_an_entry():
         assert e["file"] == f"{name}.pcap"
         assert name.startswith(f"{e['library']}-{e['version']}"), name
         assert e["library"] in LIBRARIES, e["library"]
-        assert e["installed"]["method"] in {"pip", "npm", "apt"} and e["installed"]["packages"]
+        assert e["installed"]["method"] in {"pip", "npm", "apt", "maven", "gomod"} and e["installed"]["packages"]
         assert 0 < (HERE / e["file"]).stat().st_size <= MAX_BYTES, e["file"]
+
+
+def listener_port(entry: dict) -> int:
+    """The broker's listener port: Tansu's, or Apache Kafka's PLAINTEXT (the Java and Go recordings)."""
+    return entry["port"]
 
 
 def _replayed(path: Path, port: int) -> tuple[list, object]:
@@ -75,7 +82,7 @@ def _requests_by_connection(events) -> dict[tuple, list[dict]]:
 @pytest.mark.parametrize("name", sorted(RECORDINGS))
 def test_recording_replays_cleanly_and_as_tshark_decodes_it(name):
     entry = RECORDINGS[name]
-    path, port = HERE / entry["file"], entry["tansu_port"]
+    path, port = HERE / entry["file"], listener_port(entry)
     events, result = _replayed(path, port)
     assert result.truncated is None
     # A segment the client sent again (loopback retransmits a FIN with unacknowledged data now

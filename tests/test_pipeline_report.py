@@ -248,7 +248,7 @@ def inferred(spark, tmp_path_factory):
     for name in INFERRED_RECORDINGS:
         m = manifest[name]
         events: list = []
-        replay(FINGERPRINTS / m["file"], ListenerMap.parse([f"PLAINTEXT={m['tansu_port']}"]), events.append,
+        replay(FINGERPRINTS / m["file"], ListenerMap.parse([f"PLAINTEXT={m['port']}"]), events.append,
                tally=True)
         reg = ConnectionRegistry(clock=lambda: 2e9, closed_ttl=1e12)
         now = [events[0].ts]

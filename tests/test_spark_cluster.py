@@ -86,7 +86,7 @@ def fleet(work) -> Path:
 def pcap_args() -> list[str]:
     manifest = json.loads((FINGERPRINT_PCAPS / "MANIFEST.json").read_text())["recordings"]
     chosen = sorted(manifest.values(), key=lambda r: r["file"])[:8]
-    ports = sorted({r["tansu_port"] for r in chosen})
+    ports = sorted({r["port"] for r in chosen})
     return ["--input", *(str(FINGERPRINT_PCAPS / r["file"]) for r in chosen),
             *(a for i, p in enumerate(ports) for a in ("--listener", f"BROKER{i}={p}"))]
 

@@ -17,7 +17,11 @@ Inputs, read at generation time and never copied into the repository:
   apache/kafka up to commit 1eb7644349cb07139d6a3c1ad1986979647cac99, 2024-10-25). Releases
   with identical vectors are grouped.
 * ``tests/fixtures/golden/*.json``: six real clients recorded against Tansu (record_golden.py).
-* ``tests/fixtures/fingerprints/*.pcap`` with ``MANIFEST.json``: more real client releases.
+* ``tests/fixtures/fingerprints/*.pcap`` with ``MANIFEST.json``: more real client releases. Its
+  Java recordings (issue 28: kafka-clients 0.10.2-4.x against Apache Kafka 3.9 and 4.4) give no
+  row: the Java rows come from the input above, complete, and the recordings are checked against
+  them (``java_disagreements``): a disagreement stops the generator, since the recordings are the
+  truth and the generator's facts (or its input) must then be corrected.
 
 A recording gives, per API, the versions its connections sent against *that* broker; the
 broker's ApiVersions answer in the same recording says which were capped. A version below the
@@ -97,6 +101,8 @@ DEFAULT_CLIENT_IDS: dict[str, tuple[str, ...]] = {
     "kafka-node": (r"kafka-node-client",),
     # segmentio kafka-go: "<user>@<host> (github.com/segmentio/kafka-go)" (MANIFEST client_ids)
     "kafka-go": (r".+ \(github\.com/segmentio/kafka-go\)",),
+    # franz-go: kgo.ClientID's default "kgo" (pkg/kgo/config.go; MANIFEST client_ids)
+    "franz-go": (r"kgo",),
 }
 
 
@@ -119,6 +125,9 @@ GOLDEN_LIBRARIES: dict[str, tuple[str, str | None]] = {
 LIBRARY_ALIASES: dict[str, str] = {
     "confluent-kafka": "librdkafka",
     "confluent-kafka-python": "librdkafka",
+    # confluent-kafka-go links the static librdkafka its module ships; MANIFEST fingerprint_version
+    # is that librdkafka's version (its KIP-511 client.software.version).
+    "confluent-kafka-go": "librdkafka",
     "kcat": "librdkafka",
     "python3-kafka": "kafka-python",
     "segmentio-kafka-go": "kafka-go",
@@ -127,6 +136,18 @@ LIBRARY_ALIASES: dict[str, str] = {
 }
 
 UNBOUNDED = -1  # a constraint's upper bound when the recording's broker capped the version
+
+# Libraries that fill the KIP-511 software name in every ApiVersions v3+ request they send, so an
+# unannounced connection that opened with v3+ is not theirs (the rule exporter/fingerprint.py
+# applies to Java 2.4+): their rows keep only the connections that opened with ApiVersions v0-v2
+# or none, and a recording left with none gives no row. Sources: sarama broker.go (1.40-1.45: the
+# fire-and-forget ApiVersionsRequest{Version: 3, ClientSoftwareName: "sarama"}; 1.61:
+# sendAndReceiveApiVersions, the same name), franz-go pkg/kgo (cfg.softwareName, "kgo" unless the
+# application sets another, sent in every ApiVersions v3+). Both send the Java client's versions of
+# some Kafka release (franz-go 1.14 its newest: Java 3.5's; sarama 1.61 by default Java 2.8's): left
+# in, a connection of another client with those versions and ApiVersions v3 would be named after
+# them (leaving Java out of the table, bench.fingerprint_eval named a Java 3.5 connection franz-go).
+ANNOUNCES_IN_EVERY_V3 = ("sarama", "franz-go")
 
 
 @dataclass(frozen=True)
@@ -300,7 +321,7 @@ def manifest_entries(directory: Path = RECORDINGS_DIR) -> list[dict]:
             continue  # listed before it was recorded: nothing to derive yet
         library = LIBRARY_ALIASES.get(entry["library"], entry["library"])
         version = str(entry.get("fingerprint_version") or entry["version"])
-        port = int(entry.get("tansu_port") or entry.get("port") or entry.get("listener_port") or 9092)
+        port = int(entry["port"])
         out.append(dict(entry, _file=file, _port=port, _library=library, _version=version))
     return sorted(out, key=lambda e: e["_file"])
 
@@ -331,10 +352,18 @@ def recording_events(name: str) -> list:
 
 
 def recording_row(rec: Recording) -> Row:
-    """A recording's vector: per API, exact where below the broker's max, open where capped."""
+    """A recording's vector: per API, exact where below the broker's max, open where capped. A
+    recording with no ApiVersions request at all (sarama before 1.40, and later ones below
+    config.Version 2.4; kafka-go 0.2) does not negotiate: it cannot know the broker's versions,
+    so the ones it sent are its own, whatever the broker. Of a library in ANNOUNCES_IN_EVERY_V3,
+    only the connections that opened with ApiVersions v0-v2 or none count (the row's apiversions
+    may then be empty: build_rows leaves such a row out)."""
     seen: dict[int, list[int]] = {}
     avs: set[int | None] = set()
+    negotiates = any(av is not None for av, _reqs, _cid in rec.connections)
     for av, reqs, _cid in rec.connections:
+        if rec.library in ANNOUNCES_IN_EVERY_V3 and av is not None and av >= 3:
+            continue
         avs.add(av)
         for key, ver in reqs:
             if key != 18:
@@ -345,7 +374,7 @@ def recording_row(rec: Recording) -> Row:
         cap = rec.broker_max.get(key)
         cons.append((key, lo, UNBOUNDED if cap is not None and hi >= cap else hi))
     return Row(rec.library, (rec.version,), tuple(sorted(avs, key=lambda v: -1 if v is None else v)),
-               tuple(cons), False, True, rec.name)
+               tuple(cons), False, negotiates, rec.name)
 
 
 def min_compatible(library: str, rows: list[Row]) -> str | None:
@@ -385,12 +414,59 @@ def informative(rec: Recording) -> bool:
     return any(key != 18 for _av, reqs, _cid in rec.connections for key, _v in reqs)
 
 
+def java_row_of(rows: list[Row], release: str) -> Row | None:
+    """The Java row of `release`, or of its line's first release when the input lacks the patch
+    (kafka-client-fingerprints/README.md: "No patch release differs from its line's first
+    release"; its mirror lacks 3.7.2 and everything after 3.9.0). None: a line the input does not
+    have (4.x)."""
+    line = ".".join(release.split(".")[:-1])
+    for wanted in (release, f"{line}.0"):
+        for row in rows:
+            if row.library == JAVA and wanted in row.versions:
+                return row
+    return None
+
+
+def java_disagreements(rows: list[Row], recordings: list[Recording]) -> list[str]:
+    """Where a Java recording sent what its release's row says it cannot: a first ApiVersions
+    request of another version, an API the row does not have, a version below the recording
+    broker's cap outside the row's [lo, hi] (the client's own max, or the Fetch floor), or one at
+    the cap above the row's max. Empty: the table agrees with every recording it covers."""
+    out = []
+    for rec in recordings:
+        if rec.library != JAVA:
+            continue
+        row = java_row_of(rows, rec.version)
+        if row is None:
+            continue
+        told = f"{rec.name}: {JAVA} {rec.version} (row {row.versions[0]}-{row.versions[-1]})"
+        cons = {key: (lo, hi) for key, lo, hi in row.constraints}
+        for av, reqs, cid in rec.connections:
+            if av not in row.apiversions:
+                out.append(f"{told}: connection {cid!r} opened with ApiVersions v{av}, the row says {row.apiversions}")
+            for key, ver in sorted(set(reqs)):
+                if key == 18:
+                    continue
+                if key not in cons:
+                    out.append(f"{told}: api {key} v{ver} sent, the row has no api {key}")
+                    continue
+                lo, hi = cons[key]
+                cap = rec.broker_max.get(key)
+                capped = cap is not None and ver >= cap
+                if (capped and ver > hi) or (not capped and not lo <= ver <= hi):
+                    out.append(f"{told}: api {key} v{ver} sent (broker max {cap}), the row says "
+                               f"{lo if lo == hi else f'{lo}-{hi}'}")
+    return sorted(set(out))
+
+
 def build_rows(fingerprints_dir: Path, recordings: list[Recording]) -> list[Row]:
     check_client_ids(recordings)
     rows = load_java(fingerprints_dir)
     # One row per recording: two recordings of one release (e.g. sarama with another
-    # config.Version) are two configurations, each a vector of its own.
-    rec_rows = [recording_row(r) for r in recordings if informative(r)]
+    # config.Version) are two configurations, each a vector of its own. Java recordings give
+    # none: the Java rows above are complete, and java_disagreements checks them against these.
+    rec_rows = [recording_row(r) for r in recordings if informative(r) and r.library != JAVA]
+    rec_rows = [r for r in rec_rows if r.apiversions]  # ANNOUNCES_IN_EVERY_V3: nothing left to match
     rows += sorted(rec_rows, key=lambda r: (r.library, version_key(r.versions[0]), r.source))
     return rows
 
@@ -476,9 +552,14 @@ def fingerprints_dir() -> Path:
 def generate(fingerprints_dir: Path, exclude: tuple[str, ...] = ()) -> str:
     recordings = [r for r in load_recordings() if r.name not in exclude]
     rows = build_rows(fingerprints_dir, recordings)
+    wrong = java_disagreements(rows, recordings)
+    if wrong:
+        raise GenError(f"the Java rows disagree with {len(wrong)} recorded fact(s); the recordings are the truth: "
+                       "correct the reviewed facts or the input (docs/fingerprints.md, Java)\n" + "\n".join(wrong))
+    # The Java recordings gave no row (only the check above): they are not a source of the table.
     provenance = [f"{JAVA_TSV} (every release 0.10.0.0-3.9.0)"] + [
         f"{r.name} ({r.library} {r.version})" + ("" if informative(r) else ": nothing but ApiVersions, left out")
-        for r in recordings]
+        for r in recordings if r.library != JAVA]
     return render(rows, provenance)
 
 
