@@ -305,7 +305,7 @@ _MAX_CLIENT_AVS = 8  # distinct ApiVersions request versions kept (the wire may 
 
 
 class ClientBasis:
-    """The union of what a client's connections sent first. Each (api, version) is a fact of one
+    """The union of what a client's connections sent. Each (api, version) is a fact of one
     of three kinds, by the broker's cap on the connection that sent it: exact (below the cap: the
     client's own max), capped (at the cap: only a lower bound), or uncapped (the cap unknown).
     The union is a set, so folding order does not change it (but for the bound). `observation()`
@@ -344,8 +344,8 @@ class ClientBasis:
 
     def fold(self, api_versions_request_version: int | None, pairs: Iterable[tuple[int, int]],
              broker_max: Mapping[int, int] | None) -> bool:
-        """Fold one connection's first requests (all of them so far: folding again is idempotent);
-        True if the union changed."""
+        """Fold the (api, version) pairs one connection sent (all of them so far: folding again is
+        idempotent); True if the union changed."""
         before = self.version
         av = api_versions_request_version
         if av is not None and av not in self.api_versions:

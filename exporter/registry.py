@@ -43,7 +43,7 @@ Model:
   of the same client address and client_id announced (open, or seen within `sibling_window`
   seconds before this one opened), else "fingerprint": exporter.fingerprint.assess() on what its
   client sent (issue 28). A client (`_Client`) is the connections of one client address, client_id
-  and principal (once settled) within `sibling_window`; each folds its first requests into the
+  and principal (once settled) within `sibling_window`; each folds the versions it sent into the
   client's bounded `ClientBasis`, which is judged again only when it gains a fact, and every
   unannounced connection of the client shows that one inference (`ConnectionRecord.view`), open
   or closed, so a later connection refines it for all and a replay of an event log, whose
@@ -1817,6 +1817,9 @@ class ConnectionRegistry:
         if not first:
             return
         broker_max = self._broker_max.get(f"{rec.listener}:{rec.broker_port}")
+        # What it sent: its first requests and every other pair it counted (the order of requests
+        # across connections is lost in an event log, their set is not).
+        sent = (*first, *(k for k in rec.requests if k != UNKNOWN_REQUEST))
         client = self._client_of(rec, closing)
         if client is None:  # alone: a basis of its own connection, rebuilt for each call
             seen = (first, rec.api_versions_request_version, rec.client_id)
@@ -1831,7 +1834,7 @@ class ConnectionRegistry:
             rec.infer_calls += 1
             own = ClientBasis()
             own.add_member(rec.id, rec.first_seen)
-            own.fold(rec.api_versions_request_version, first, broker_max)
+            own.fold(rec.api_versions_request_version, sent, broker_max)
             inferred, unnamed = self._decided(own, rec, self._assessed(own, rec.client_id))
             if inferred is None:
                 if rec.own_inferred is not None and rec.own_inferred["source"] == "fingerprint":
@@ -1842,7 +1845,7 @@ class ConnectionRegistry:
             return
         basis = client.basis
         dropped = basis.dropped
-        basis.fold(rec.api_versions_request_version, first, broker_max)
+        basis.fold(rec.api_versions_request_version, sent, broker_max)
         self.client_facts_dropped += basis.dropped - dropped
         if client.assessed == basis.version:
             return

@@ -14,9 +14,8 @@ executors). The same rules as the live registry (exporter/registry.py), on whole
   principal (same `source`), in one session (a connection that opens more than `window` seconds
   after every earlier one ended starts a new one), folded into one
   `exporter.fingerprint.ClientBasis` and judged by `exporter.fingerprint.assess()`: each
-  connection's first ApiVersions request version and first requests (from the log's own record
-  of them: schema 2 ConnectionRollup records carry `first_requests` as the registry folded them;
-  for a schema 1 log the first eight distinct pairs in the order the log has them), with the
+  connection's first ApiVersions request version and every API version it used (schema 2
+  ConnectionRollup records' `first_requests` and the requests the log counts), with the
   broker's maxima from the latest ApiVersions answer of the same broker. Every connection of the
   client shows that inference, as the live registry's do once the client's connections have
   all been seen; a connection without a client_id is a client of its own. Never for a
@@ -38,7 +37,6 @@ from capture.kafka.api_table import API_TABLE
 from pipeline.events import connection_facts, requests
 
 DEFAULT_WINDOW = 300.0  # exporter.registry.DEFAULT_SIBLING_WINDOW
-MAX_FIRST_REQUESTS = 8
 MAX_EVIDENCE = 8
 ANNOUNCED_SIBLING_CONFIDENCE = 0.9  # as the registry: not 1, a NAT may put two processes behind one address
 _TABLE_PAIRS = frozenset((s.key, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1))
@@ -52,11 +50,11 @@ INFERENCE = T.StructType([
 ])
 
 
-def _first(logged_first, seen) -> tuple:
-    if logged_first is not None:
-        return tuple((k, v) for k, v in logged_first if (k, v) in _TABLE_PAIRS)[:MAX_FIRST_REQUESTS]
-    # schema 1: the order the log has them
-    return tuple((k, v) for _, k, v in sorted(seen or ()) if (k, v) in _TABLE_PAIRS)[:MAX_FIRST_REQUESTS]
+def _pairs(logged_first, seen) -> list:
+    """Every (api_key, api_version) a connection used that the API table knows: its logged first
+    requests and all it was seen sending, as the registry folds its request counts."""
+    pairs = {(k, v) for k, v in logged_first or ()} | {(k, v) for _, k, v in seen or ()}
+    return sorted(p for p in pairs if p in _TABLE_PAIRS)
 
 
 def infer_client(client_address, client_id, members):
@@ -68,7 +66,7 @@ def infer_client(client_address, client_id, members):
 
     basis = ClientBasis()
     for m in members:
-        first = _first(m["logged_first"], m["seen"])
+        first = _pairs(m["logged_first"], m["seen"])
         if not first:
             continue
         basis.add_member(m["conn_id"], m["first_seen"])
