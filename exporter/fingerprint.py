@@ -50,7 +50,7 @@ _DOMINANT_EXACT = 3
 # Open world (issue 26): exact versions the chosen release must pin to be named without its
 # library's default client_id. Leaving each library out of the table, the most exact versions an
 # unrecorded library shared with a recorded one was 3 (aiokafka and kafka-python: one protocol
-# code base), so 4; bench.fingerprint_eval --library-out holds it at 0 wrong names.
+# code base), so 4; bench.fingerprint_eval (leave one library out) holds it at 0 wrong names.
 MIN_EXACT = 4
 MAX_CANDIDATES = 4  # libraries listed as the evidence of an unknown
 # Libraries whose request versions follow a protocol version the application configures, not the

@@ -1820,6 +1820,10 @@ class ConnectionRegistry:
         # What it sent: its first requests and every other pair it counted (the order of requests
         # across connections is lost in an event log, their set is not).
         sent = (*first, *(k for k in rec.requests if k != UNKNOWN_REQUEST))
+        if all(k[0] == API_VERSIONS for k in sent):
+            # Nothing to judge yet (ApiVersions is judged by its version, with the rest); and a
+            # client that announces itself in its answer never costs a client basis.
+            return
         client = self._client_of(rec, closing)
         if client is None:  # alone: a basis of its own connection, rebuilt for each call
             seen = (first, rec.api_versions_request_version, rec.client_id)

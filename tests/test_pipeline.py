@@ -45,7 +45,8 @@ from capture import events as ev
 from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4
 from exporter.eventlog import EventLog, QueuedEventLog, encode, parse_line, read_events
 from harness import peers
-from tests.test_exporter_e2e import Exporter, old_and_odd_clients
+from harness.census import Census
+from tests.test_exporter_e2e import old_and_odd_clients
 
 pytestmark = pytest.mark.spark
 
@@ -524,7 +525,8 @@ def real_log(tmp) -> Path:
     events = tmp / "real"
     port = peers.free_port()
     with peers.start_tansu(port, port) as broker:
-        exporter = Exporter(port, peers.free_port(), events)
+        exporter = Census(["capture", "-i", "lo", "--listener", f"PLAINTEXT={port}", "--event-log", str(events)],
+                          peers.free_port())
         try:
             for name in REAL_CLIENTS:
                 peers.run_client(name, broker.bootstrap, timeout=90)
