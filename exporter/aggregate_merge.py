@@ -111,9 +111,17 @@ def check_connections(body: Any, limit: int | None = None) -> None:
 
 
 def _check_inferred(value) -> None:
-    if value is not None and not (isinstance(value, dict) and isinstance(value.get("name"), str)
-                                  and isinstance(value.get("version_range"), str)):
+    """An inferred identity, passed on as the peer gave it. Its client_connections (issue 28: the
+    sidecar's ids of the connections judged together, never prefixed; absent from an older
+    sidecar) must be a list of strings: the page asks for each."""
+    if value is None:
+        return
+    if not (isinstance(value, dict) and isinstance(value.get("name"), str)
+            and isinstance(value.get("version_range"), str)):
         raise InvalidAnswer("a bad inferred_software")
+    members = value.get("client_connections", [])
+    if not (isinstance(members, list) and all(isinstance(m, str) for m in members)):
+        raise InvalidAnswer("a bad inferred_software.client_connections")
 
 
 def check_client(row: Any, where: str = "client") -> None:

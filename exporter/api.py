@@ -358,15 +358,19 @@ class InferredSoftware(Model):
                     "fingerprint: inferred from the API versions, request order and client_id this one sent; "
                     "restored_sibling, restored_fingerprint: inferred so before a restart (--state-file), "
                     "the connection joined mid-stream since")
-    evidence: list[str] = Field(description="Why, in short human strings")
+    evidence: list[str] = Field(description="Why, in short human strings. A fingerprint of a client of several "
+                                "connections ends with the line naming them: \"client of N connections from ADDR "
+                                "with client_id 'ID' (ID, ID, … and M more)\" (N counts them all)")
     min_compatible: str | None = Field(
         description="First release of this library compatible with Kafka 4.0 (fingerprint only); null: unknown")
     sibling_connection_id: str | None = Field(description="The connection that announced it (sibling only)")
     client_connections: list[str] = Field(
         default_factory=list,
         description="fingerprint of a client of several connections (same client address, client_id and "
-                    "principal): the connections judged together, at most 8 (the evidence counts them all); "
-                    "empty for a connection judged alone")
+                    "principal): the connections judged together, at most 8 (the evidence counts them all), "
+                    "each a GET /api/v1/connections/{id}; empty for a connection judged alone (absent from "
+                    "answers of sidecars older than issue 28). The aggregator passes them on as its peer "
+                    "gave them: ask it for PEER/ID, PEER being the connection's peer")
 
 
 class FingerprintUnknown(Model):
@@ -440,7 +444,9 @@ class Client(Model):
                     "(inferred_software); restored_sibling or restored_fingerprint: so inferred before a restart; "
                     "none")
     inferred_software: InferredSoftware | None = Field(
-        description="The inferred identity the row's connections share (evidence: its first connection's)")
+        description="The inferred identity the row's connections share (evidence: its first connection's). "
+                    "A fingerprint is its client's, resolved when listed: the connections judged together "
+                    "(client_connections) and the evidence of them all")
     open_connections: Count
     total_connections: Count = Field(description="Closed (folded into the census) plus open connections")
     first_seen: Timestamp

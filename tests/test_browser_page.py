@@ -1,6 +1,6 @@
 """The incident page in a real browser (issue 19): headless Debian Chromium in a network
 namespace whose only route is to the census under test (harness/browser.py), against the real
-`kafka-census replay --serve` of recorded captures (tests/fixtures/fingerprints: six client
+`kafka-census replay --serve` of recorded captures (tests/fixtures/fingerprints: seven client
 libraries' real traffic, one listener per recording) plus one synthetic connection whose
 client_id is `<script>alert(1)</script>` (tests/synth.py; no real client sends that), and the
 real `kafka-census aggregate` in front of it.
@@ -10,10 +10,12 @@ connections table render; every URL the page requested is the census's (and the 
 reaches nothing else); filters typed into the page give exactly the rows `/api/v1/connections`
 returns for the same query (compared by id, in order), the URL holds them (reloading it gives
 the same rows; Back gives the previous ones); a column heading orders; an id opens the
-connection's detail; the refresh setting is in the URL; the hostile client_id is text; the
-token flow with --api-token-file (401 -> token field -> rows; the token in sessionStorage
-only: not in the URL, a cookie or localStorage, not in any requested URL; "forget token"
-clears the screen); the aggregator's page shows its peers and prefixed ids. Screenshots go
+connection's detail; a connection judged with its client (issue 28) lists the client's
+connections, linked, with their first requests, as the API gives them (the aggregator's too,
+its ids prefixed); the refresh setting is in the URL; the hostile client_id is text; the token
+flow with --api-token-file (401 -> token field -> rows; the token in sessionStorage only: not
+in the URL, a cookie or localStorage, not in any requested URL; "forget token" clears the
+screen); the aggregator's page shows its peers and prefixed ids. Screenshots go
 to build/test-artifacts/browser/.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -41,7 +44,7 @@ pytestmark = pytest.mark.e2e  # Chromium, chromedriver and kafka-census processe
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
 RECORDINGS = ("kafka-go-0.2.1", "aiokafka-0.7.2", "confluent-kafka-python-1.8.2", "kafka-python-1.4.7",
-              "sarama-1.22.1", "kafkajs-1.12.0")
+              "sarama-1.22.1", "kafkajs-1.12.0", "apache-kafka-java-2.0.1-kafka3.9")
 HOSTILE = "<script>alert(1)</script>"
 HOSTILE_SOFTWARE = "evil-sw"
 TOKEN = "browser-page-token-0123456789abcdef"
@@ -164,8 +167,8 @@ def test_the_page_renders_the_census_and_the_connections(browser, census):
     assert "confluent-kafka-python" in [r[0] for r in census_rows]
     assert any(r[7].startswith("fingerprint") and "inferred: kafka-go" in r[7] for r in census_rows)
     expected = api_ids(census.base)
-    assert page_ids(b) == expected and len(expected) == 63
-    assert "(63 shown of 63 matching, limit 1000)" in text_of(b, "#connections-count")
+    assert page_ids(b) == expected and len(expected) == 77
+    assert "(77 shown of 77 matching, limit 1000)" in text_of(b, "#connections-count")
     headings = b.driver.execute_script("return [...document.querySelectorAll('#connections-head th')]"
                                        ".map(th => th.textContent)")
     assert headings[:3] == ["client", "client_id", "software"]
@@ -282,6 +285,67 @@ def test_a_connection_left_unknown_shows_why_and_its_candidates(browser, census)
     detail = text_of(b, "#detail")
     assert "Not named" in detail and conn["fingerprint_unknown"]["reason"] in detail
     assert all(c in detail for c in conn["fingerprint_unknown"]["candidates"]), detail
+
+
+CLIENT_ROWS = ("return [...document.querySelectorAll('#client-table tbody tr')].map(r => [r.dataset.connId, "
+               "r.cells[0].querySelector('a') && r.cells[0].querySelector('a').getAttribute('href'), "
+               "...[...r.cells].map(c => c.textContent)])")
+
+
+def client_rows(b) -> list[list]:
+    return b.driver.execute_script(CLIENT_ROWS)
+
+
+@keeps_artifacts
+def test_a_connection_judged_with_its_client_shows_the_clients_connections_and_requests(browser, census):
+    """Issue 28: kafka-go's 29 connections (none announces) are one client; a connection's detail
+    lists the connections judged with it (the API's first 8, each a link to its own detail, with
+    its state and first requests, as the API gives them), says how many more there are, and the
+    requests of them together."""
+    conns = api(census.base, "/api/v1/connections?state=all&listener=KAFKA_GO&limit=1000")["connections"]
+    conn = next(c for c in conns if c["inferred_software"] and c["id"] in c["inferred_software"]["client_connections"]
+                and c["first_requests"] and c["first_requests"][0]["api"] == "Produce")
+    inferred = conn["inferred_software"]
+    listed = inferred["client_connections"]
+    assert len(listed) == 8 and inferred["evidence"][-1].startswith("client of 29 connections from 127.0.0.1 ")
+    members = {i: api(census.base, "/api/v1/connections/" + urllib.parse.quote(i, safe="")) for i in listed}
+    assert all(m["inferred_software"] == inferred for m in members.values())  # one client, one inference
+    b = browser
+    open_page(b, census, "refresh=0&state=all")
+    b.get(b.url(census, "/?refresh=0&state=all#conn=" + urllib.parse.quote(conn["id"], safe="")))
+    b.wait("the client's connections", lambda: len(client_rows(b)) == len(listed))
+    assert "Its client: 29 connections judged together" in text_of(b, "#detail")
+    rows = client_rows(b)
+    assert [r[0] for r in rows] == listed  # in the API's order
+    for conn_id, href, label, state, first, count in rows:
+        m = members[conn_id]
+        mine = conn_id == conn["id"]
+        assert href == (None if mine else "#conn=" + urllib.parse.quote(conn_id, safe=""))
+        assert label == f"{m['client_address']}:{m['client_port']}" + (" (this one)" if mine else "")
+        assert state == m["state"] + (f" ({m['close_reason']})" if m["close_reason"] else "")
+        assert first == ", ".join(f"{r['api']} v{r['api_version']}" for r in m["first_requests"])
+        assert count == f"{sum(r['count'] for r in m['requests']):,}"
+    assert text_of(b, "#client-more") == "and 21 more, not listed (the API lists the first 8)"
+    together = list(dict.fromkeys(f"{r['api']} v{r['api_version']}"
+                                  for i in listed for r in members[i]["first_requests"]))
+    assert {"Metadata v1", "Produce v2"} <= set(together)
+    assert text_of(b, "#client-requests") == "first requests of the listed connections: " + ", ".join(together)
+    assert inferred["evidence"][-1] in text_of(b, "#detail")  # the evidence line naming them, as the API wrote it
+    # A listed connection opens its own detail: the same client, this one among the others. The
+    # link fires popstate and hashchange both: the page refreshes once (its detail costs 8 requests).
+    other = next(i for i in listed if i != conn["id"])
+    from selenium.webdriver.common.by import By
+    loads = b.driver.execute_script(LOADED)
+    b.driver.find_element(By.CSS_SELECTOR, f"#client-table tr[data-conn-id='{other}'] a").click()
+    b.wait("the other connection's detail", lambda: text_of(b, "#detail-id") == other)
+    b.wait("its client's connections", lambda: [r[1] is None for r in client_rows(b)] == [i == other for i in listed])
+    assert urllib.parse.unquote(urllib.parse.urlsplit(b.driver.current_url).fragment) == f"conn={other}"
+    time.sleep(0.5)  # a second refresh, were there one, would have ended by now
+    assert b.driver.execute_script(LOADED) == loads + 1
+    own_origin_only(b, census)
+    assert b.console_errors() == []
+    b.driver.execute_script("document.getElementById('client-table').scrollIntoView({block: 'center'})")
+    b.screenshot("incident-page-client")
 
 
 def test_the_refresh_setting_is_in_the_url_and_refreshes(browser, census):
@@ -415,6 +479,16 @@ def test_the_aggregators_page(browser, census):
         conn_id = expected[0]
         b.driver.find_element(By.CSS_SELECTOR, "#connections-table tbody tr a").click()
         b.wait("the detail from the peer", lambda: text_of(b, "#detail-id") == conn_id)
+        # Its client's connections (kafka-go's: the first connection listed): the sidecar's ids,
+        # asked for and linked as the aggregator's PEER/ID.
+        listed = api(agg.base, "/api/v1/connections/" + urllib.parse.quote(conn_id, safe=""))[
+            "inferred_software"]["client_connections"]
+        assert len(listed) == 8 and f"{census.target}/{listed[0]}" == conn_id
+        b.wait("its client's connections", lambda: [r[0] for r in client_rows(b)] ==
+               [f"{census.target}/{i}" for i in listed])
+        rows = client_rows(b)
+        assert [r[1] for r in rows[1:]] == ["#conn=" + urllib.parse.quote(r[0], safe="") for r in rows[1:]]
+        assert not [r for r in rows if r[3].startswith("forgotten")]  # each asked for through the aggregator
         own_origin_only(b, agg)
         assert b.console_errors() == []
         b.screenshot("incident-page-aggregator")

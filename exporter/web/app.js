@@ -86,11 +86,14 @@ function urlOf() {
   return location.pathname + (query ? '?' + query : '') + (view.detail ? '#conn=' + encodeURIComponent(view.detail) : '');
 }
 
+let drawnUrl = '';  // the URL the view was last read from or written to
+
 function go(push) {
   const url = urlOf();
   if (url !== location.pathname + location.search + location.hash) {
     if (push) history.pushState(null, '', url); else history.replaceState(null, '', url);
   }
+  drawnUrl = location.href;
   showControls();
   refresh();
 }
@@ -288,7 +291,66 @@ function requestsTable(requests, extra) {
     td(num(r.count), 'num'), extra ? td(extra[1](r)) : null))));
 }
 
-function renderDetail(c) {
+// The connections judged with this one (inferred_software.client_connections, the first 8 of
+// its client): each asked for on its own, one after another (the census serves
+// --http-max-requests API requests at once, and the page's other sections are asked meanwhile).
+// A sidecar's ids: on the aggregator, whose ids are PEER/ID, they are prefixed with the peer.
+// null: forgotten (closed past the census's retention).
+async function clientMembers(c) {
+  const ids = (c.inferred_software && c.inferred_software.client_connections) || [];
+  const members = [];
+  for (const id of ids) {
+    const full = c.peer === undefined ? id : `${c.peer}/${id}`;
+    let conn = c;
+    if (full !== c.id) {
+      try {
+        conn = await api(API + '/connections/' + encodeURIComponent(full));
+      } catch (e) {
+        if (!(e instanceof ApiError) || e.status !== 404) throw e;
+        conn = null;
+      }
+    }
+    members.push({ id: full, conn });
+  }
+  return members;
+}
+
+const requestList = (rs) => rs.map((r) => `${r.api} v${r.api_version}`);
+
+// "client of N connections from ..." (exporter.fingerprint.CLIENT_EVIDENCE): the client's count,
+// which the listed ids (at most 8) may fall short of.
+function clientCount(inferred, listed) {
+  const line = (inferred.evidence || []).find((e) => e.startsWith('client of '));
+  const m = line ? /^client of (\d+) connections? /.exec(line) : null;
+  return m ? Math.max(Number(m[1]), listed) : listed;
+}
+
+function clientTable(c, members) {
+  const total = clientCount(c.inferred_software, members.length);
+  const rows = members.map(({ id, conn }) => {
+    const label = conn ? `${conn.client_address}:${conn.client_port}` : id;
+    return el('tr', { 'data-conn-id': id, class: conn ? conn.state : 'closed' },
+      el('td', { class: 'id' }, id === c.id ? el('span', { title: id }, label + ' (this one)')
+        : el('a', { href: '#conn=' + encodeURIComponent(id), title: id, 'data-conn-id': id }, label)),
+      td(conn ? conn.state + (conn.close_reason ? ` (${conn.close_reason})` : '')
+        : 'forgotten (closed past the retention)', 'ts'),
+      td(conn ? requestList(conn.first_requests).join(', ') : null),
+      td(conn ? num(conn.requests.reduce((n, r) => n + r.count, 0)) : null, 'num'));
+  });
+  const together = [...new Set(members.flatMap(({ conn }) => (conn ? requestList(conn.first_requests) : [])))];
+  const more = total - members.length;
+  return [el('h3', {}, `Its client: ${num(total)} connections judged together`),
+    el('p', { class: 'note' }, 'The inference is the client\'s: the connections of one client address, client_id ' +
+      'and principal, judged together on the requests of them all; each of them shows it.'),
+    el('table', { id: 'client-table' }, el('thead', {}, el('tr', {}, el('th', {}, 'connection'), el('th', {}, 'state'),
+      el('th', {}, 'first requests'), el('th', { class: 'num' }, 'requests'))), el('tbody', {}, ...rows)),
+    more > 0 ? el('p', { id: 'client-more' }, `and ${num(more)} more, not listed (the API lists the first ` +
+      `${members.length})`) : null,
+    together.length ? el('p', { id: 'client-requests' }, 'first requests of the listed connections: ' +
+      together.join(', ')) : null];
+}
+
+function renderDetail(c, members) {
   $('detail-id').textContent = c.id;
   const parts = [kv([
     ['client', `${c.client_address}:${c.client_port}`], ['broker', `${c.broker_address}:${c.broker_port}`],
@@ -310,7 +372,8 @@ function renderDetail(c) {
     parts.push(el('h3', {}, 'Inferred identity'), kv([
       ['software', `${s.name} ${s.version_range}`], ['confidence', `${Math.round(s.confidence * 100)}%`],
       ['source', s.source], ['first compatible with 4.0', s.min_compatible],
-      ['sibling connection', s.sibling_connection_id], ['evidence', el('ul', {}, ...s.evidence.map((e) => el('li', {}, e)))]]));
+      ['sibling connection', s.sibling_connection_id], ['evidence', el('ul', {}, ...(s.evidence || []).map((e) => el('li', {}, e)))]]));
+    if (members && members.length) parts.push(...clientTable(c, members));
   }
   if (c.fingerprint_unknown) {  // no name: why, and the libraries that could have sent it (evidence, not a name)
     const u = c.fingerprint_unknown;
@@ -460,7 +523,10 @@ async function refresh() {
       fillTargets(view.target || t.fallback);
     })]);
   }
-  if (view.detail) jobs.push(['detail-section', () => api(API + '/connections/' + encodeURIComponent(view.detail)).then(renderDetail)]);
+  if (view.detail) {
+    jobs.push(['detail-section', () => api(API + '/connections/' + encodeURIComponent(view.detail))
+      .then(async (c) => renderDetail(c, await clientMembers(c)))]);
+  }
   if (aggregator) jobs.push(['peers-section', () => api(API + '/peers').then(renderPeers)]);
   $('detail-section').hidden = !view.detail;
   if (!view.detail) $('detail').replaceChildren();
@@ -517,6 +583,7 @@ async function refresh() {
 
 function init() {
   $('where').textContent = location.host;
+  drawnUrl = location.href;
   readUrl();
   showControls();
   $('filters').addEventListener('submit', (e) => {
@@ -551,11 +618,17 @@ function init() {
     refresh();
   });
   $('forget-token').addEventListener('click', () => { sessionStorage.removeItem(TOKEN_KEY); refresh(); });
-  window.addEventListener('popstate', () => { readUrl(); showControls(); refresh(); });
-  window.addEventListener('hashchange', () => {
+  // Back, Forward and a #conn= link; a link fires both events: the view is read and refreshed once.
+  const followUrl = () => {
+    if (location.href === drawnUrl) return;
+    drawnUrl = location.href;
     readUrl();
     showControls();
     refresh();
+  };
+  window.addEventListener('popstate', followUrl);
+  window.addEventListener('hashchange', () => {
+    followUrl();
     if (view.detail) $('detail-section').scrollIntoView();
   });
   // Printing: every broker's table unfolded.
