@@ -22,23 +22,16 @@ network; tests/test_fingerprint_recordings.py checks replay against tshark's dec
 
 from __future__ import annotations
 
-import functools
-import json
 import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from capture.events import DecodeError, Desync, Resynced
-from capture.listeners import ListenerMap
-from capture.replay import replay
-from exporter.fingerprint import range_contains
-from exporter.registry import ConnectionRegistry
+from tests.recordings import HERE, connections, silent_verdicts
+from tests.recordings import RECORDINGS as MANIFEST
 
-HERE = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
 GOMOD = HERE / "clients" / "gomod"
-MANIFEST = json.loads((HERE / "MANIFEST.json").read_text())["recordings"]
 RECORDINGS = {name: e for name, e in MANIFEST.items() if e["installed"]["method"] == "gomod"}
 SET_CLIENT_ID = "census-go-app"
 
@@ -106,20 +99,6 @@ def key(e: dict) -> tuple[str, str, str | None]:
 def announced(e: dict) -> tuple[str, str] | None:
     _, modversion, kafka_version = key(e)
     return ANNOUNCES[(modversion, kafka_version)]
-
-
-@functools.cache
-def connections(name: str) -> tuple[dict, ...]:
-    e = RECORDINGS[name]
-    events: list = []
-    result = replay(str(HERE / e["file"]), ListenerMap.parse([f"PLAINTEXT={e['port']}"]), events.append)
-    assert result.stats.gaps == 0 and result.truncated is None, (name, result.stats)
-    assert not [ev for ev in events if isinstance(ev, (DecodeError, Desync, Resynced))], name
-    # Every connection is fingerprinted when due: the per-second budget is not what this tests.
-    reg = ConnectionRegistry(clock=lambda: 2e9, closed_ttl=1e12, max_fingerprints_per_second=10 ** 6)
-    for ev in events:
-        reg.apply(ev)
-    return tuple(reg.connections())
 
 
 def test_the_recordings_are_the_ones_issue_28_names():
@@ -201,24 +180,6 @@ def test_which_clients_announce_is_as_their_sources_say():
     for name, e in RECORDINGS.items():
         assert (e["api_versions_request_version"] is not None and e["api_versions_request_version"] >= 3) == \
             (announced(e) is not None), name
-
-
-def silent_verdicts(name: str) -> Counter:
-    """Per connection of a client that announces nothing: named (its library, a range with the
-    release) or unknown; anything else fails."""
-    e = RECORDINGS[name]
-    out: Counter = Counter()
-    for c in connections(name):
-        assert c["client_software_name"] is None and c["client_software_version"] is None, c
-        inferred = c["inferred_software"]
-        if inferred is None:
-            out["unknown"] += 1
-            continue
-        assert inferred["source"] == "fingerprint", c
-        assert inferred["name"] == e["library"], c  # never another library
-        assert range_contains(inferred["version_range"], e["version"]), c
-        out["named"] += 1
-    return out
 
 
 @pytest.mark.parametrize("name", sorted(n for n, e in RECORDINGS.items() if not announced(e)))

@@ -23,24 +23,17 @@ tshark: tests/test_fingerprint_recordings.py checks replay against tshark's deco
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import re
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from capture.events import DecodeError, Desync, Resynced
-from capture.listeners import ListenerMap
-from capture.replay import replay
 from exporter import fingerprint_table as table
-from exporter.fingerprint import JAVA, range_contains
-from exporter.registry import ConnectionRegistry
+from exporter.fingerprint import JAVA
+from tests.recordings import RECORDINGS as MANIFEST
+from tests.recordings import census, connections, silent_verdicts
 from tools import gen_fingerprints as gen
 
-HERE = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
-MANIFEST = json.loads((HERE / "MANIFEST.json").read_text())["recordings"]
 RECORDINGS = {name: e for name, e in MANIFEST.items() if e["library"] == JAVA}
 #: The release lines of issue 28, and the newest 4.x.
 LINES = ("0.10.2", "0.11.0", "1.1", "2.0", "2.3", "2.4", "2.8", "3.0", "3.5", "3.7", "3.9", "4.0", "4.4")
@@ -58,31 +51,6 @@ def announces(version: str) -> bool:
 
 def line_of(version: str) -> str:
     return ".".join(version.split(".")[:3 if version.startswith("0.") else 2])
-
-
-@functools.cache
-def events_of(name: str) -> tuple:
-    e = RECORDINGS[name]
-    events: list = []
-    result = replay(str(HERE / e["file"]), ListenerMap.parse([f"PLAINTEXT={e['port']}"]), events.append)
-    assert result.stats.gaps == 0 and result.truncated is None, (name, result.stats)
-    assert not [ev for ev in events if isinstance(ev, (DecodeError, Desync, Resynced))], name
-    return tuple(events)
-
-
-def census(name: str, until: float | None = None) -> ConnectionRegistry:
-    """The registry after the recording's events up to wall-clock second `until` (all: None)."""
-    # Every connection is fingerprinted when due: the per-second budget is not what this tests.
-    reg = ConnectionRegistry(clock=lambda: 2e9, closed_ttl=1e12, max_fingerprints_per_second=10 ** 6)
-    for ev in events_of(name):
-        if until is None or ev.ts <= until:
-            reg.apply(ev)
-    return reg
-
-
-@functools.cache
-def connections(name: str) -> tuple[dict, ...]:
-    return tuple(census(name).connections())
 
 
 def test_every_release_line_is_recorded_against_3_9_and_from_2_1_against_4_4():
@@ -136,26 +104,9 @@ def test_the_census_equals_the_brokers_own_kip511_gauge_while_each_run_held(name
             assert ours == broker, (moment, reading)
 
 
-def silent_verdicts(name: str) -> Counter:
-    """Per connection of a release before 2.4: named (Java, a range with the truth) or unknown;
-    anything else fails."""
-    version = RECORDINGS[name]["version"]
-    out: Counter = Counter()
-    for c in connections(name):
-        assert c["client_software_name"] is None and c["client_software_version"] is None, c
-        inferred = c["inferred_software"]
-        if inferred is None:
-            out["unknown"] += 1
-            continue
-        assert inferred["name"] == JAVA, c  # never another library
-        assert range_contains(inferred["version_range"], version), c
-        out["named"] += 1
-    return out
-
-
 @pytest.mark.parametrize("name", sorted(n for n, e in RECORDINGS.items() if not announces(e["version"])))
 def test_before_2_4_the_census_names_java_by_inference_with_its_range_or_says_unknown(name):
-    verdicts = silent_verdicts(name)
+    verdicts = silent_verdicts(name, JAVA)
     assert sum(verdicts.values()) == RECORDINGS[name]["connections"]
     # At least the consumer's group-coordinator connection of each run (6 group APIs pinned below
     # the broker's caps) and the first run's fetch connection (4): the open-world bar is 4 exact
