@@ -74,6 +74,10 @@ DEFAULT_HIGH_WATER = 256 * 1024  # per side: what may wait in the proxy for a sl
 # command gives both --max-connections; tests/test_settings.py checks that they agree.
 DEFAULT_MAX_CONNECTIONS = 100_000
 TLS_HANDSHAKE_TIMEOUT = 10.0
+# Seconds a closing TLS connection waits for the peer's close_notify (asyncio's default is 30):
+# Apache Kafka's SSL listener does not always send one, and the connection would stay listed open
+# for 30 s after both ends were done with it.
+TLS_SHUTDOWN_TIMEOUT = 3.0
 SHUTDOWN_GRACE = 5.0
 OVER_LIMIT = "over_limit"  # a drop reason: connections refused at --max-connections
 DECODE_DELAY = 0.02  # a queued chunk is decoded at most this late (module docstring)
@@ -637,7 +641,8 @@ class Proxy:
             if sock is not None:
                 try:
                     await loop.connect_accepted_socket(lambda: client, sock, ssl=server_ctx,
-                                                       ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
+                                                       ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT,
+                                                       ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT)
                 except (TimeoutError, OSError, ssl.SSLError, ConnectionError) as exc:
                     # Both loops close the transport, and with it the socket, when the handshake fails.
                     log.debug("TLS handshake from %s failed: %s", conn.id, _reason(exc))
@@ -653,7 +658,8 @@ class Proxy:
                 _, upstream = await asyncio.wait_for(loop.create_connection(
                     lambda: _Side(conn, "upstream", FROM_BROKER), route.upstream_host, route.upstream_port,
                     ssl=upstream_ctx, server_hostname=route.upstream_host if upstream_ctx else None,
-                    ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT if upstream_ctx else None), self.connect_timeout)
+                    ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT if upstream_ctx else None,
+                    ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT if upstream_ctx else None), self.connect_timeout)
             except ConnectionRefusedError:
                 conn.fail("upstream_refused")
                 return
