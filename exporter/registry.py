@@ -1803,7 +1803,7 @@ class ConnectionRegistry:
 
     def _fingerprint(self, rec: ConnectionRecord, closing: bool) -> None:
         """exporter.fingerprint.assess() of the connection's client (issue 28): the union of what
-        the client's connections sent first (`_client_of`; the connection alone until it can join
+        the client's connections sent (`_client_of`; the connection alone until it can join
         one). Called again only when that union changed since the last call: a client costs at
         most one call per fact it gained (MAX_CLIENT_PAIRS bounds them), a connection judged alone
         at most MAX_INFER_CALLS while open and one at close; all within the per-second budget."""
