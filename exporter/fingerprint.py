@@ -302,6 +302,7 @@ MAX_EVIDENCE = 8  # evidence lines an inference keeps, the client's line last
 MAX_EVIDENCE_CHARS = 256  # characters of one evidence line (connection ids are long)
 CLIENT_EVIDENCE = "client of "  # how the client's evidence line starts
 _MAX_CLIENT_AVS = 8  # distinct ApiVersions request versions kept (the wire may send any int16)
+_MAX_LOST = 1024  # distinct dropped facts a basis remembers, so that each is counted once
 
 
 class ClientBasis:
@@ -315,7 +316,7 @@ class ClientBasis:
     Connections joined mid-stream must not be folded (their "no ApiVersions" is not a fact)."""
 
     __slots__ = ("exact", "capped", "uncapped", "api_versions", "_members", "member_count",
-                 "dropped", "version")
+                 "_lost", "_lost_more", "version")
 
     def __init__(self) -> None:
         self.exact: dict[tuple[int, int], int] = {}  # pair -> the highest cap it was below
@@ -325,7 +326,10 @@ class ClientBasis:
         # The MAX_CLIENT_MEMBERS first opened: (first seen, connection id), whatever order they joined in.
         self._members: list[tuple[float, str]] = []
         self.member_count = 0
-        self.dropped = 0  # facts not kept: the basis was full
+        # Facts not kept because the basis was full, each once however often it is folded again; at
+        # most _MAX_LOST remembered (an API table's worth), any more only counted.
+        self._lost: set | None = None
+        self._lost_more = 0
         self.version = 0  # bumped whenever the union changes: an assess() of an older one is stale
 
     def __len__(self) -> int:
@@ -353,7 +357,7 @@ class ClientBasis:
                 self.api_versions.add(av)
                 self.version += 1
             else:
-                self.dropped += 1
+                self._lose(("ApiVersions", av))
         for pair in pairs:
             if pair[0] == 18:
                 continue  # ApiVersions is judged by its first version
@@ -363,7 +367,7 @@ class ClientBasis:
                 if known is not None and known >= cap:
                     continue
                 if known is None and len(self) >= MAX_CLIENT_PAIRS:
-                    self.dropped += 1
+                    self._lose(pair)
                     continue
                 self.exact[pair] = cap
             else:
@@ -371,11 +375,27 @@ class ClientBasis:
                 if pair in kind:
                     continue
                 if len(self) >= MAX_CLIENT_PAIRS:
-                    self.dropped += 1
+                    self._lose(pair)
                     continue
                 kind.add(pair)
             self.version += 1
         return self.version != before
+
+    def _lose(self, fact: tuple) -> None:
+        lost = self._lost
+        if lost is None:
+            lost = self._lost = set()
+        if fact in lost:
+            return
+        if len(lost) < _MAX_LOST:
+            lost.add(fact)
+        else:
+            self._lost_more += 1
+
+    @property
+    def dropped(self) -> int:
+        """Facts the full basis did not keep (each counted once, up to _MAX_LOST distinct)."""
+        return (0 if self._lost is None else len(self._lost)) + self._lost_more
 
     def observation(self, client_id: str | None) -> Observation:
         """The Observation of the whole client (see the class doc)."""
@@ -384,7 +404,7 @@ class ClientBasis:
             known[k] = max(known.get(k, -1), v)
         capped: dict[int, int] = {}
         for k, v in self.capped:
-            if (k, v) not in self.exact and v > known.get(k, -1):
+            if v > known.get(k, -1):  # (so not an exact one too)
                 capped[k] = max(capped.get(k, -1), v)
         broker_max: dict[int, int] = {}
         for (k, _v), cap in self.exact.items():

@@ -118,6 +118,7 @@ from exporter.connection_fields import FIELDS, ORDER_BY, STRING_ORDER
 
 # The fingerprint's own bounds: the first requests it reads, the candidates of an unknown it lists.
 from exporter.fingerprint import (
+    CLIENT_EVIDENCE,
     MAX_CANDIDATES,
     MAX_EVIDENCE,
     MAX_FIRST_REQUESTS,
@@ -169,6 +170,8 @@ MAX_WIRE_STRING = 256
 MAX_ROW_ADDRESSES = 32
 MAX_BROKER_FEATURES = 32  # KIP-584 features per broker (Kafka 4.1 announces 7)
 API_VERSIONS = 18
+_SASL_APIS = (17, 36)  # SaslHandshake, SaslAuthenticate
+_EVICTION_SCAN = 8  # clients looked at for a finished one to forget first (the work per new client is bounded)
 UNKNOWN = "unknown"  # the broker's own label value when a client sent no software fields
 OTHER = "other"
 # Upgrade targets (UPGRADE_TARGETS, re-exported): generated from what real brokers accepted
@@ -294,8 +297,8 @@ class _Client:
     client's whole union. `viewers`: its open connections that show it, per listener, and
     `gauge_keys` their key in the inferred gauge (moved together when the inference changes)."""
 
-    __slots__ = ("key", "basis", "assessed", "inferred", "unnamed", "labels", "open_count", "last_seen",
-                 "viewers", "gauge_keys")
+    __slots__ = ("key", "basis", "assessed", "inferred", "unnamed", "open_count", "last_seen", "viewers",
+                 "gauge_keys")
 
     def __init__(self, key: tuple) -> None:
         self.key = key
@@ -303,7 +306,6 @@ class _Client:
         self.assessed = -1
         self.inferred: dict | None = None
         self.unnamed: tuple[str, tuple[str, ...]] | None = None
-        self.labels: tuple[str, str] | None = None  # (name, range) label values of `inferred`
         self.open_count = 0
         self.last_seen = 0.0
         self.viewers: Counter[str] = Counter()
@@ -318,7 +320,7 @@ class ConnectionRecord:
                  "bytes_from_broker", "requests", "decode_errors", "desyncs", "restored", "restored_identity_version",
                  "api_versions_request_version", "first_requests", "pending_requests", "own_inferred",
                  "inferred_labels", "own_unnamed", "infer_calls", "infer_basis", "announce_pending", "unsupported",
-                 "client", "view")
+                 "client", "view", "folded")
 
     def __init__(self, ev: ConnectionOpened) -> None:
         self.id = ev.conn_id
@@ -388,6 +390,7 @@ class ConnectionRecord:
         # It shows its client's inference (`inferred`, `unnamed`), whatever the client learns
         # later, closed or not; else its own (a sibling's, a restored one, or its own fingerprint).
         self.view = False
+        self.folded = 0  # len(first_requests) + len(requests) when it last folded into its client
 
     @property
     def inferred(self) -> dict | None:
@@ -723,7 +726,9 @@ def saved_inferred(inferred: dict | None) -> dict | None:
         return None
     out = inferred_software(inferred)
     out["source"] = _SAVED_SOURCE.get(out["source"], out["source"])
-    del out["client_connections"]  # connection ids of a run: the restarted one knows none of them
+    # connection ids of a run: the restarted one knows none of them
+    del out["client_connections"]
+    out["evidence"] = [e for e in out["evidence"] if not e.startswith(CLIENT_EVIDENCE)]
     return out
 
 
@@ -973,8 +978,8 @@ class ConnectionRegistry:
         self.sibling_identities = 0  # connections that took a sibling's identity
         # Issue 28: clients by (client address, client_id, principal), each with the basis its
         # connections fold into (`_client_of`); at most `max_open`, the least recently joined
-        # dropped first (counted: its open connections keep what they were given, and are judged
-        # alone from then on).
+        # forgotten first, one whose connections all closed if one of the oldest is (counted: its
+        # open connections keep folding into it; a new connection of the key starts a client anew).
         self._clients: OrderedDict[tuple, _Client] = OrderedDict()
         self.clients_evicted = 0
         self.client_facts_dropped = 0  # facts a full client basis did not keep (MAX_CLIENT_PAIRS)
@@ -1816,10 +1821,16 @@ class ConnectionRegistry:
             first = (first + tuple(_CANONICAL_KEY[k] for k in sorted(pending) if k not in first))[:MAX_FIRST_REQUESTS]
         if not first:
             return
+        # What it sent only grows: while it stands still, nothing new to fold (the sweeps of an
+        # idle connection cost no work), and its client's inference is already decided.
+        n = len(first) + len(rec.requests)
+        client = rec.client
+        if client is not None and n == rec.folded and client.assessed == client.basis.version:
+            return
         broker_max = self._broker_max.get(f"{rec.listener}:{rec.broker_port}")
-        # What it sent: its first requests and every other pair it counted (the order of requests
-        # across connections is lost in an event log, their set is not).
-        sent = (*first, *(k for k in rec.requests if k != UNKNOWN_REQUEST))
+        # What it sent: every pair it counted, its first requests among them (the order of
+        # requests across connections is lost in an event log, their set is not).
+        sent = [k for k in rec.requests if k != UNKNOWN_REQUEST]
         if all(k[0] == API_VERSIONS for k in sent):
             # Nothing to judge yet (ApiVersions is judged by its version, with the rest); and a
             # client that announces itself in its answer never costs a client basis.
@@ -1850,6 +1861,7 @@ class ConnectionRegistry:
         basis = client.basis
         dropped = basis.dropped
         basis.fold(rec.api_versions_request_version, sent, broker_max)
+        rec.folded = n
         self.client_facts_dropped += basis.dropped - dropped
         if client.assessed == basis.version:
             return
@@ -1896,8 +1908,11 @@ class ConnectionRegistry:
         client = rec.client
         if client is not None:
             return client
-        if rec.client_id is None or (rec.sasl_mechanism is not None and rec.principal is None and not closing):
+        if rec.client_id is None:
             return None
+        if not closing and rec.sasl_outcome is None and (
+                rec.sasl_mechanism is not None or any(k[0] in _SASL_APIS for k in rec.requests)):
+            return None  # authenticating: its principal (part of the client) is not known yet
         key = (rec.client_address, rec.client_id, rec.principal)
         clients = self._clients
         client = clients.get(key)
@@ -1906,7 +1921,10 @@ class ConnectionRegistry:
         if client is None:
             client = clients[key] = _Client(key)
             if len(clients) > self.max_open:
-                clients.popitem(last=False)
+                # the least recently joined, preferring one whose connections have all closed
+                victim = next((k for k in islice(clients, _EVICTION_SCAN) if clients[k].open_count == 0 and k != key),
+                              next(iter(clients)))
+                del clients[victim]
                 self.clients_evicted += 1
         clients.move_to_end(key)
         rec.client = client
