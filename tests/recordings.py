@@ -22,21 +22,23 @@ RECORDINGS: dict[str, dict] = json.loads((HERE / "MANIFEST.json").read_text())["
 
 
 @functools.cache
-def events_of(name: str) -> tuple:
-    """The recording's events, replayed: no gap, no truncation, no decode error or desync."""
+def events_of(name: str, tally: bool = False) -> tuple:
+    """The recording's events, replayed (`tally`: as the serving commands count requests, in runs):
+    no gap, no truncation, no decode error or desync."""
     e = RECORDINGS[name]
     events: list = []
-    result = replay(str(HERE / e["file"]), ListenerMap.parse([f"PLAINTEXT={e['port']}"]), events.append)
+    result = replay(str(HERE / e["file"]), ListenerMap.parse([f"PLAINTEXT={e['port']}"]), events.append,
+                    tally=tally)
     assert result.stats.gaps == 0 and result.truncated is None, (name, result.stats)
     assert not [ev for ev in events if isinstance(ev, (DecodeError, Desync, Resynced))], name
     return tuple(events)
 
 
-def census(name: str, until: float | None = None) -> ConnectionRegistry:
+def census(name: str, until: float | None = None, tally: bool = False) -> ConnectionRegistry:
     """The registry after the recording's events up to wall-clock second `until` (all: None)."""
     # Every connection is fingerprinted when due: the per-second budget is not what these test.
     reg = ConnectionRegistry(clock=lambda: 2e9, closed_ttl=1e12, max_fingerprints_per_second=10 ** 6)
-    for ev in events_of(name):
+    for ev in events_of(name, tally):
         if until is None or ev.ts <= until:
             reg.apply(ev)
     return reg

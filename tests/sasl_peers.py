@@ -275,18 +275,24 @@ def _confluent_conf(mechanism: str, bootstrap: str, user: str, secret: str, clie
 
 
 def _confluent(mechanism: str, framing: str, bootstrap: str, user: str, secret: str, client_id: str) -> None:
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import KafkaError, KafkaException, Producer
 
     # framing "raw": nothing to set here; the bootstrap is a HandshakeV0Relay, whose ApiVersions
     # answer makes librdkafka send raw tokens (the module docstring says why it must be so).
     errors = []
     producer = Producer({**_confluent_conf(mechanism, bootstrap, user, secret, client_id),
-                         "message.timeout.ms": 6000, "error_cb": lambda e: errors.append(str(e))})
+                         "message.timeout.ms": 6000, "error_cb": errors.append})
     delivered = []
     producer.produce(f"census-sasl-{secrets.token_hex(4)}", b"m", on_delivery=lambda e, m: delivered.append(e))
-    producer.flush(8)
+    # Until delivered, or refused (the secret is on the wire by then: librdkafka would retry for
+    # ever), or its message times out.
+    deadline = time.monotonic() + 8
+    while not delivered and time.monotonic() < deadline:
+        if any(e.code() == KafkaError._AUTHENTICATION for e in errors):
+            raise KafkaException(f"refused: {errors[0]}")
+        producer.flush(0.2)
     if not delivered or delivered[0] is not None:
-        raise KafkaException(f"not delivered: {delivered[:1]} {errors[:1]}")
+        raise KafkaException(f"not delivered: {delivered[:1]} {[str(e) for e in errors[:1]]}")
 
 
 def _confluent_admin(mechanism: str, framing: str, bootstrap: str, user: str, secret: str, client_id: str) -> None:

@@ -14,7 +14,6 @@ an older or broken sidecar could send.
 from __future__ import annotations
 
 import functools
-import json
 import re
 import urllib.parse
 from pathlib import Path
@@ -22,11 +21,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from capture.listeners import ListenerMap
-from capture.replay import replay
 from exporter import aggregate_merge as merge
 from exporter.api import create_app
 from exporter.registry import ConnectionRegistry
+from tests.recordings import census
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
 # recording -> {client_id: (library, connections in the client)}
@@ -42,11 +40,7 @@ EVIDENCE = re.compile(r"^client of (\d+) connections from (\S+) with client_id '
 
 @functools.cache
 def _registry(name: str) -> ConnectionRegistry:
-    recording = json.loads((FIXTURES / "MANIFEST.json").read_text())["recordings"][name]
-    reg = ConnectionRegistry(clock=lambda: 2e9, closed_ttl=1e12)  # closed connections stay listed
-    replay(str(FIXTURES / recording["file"]), ListenerMap.parse([f"PLAINTEXT={recording['port']}"]), reg.apply,
-           tally=True)
-    return reg
+    return census(name, tally=True)  # as the serving commands replay (closed connections stay listed)
 
 
 @pytest.fixture(params=list(CLIENTS))
