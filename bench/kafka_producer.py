@@ -68,7 +68,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.machine import describe
+from bench.machine import cpu_seconds, describe
 from harness.census import Census, free_port, wait_for
 from harness.kafka_broker import HARNESS, classpath, java_binary, kafka_version, start_kafka
 
@@ -91,15 +91,6 @@ REQUEST_TOTAL = re.compile(r"^producer-metrics:request-total:\{client-id=[^}]*\}
 
 
 # =========================================================================== processes and CPU
-def cpu_seconds(pid: int, children: bool = False) -> float:
-    """utime + stime of a process (all its threads), plus its waited-for children's if asked,
-    from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
 def machine_busy_seconds() -> float:
     """CPU seconds the whole machine was busy (all CPUs, idle and iowait excluded), /proc/stat."""
     with open("/proc/stat") as f:

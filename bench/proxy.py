@@ -75,7 +75,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v1.request import MetadataRequest
 
 from bench.child import REPO_ROOT, Child
-from bench.machine import describe
+from bench.machine import cpu_seconds, describe
 from harness.census import Census, free_port, wait_for
 from harness.kafka_frames import request_frame
 from harness.peers import start_tansu
@@ -123,13 +123,6 @@ def read_response(sock) -> tuple[int, bytes]:
 
 
 # =========================================================================== processes
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def cpu_seconds_fine(pid: int) -> float:
     """CPU time of a process (all its threads) in nanoseconds' resolution, from each thread's
     /proc/PID/task/TID/schedstat (time on CPU); /proc/PID/stat's clock ticks (10 ms) are too
