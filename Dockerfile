@@ -84,7 +84,7 @@ COPY <<"EOF" /src/kafka-census-capture.c
 #ifndef KC_PYTHON /* the tests build it against their own interpreter */
 #define KC_PYTHON "/opt/kafka-census/bin/python"
 #endif
-#define KC_PROGRAM "import sys; from exporter.cli import main; sys.exit(main(sys.argv[1:]))"
+#define KC_PROGRAM "import sys; from exporter.cli.main import main; sys.exit(main(sys.argv[1:]))"
 #define KC_SETTINGS "KAFKA_CENSUS_"
 
 extern char **environ;

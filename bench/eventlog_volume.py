@@ -17,7 +17,7 @@ generated, never held whole. Written:
 * schema 1, one line per request: every event, `encode(event, schema=1)`;
 * schema 1, tally runs: what the serving commands wrote before schema 2 (one RequestTally per
   connection per sweep; its volume follows time and connections, not requests);
-* schema 2: the tally stream through `exporter.rollup.rolled` at the default 60 s interval of
+* schema 2: the tally stream through `exporter.eventlog.rollup.rolled` at the default 60 s interval of
   event time and `encode`/`encode_rollup`, i.e. the records the serving commands' writer makes
   (checked: the real `QueuedEventLog` writer gives the same bytes for the capture as-is).
 
@@ -61,8 +61,8 @@ from capture.events import (
 )
 from capture.listeners import ListenerMap
 from capture.replay import replay
-from exporter.eventlog import EventLog, QueuedEventLog, encode, encode_rollup, list_logs
-from exporter.rollup import DEFAULT_INTERVAL, Rollup, rolled
+from exporter.eventlog.log import EventLog, QueuedEventLog, encode, encode_rollup, list_logs
+from exporter.eventlog.rollup import DEFAULT_INTERVAL, Rollup, rolled
 
 DEFAULT_PCAP = Path("bench/data/produce.pcap")
 DEFAULT_OUT = Path("bench/results/eventlog_volume.json")
@@ -134,8 +134,8 @@ def stretched(events, repeats: int, duration: float, spread: float = 1.0):
 def emulated_tally(stream):
     """A per-request stream as the core in tally mode hands it on: one RequestTally per
     connection and second with traffic (the sweep), the other events as they come."""
-    from exporter.eventlog import to_event
-    from exporter.rollup import record
+    from exporter.eventlog.log import to_event
+    from exporter.eventlog.rollup import record
 
     for item in rolled(stream, interval=1.0):
         if type(item) is not tuple:

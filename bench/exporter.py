@@ -38,7 +38,7 @@ Per size N, two processes on the two cores:
 and as plain text 0.0.4 without compression. Every GET opens a new connection (what Prometheus
 does when its scrape interval exceeds uvicorn's 5 s keep-alive timeout; prometheus_client's
 server closes after each response anyway); a separate table times keep-alive GETs on the
-socket `exporter.commands.common.bind_http` makes and on one made with proto=IPPROTO_TCP: asyncio sets
+socket `exporter.cli.common.bind_http` makes and on one made with proto=IPPROTO_TCP: asyncio sets
 TCP_NODELAY only on sockets made so (bind_http's is, since issue 18), and without it a response
 under one segment waits for the client's delayed ACK (about 40 ms on Linux). Both expositions
 are parsed and compared: the peer must expose the same series with the same values (histogram sums excepted: the peer's
@@ -56,7 +56,7 @@ wrapped to record every hold (wall and thread CPU time); the table gives the lon
 request kind, the longest wait of an apply() (the registry's own `apply_lock_wait_max`), and the
 cyclic collector's longest pause in the same run (it stops every thread, whoever holds the lock,
 so holds it interrupted are shown apart). Target: the longest hold per REST request <= 5 ms at
-100k connections. Serialization: the listing's JSON as the endpoint builds it (`exporter.api`,
+100k connections. Serialization: the listing's JSON as the endpoint builds it (`exporter.http.app`,
 a chunk of rows per json call) against json.dumps of the same dicts (the floor) and pydantic's
 validate + dump_json (what FastAPI's response_model did on every request before).
 
@@ -100,7 +100,7 @@ from capture.events import (
 )
 from capture.kafka.api_table import API_TABLE
 from capture.kafka.events import positional_maker  # the decoder's constructor, not re-exported
-from exporter.registry import LATENCY_BUCKETS, ConnectionRegistry
+from exporter.census.registry import LATENCY_BUCKETS, ConnectionRegistry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = Path("bench/results/exporter.json")
@@ -410,8 +410,8 @@ def serve_child(n: int, seed: int) -> int:
     from prometheus_client import make_asgi_app, start_http_server
 
     from capture.listeners import listen_socket
-    from exporter.commands.common import HTTP_BACKLOG
-    from exporter.serve import Service
+    from exporter.cli.common import HTTP_BACKLOG
+    from exporter.service.serve import Service
 
     gc.collect()
     rss0 = rss_bytes()
@@ -474,7 +474,7 @@ def serve_child(n: int, seed: int) -> int:
 def tcp_socket() -> socket.socket:
     """A listening socket created with proto=IPPROTO_TCP. asyncio sets TCP_NODELAY on accepted
     sockets only when the socket's proto is IPPROTO_TCP (base_events._set_nodelay); one made with
-    socket.socket(family, SOCK_STREAM) has proto 0 (exporter.commands.common.bind_http, through
+    socket.socket(family, SOCK_STREAM) has proto 0 (exporter.cli.common.bind_http, through
     capture.listeners.listen_socket, now makes its socket with IPPROTO_TCP too)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
@@ -591,8 +591,8 @@ def in_process(registry: ConnectionRegistry, repeat: int) -> dict:
     from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
     from pydantic import TypeAdapter
 
-    from exporter.api import ConnectionList
-    from exporter.metrics import CensusCollector
+    from exporter.http.app import ConnectionList
+    from exporter.http.metrics import CensusCollector
 
     prom = CollectorRegistry(auto_describe=False)
     prom.register(CensusCollector(registry, version="bench"))
@@ -624,8 +624,8 @@ def rest_cases(registry: ConnectionRegistry) -> list[tuple[str, str, dict]]:
     """The worst REST requests at this registry: every filter (with values that keep every
     connection of the most common software on the PLAINTEXT listener), every order_by field,
     the largest limit; the census; upgrade readiness; the default listing."""
-    from exporter.api import MAX_LIMIT
-    from exporter.registry import ORDER_FIELDS
+    from exporter.census.registry import ORDER_FIELDS
+    from exporter.http.app import MAX_LIMIT
 
     rec = max(registry.open.values(), key=lambda r: r.software_name == "librdkafka")
     every = ", ".join(f"{name} {'desc' if i % 2 else 'asc'}" for i, name in enumerate(ORDER_FIELDS))
@@ -653,7 +653,7 @@ def rest_under_capture(registry: ConnectionRegistry, seed: int, repeat: int, fre
     from fastapi.testclient import TestClient
     from pydantic import TypeAdapter
 
-    from exporter.api import ConnectionList, _json, create_app
+    from exporter.http.app import ConnectionList, _json, create_app
 
     updates = [ev for ev in workload(min(len(registry.open), 20_000), seed)
                if isinstance(ev, (RequestSeen, ResponseSeen, TrafficUpdate))]
@@ -869,7 +869,7 @@ def measure_http(child: Child, ready: dict, inproc: dict, repeat: int) -> dict:
         expected = inproc["api"][name]["expected"]
         out["api"][name] = {"http": r, "lock_holds": stats(holds), "returned": len(got["connections"]),
                             "total": got["total"], "same_content_as_in_process": got == expected}
-    # Keep-alive: one connection for all GETs, on the socket the CLI binds (exporter.commands.common.bind_http)
+    # Keep-alive: one connection for all GETs, on the socket the CLI binds (exporter.cli.common.bind_http)
     # and on one asyncio sets TCP_NODELAY on.
     nodelay = f"http://127.0.0.1:{ready['census_nodelay_port']}"
     out["keep_alive"] = {}
@@ -939,7 +939,7 @@ def report(results: dict, machine: str) -> None:
               f"{mem['bytes_per_tracked']:,.0f} B / "
               f"{r['server']['rss_bytes_per_tracked']:,.0f} B |")
     print("\nKeep-alive (one connection for all GETs) vs a new connection per GET, best / median ms:\n")
-    print("| N open | endpoint | new connection | keep-alive, socket from exporter.commands.common.bind_http | "
+    print("| N open | endpoint | new connection | keep-alive, socket from exporter.cli.common.bind_http | "
           "keep-alive, socket with TCP_NODELAY |")
     print("|---:|---|---:|---:|---:|")
     for n, r in results["sizes"].items():

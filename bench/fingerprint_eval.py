@@ -13,8 +13,8 @@ the others out, never to infer). Each is judged twice against a table that does 
   known, as any client's ApiVersions answer gives them to the census);
 - *per client*: with the other unannounced connections of its client (the same client address,
   client_id and principal, within the registry's default `--sibling-window`; a connection without
-  a client_id is a client of its own), folded into one `exporter.fingerprint.ClientBasis` whose
-  observation is assessed, as exporter/registry.py's `_fingerprint` and pipeline/identity.py's
+  a client_id is a client of its own), folded into one `exporter.census.fingerprint.ClientBasis` whose
+  observation is assessed, as exporter/census/registry.py's `_fingerprint` and pipeline/identity.py's
   `infer_client` do. Every connection of the client gets the client's verdict.
 
 A connection is *right* when it is named the recording's library with a range containing its
@@ -30,7 +30,7 @@ true version, *wrong* when it is named anything else, *unknown* when `assess()` 
   connections built from its source vectors.
 
 Also: the confusion between libraries (per connection and per client), the open-world bar
-(`exporter.fingerprint.MIN_EXACT`) at other values (`--sweep`), and, with `--only unknown`, the
+(`exporter.census.fingerprint.MIN_EXACT`) at other values (`--sweep`), and, with `--only unknown`, the
 tables of docs/fingerprints.md's "What `unknown` still means" (per library and release line,
 whether one connection alone can be named; which libraries the wire cannot tell apart), generated
 from the same evaluations. The exit status is 1 if any table names anything wrong.
@@ -46,8 +46,8 @@ import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from exporter import fingerprint
-from exporter.fingerprint import (
+from exporter.census import fingerprint
+from exporter.census.fingerprint import (
     JAVA,
     ClientBasis,
     Fingerprints,
@@ -169,7 +169,7 @@ def clients_of(conns, window: float = WINDOW) -> list[list[Conn]]:
 
 
 def judge(table: Fingerprints, members) -> Inference | Unknown:
-    """The members' union, folded and assessed as exporter/registry.py's `_fingerprint` and
+    """The members' union, folded and assessed as exporter/census/registry.py's `_fingerprint` and
     pipeline/identity.py's `infer_client` do (one member: the connection alone)."""
     basis = ClientBasis()
     for m in members:

@@ -468,7 +468,7 @@ def capture_main(core: int, port: int, buffer_mb: int) -> int:
     from capture.listeners import ListenerMap
     from capture.live import run_live
     from capture.sources import LiveCapture
-    from exporter.registry import ConnectionRegistry
+    from exporter.census.registry import ConnectionRegistry
 
     listeners = ListenerMap.parse([f"PLAINTEXT={port}"])
     source = LiveCapture("lo", listeners, buffer_mb=buffer_mb)

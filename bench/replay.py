@@ -43,7 +43,7 @@ from bench.machine import describe
 from capture.listeners import ListenerMap
 from capture.replay import replay
 from capture.sources import BATCH, PcapFile
-from exporter.registry import ConnectionRegistry
+from exporter.census.registry import ConnectionRegistry
 
 DEFAULT_PCAP = Path("bench/data/produce.pcap")
 DEFAULT_OUT = Path("bench/results/replay.json")

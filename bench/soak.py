@@ -159,7 +159,7 @@ def wait_quiet(exporter: CensusProcess, timeout: float) -> tuple[dict, float]:
     last = None
     m = {}
     while time.monotonic() - t0 < timeout:
-        m = parse_metrics(exporter.metrics())
+        m = parse_metrics(exporter.http.metrics())
         key = (m["opened"], m["closed"], m["live"])
         if m["live"] == 0 and key == last:
             break
@@ -184,7 +184,7 @@ def soak(mode: str, args, tmp: Path) -> dict:
                 target = ("127.0.0.1", listen)
             pid = exporter.pid
             rss_start = status_kib(pid)
-            base = parse_metrics(exporter.metrics())  # the readiness probe's connection, for the proxy
+            base = parse_metrics(exporter.http.metrics())  # the readiness probe's connection, for the proxy
             rate = args.capture_rate if mode == "capture" else args.proxy_rate
             load = Load(*target, cycles=args.cycles, workers=args.workers,
                         deadline=time.monotonic() + args.max_seconds, rate=rate)
@@ -199,7 +199,7 @@ def soak(mode: str, args, tmp: Path) -> dict:
                 if not any(t.is_alive() for t in threads):
                     break
                 time.sleep(1.0)
-                seen = parse_metrics(exporter.metrics())["opened"] - base["opened"]
+                seen = parse_metrics(exporter.http.metrics())["opened"] - base["opened"]
                 now = status_kib(pid)
                 done = load.done
                 samples.append({"t": round(time.monotonic() - t0, 1), "cycles": done, "seen": seen, **now})

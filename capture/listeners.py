@@ -7,7 +7,7 @@ proxy's `--listener NAME[:SECURITY_PROTOCOL]`), the kernel BPF filter built from
 `HOST:PORT` syntax of every address given on the command line (`parse_hostport`: --listen,
 --upstream, --http) and opening a listening TCP socket (`listen_socket`: the proxy's ports and
 the HTTP server's). Imports nothing from the project, so both `capture.proxy` and
-`exporter.serve` can use it; no asyncio, no packet source.
+`exporter.service.serve` can use it; no asyncio, no packet source.
 """
 
 from __future__ import annotations

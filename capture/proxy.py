@@ -70,7 +70,7 @@ log = logging.getLogger("kafka-census")
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_HIGH_WATER = 256 * 1024  # per side: what may wait in the proxy for a slow reader
-# The same bound as the registry's live table (exporter.registry.DEFAULT_MAX_OPEN): the proxy
+# The same bound as the registry's live table (exporter.census.registry.DEFAULT_MAX_OPEN): the proxy
 # command gives both --max-connections; tests/test_settings.py checks that they agree.
 DEFAULT_MAX_CONNECTIONS = 100_000
 TLS_HANDSHAKE_TIMEOUT = 10.0

@@ -6,7 +6,7 @@ are chosen by whoever opens a connection, and a newline in one would start a for
 override would reorder what the table shows. `visible()` renders every such character as a
 visible escape, so one log record stays one line and a table cell shows what was sent.
 Applied once where text leaves the process for a human: the log formatter and the table
-printer (exporter/commands/output.py). JSON output needs nothing: `json.dumps` escapes control characters
+printer (exporter/cli/output.py). JSON output needs nothing: `json.dumps` escapes control characters
 (and, with its default `ensure_ascii`, every non-ASCII one).
 
 Imports only the standard library; the capture package must not import this module

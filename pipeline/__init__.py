@@ -2,7 +2,7 @@
 
 `events` parses event logs in the JVM (quarantining bad lines), reduces them once to the facts
 every table reads, and models connections; `identity` names the connections that announced no
-software (sibling or fingerprint, with `exporter.fingerprint`, a pure module; never the
+software (sibling or fingerprint, with `exporter.census.fingerprint`, a pure module; never the
 registry); `jobs` defines the tables; `pcaps` turns pcap archives into event logs with
 `capture`; `report` renders one HTML file; `ship` zips the sources that executors on a cluster
 need; `errors` (UsageError, InputError) and `files` (load_input, write_file) are what the jobs

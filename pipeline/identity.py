@@ -3,7 +3,7 @@
 Owns `identities` (one row per connection of `pipeline.events.connections`, with its identity
 source and, for an unannounced one, the inferred library, version range, confidence,
 min_compatible and evidence) and `infer_client` (the fingerprint of one client, run in the
-executors). The same rules as the live registry (exporter/registry.py), on whole connections:
+executors). The same rules as the live registry (exporter/census/registry.py), on whole connections:
 
 - `announced`: the connection's own KIP-511 fields (an accepted ApiVersions v3+);
 - `sibling`: else the software a connection of the same client address and client_id announced
@@ -13,7 +13,7 @@ executors). The same rules as the live registry (exporter/registry.py), on whole
   from their start with no announced sibling, of the same client address, client_id and
   principal (same `source`), in one session (a connection that opens more than `window` seconds
   after every earlier one ended starts a new one), folded into one
-  `exporter.fingerprint.ClientBasis` and judged by `exporter.fingerprint.assess()`: each
+  `exporter.census.fingerprint.ClientBasis` and judged by `exporter.census.fingerprint.assess()`: each
   connection's first ApiVersions request version and every API version it used (schema 2
   ConnectionRollup records' `first_requests` and the requests the log counts), with the
   broker's maxima from the latest ApiVersions answer of the same broker. Every connection of the
@@ -22,7 +22,7 @@ executors). The same rules as the live registry (exporter/registry.py), on whole
   connection joined mid-stream;
 - `none`.
 
-Imports pyspark, the generated API table and `exporter.fingerprint` (a pure, standard-library
+Imports pyspark, the generated API table and `exporter.census.fingerprint` (a pure, standard-library
 module: the table and infer(); shipped to the executors with the rest of the sources), never the
 registry.
 """
@@ -36,7 +36,7 @@ from pyspark.sql import types as T
 from capture.kafka.api_table import API_TABLE
 from pipeline.events import connection_facts, requests
 
-DEFAULT_WINDOW = 300.0  # exporter.registry.DEFAULT_SIBLING_WINDOW
+DEFAULT_WINDOW = 300.0  # exporter.census.registry.DEFAULT_SIBLING_WINDOW
 MAX_EVIDENCE = 8
 ANNOUNCED_SIBLING_CONFIDENCE = 0.9  # as the registry: not 1, a NAT may put two processes behind one address
 _TABLE_PAIRS = frozenset((s.key, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1))
@@ -59,10 +59,10 @@ def _pairs(logged_first, seen) -> list:
 
 def infer_client(client_address, client_id, members):
     """The fingerprint of one client (issue 28): `members`, its connections (conn_id, first_seen,
-    logged_first, seen, avv, broker_max), folded into one `exporter.fingerprint.ClientBasis` as the
+    logged_first, seen, avv, broker_max), folded into one `exporter.census.fingerprint.ClientBasis` as the
     registry folds them, judged by `assess`. Returns (name, version_range, confidence, evidence,
     min_compatible) or None. Runs in the executors; the arguments are Spark rows and lists."""
-    from exporter.fingerprint import ClientBasis, Inference, assess, client_evidence
+    from exporter.census.fingerprint import ClientBasis, Inference, assess, client_evidence
 
     basis = ClientBasis()
     for m in members:

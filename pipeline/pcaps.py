@@ -2,10 +2,10 @@
 
 Owns listing the inputs (files, directories searched recursively for `*.pcap`, `*.pcapng`,
 `*.cap`, each optionally `.gz`; any Hadoop URI, globs too), one decode per file
-(`capture.replay.replay` into `exporter.eventlog.encode`, the exporter's own record format,
-schema 2: request traffic rolled up per connection by `exporter.rollup.Roller`),
+(`capture.replay.replay` into `exporter.eventlog.log.encode`, the exporter's own record format,
+schema 2: request traffic rolled up per connection by `exporter.eventlog.rollup.Roller`),
 the quarantine of files that could not be read whole, and the per-file summary. Imports
-pyspark, `capture` (replay, listeners, the CaptureError family), `exporter.eventlog`,
+pyspark, `capture` (replay, listeners, the CaptureError family), `exporter.eventlog.log`,
 `pipeline.errors` and `pipeline.files`; never `pipeline.cli`, which alone imports it.
 
 Output under OUT:
@@ -249,12 +249,12 @@ class _Decoded:
     def _replay(self, batch: list[str]) -> None:
         from capture.replay import replay
         from capture.sources import CaptureError
-        from exporter.eventlog import encode, rollup_lines
-        from exporter.rollup import Roller
+        from exporter.eventlog.log import encode, rollup_lines
+        from exporter.eventlog.rollup import Roller
 
         since, until = self.since, self.until
         # Schema 2, as the exporter writes: request traffic rolled up per connection, at its
-        # close and every DEFAULT_INTERVAL seconds of packet time (exporter/rollup.py).
+        # close and every DEFAULT_INTERVAL seconds of packet time (exporter/eventlog/rollup.py).
         roller = Roller()
 
         def write(items) -> None:

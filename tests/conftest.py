@@ -92,7 +92,7 @@ def pytest_collection_modifyitems(config, items):
 PEER_EXECUTABLES = ("kafka-census", "tansu", "prometheus", "tshark", "dumpcap", "tcpdump", "node", "npm", "npx",
                     "java", "spark-submit", "chromium", "chrome", "google-chrome", "chromedriver")
 #: Python children that are peers: the CLI run as a module, the demo, a real client.
-PEER_PYTHON = ("exporter.cli", "demo.py", "python_client.py")
+PEER_PYTHON = ("exporter.cli.main", "demo.py", "python_client.py")
 
 
 def peer_in(argv) -> str | None:

@@ -21,8 +21,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 import capture
 from capture.listeners import ListenerMap
 from capture.replay import replay
-from exporter.metrics import CensusCollector
-from exporter.registry import ConnectionRegistry
+from exporter.census.registry import ConnectionRegistry
+from exporter.http.metrics import CensusCollector
 
 # Series that measure this process (wall time, lock waits), not the traffic.
 VOLATILE = ("kafka_census_scrape_duration_seconds", "kafka_census_registry_apply_lock_wait", "kafka_census_build_info")

@@ -14,8 +14,8 @@ from pathlib import Path
 from capture.events import DecodeError, Desync, Resynced
 from capture.listeners import ListenerMap
 from capture.replay import replay
-from exporter.fingerprint import range_contains
-from exporter.registry import ConnectionRegistry
+from exporter.census.fingerprint import range_contains
+from exporter.census.registry import ConnectionRegistry
 
 HERE = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
 RECORDINGS: dict[str, dict] = json.loads((HERE / "MANIFEST.json").read_text())["recordings"]

@@ -51,7 +51,7 @@ from kio.schema.metadata.v1.response import MetadataResponse
 from kio.serial import entity_reader
 
 from capture.kafka.api_table import API_TABLE
-from exporter import aggregate_app
+from exporter.aggregator import app as aggregate_app
 from harness import java_client, peers
 from harness.census import Census, free_port, wait_for
 from harness.kafka_broker import HARNESS, KafkaCluster, start_kafka

@@ -12,7 +12,7 @@
   beside a real sidecar app; 64 identical callers, then 32 distinct ones. Every answer is partial
   naming the hostile peers with their kinds, the hostile peers are asked as often as the caches
   say, the counters in /metrics are what happened, and the aggregator's peak RSS (VmHWM) is under
-  the formula of exporter.aggregate_app's docstring computed from the flags given here.
+  the formula of exporter.aggregator.app's docstring computed from the flags given here.
 
 The end-to-end tests are marked e2e one by one (they start the command); the rest is the fast tier.
 """
@@ -30,8 +30,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter import aggregate_merge as merge
-from exporter.aggregate_app import AggregateCollector, Aggregator, ItemBudget, Peer, PeerFailure, Peers
+from exporter.aggregator import merge
+from exporter.aggregator.app import AggregateCollector, Aggregator, ItemBudget, Peer, PeerFailure, Peers
 from harness.peers import free_port
 
 MIB = 1 << 20
@@ -329,7 +329,7 @@ def test_the_answer_cache_is_bounded_in_bytes_and_entries():
 
 e2e = pytest.mark.e2e
 
-# The flags of the aggregator under test, and the formula of exporter.aggregate_app computed from them.
+# The flags of the aggregator under test, and the formula of exporter.aggregator.app computed from them.
 FLAGS = {"--peer-max-mb": 32, "--peer-max-items": 200_000, "--peer-concurrency": 8, "--peer-parse-concurrency": 1,
          "--cache-max-mb": 16, "--peer-failure-seconds": 600, "--peer-timeout": 60, "--peer-probe-interval": 0,
          "--http-max-requests": 64}
@@ -340,7 +340,7 @@ MERGE_SMALL = 3 * MIB  # W: one fan-out's merge of the sidecar's small pages, it
 
 
 def formula(fanouts: int) -> int:
-    """RSS bound (bytes) of exporter.aggregate_app's docstring for FLAGS, `fanouts` at once."""
+    """RSS bound (bytes) of exporter.aggregator.app's docstring for FLAGS, `fanouts` at once."""
     p, i = FLAGS["--peer-max-mb"] * MIB, FLAGS["--peer-max-items"]
     c, s, k = FLAGS["--peer-concurrency"], FLAGS["--peer-parse-concurrency"], FLAGS["--cache-max-mb"] * MIB
     return int(M0 + c * (1.125 * p + PER_PEER_SLOT) + s * (8 * p + BYTES_PER_ITEM * i) + fanouts * MERGE_SMALL + k)
@@ -426,7 +426,7 @@ def call_all(base: str, paths: list[str]) -> list[tuple[int, dict, dict]]:
 
 @pytest.fixture(scope="module")
 def sidecar():
-    from exporter.api import create_app
+    from exporter.http.app import create_app
     from tests.test_aggregate_peers import Served
     from tests.test_api import build_registry
 
@@ -533,8 +533,8 @@ def test_the_default_item_budget_is_over_four_times_a_10000_row_page():
     from fastapi.testclient import TestClient
 
     from bench.exporter import build_registry
-    from exporter.aggregate import DEFAULT_PEER_MAX_ITEMS
-    from exporter.api import create_app
+    from exporter.cli.aggregate import DEFAULT_PEER_MAX_ITEMS
+    from exporter.http.app import create_app
 
     registry, _ = build_registry(10_000, 1)
     page = TestClient(create_app(registry)).get("/api/v1/connections?limit=10000&state=all").content
@@ -547,11 +547,11 @@ def test_the_default_item_budget_is_over_four_times_a_10000_row_page():
 
 
 def test_the_aggregators_defaults_are_the_commands():
-    """exporter.aggregate_app repeats exporter.aggregate's defaults (an import would close a ring)."""
+    """exporter.aggregator.app repeats exporter.cli.aggregate's defaults (an import would close a ring)."""
     import inspect
 
-    from exporter import aggregate
-    from exporter.aggregate_app import Aggregator
+    from exporter.aggregator.app import Aggregator
+    from exporter.cli import aggregate
 
     params = inspect.signature(Aggregator.__init__).parameters
     assert params["max_items"].default == aggregate.DEFAULT_PEER_MAX_ITEMS

@@ -1,7 +1,7 @@
 """The aggregator against peers that misbehave, and its merge, cache, bounds, auth and errors.
 
 The real `kafka-census aggregate` command (a subprocess) in front of:
-- sidecars: the real REST app (exporter.api.create_app over a registry fed with the capture
+- sidecars: the real REST app (exporter.http.app.create_app over a registry fed with the capture
   events of tests/test_api.py), served by uvicorn on a loopback port in this process;
 - hostile peers: a small local TCP server started by the test (`Hostile`), which answers
   garbage that is not HTTP, a body past --peer-max-mb (streamed, or declared in
@@ -9,7 +9,7 @@ The real `kafka-census aggregate` command (a subprocess) in front of:
   depth, or JSON of the wrong shape. A real sidecar cannot be made to do these, so a fake is
   the only peer for them; each is asserted to make exactly that peer missing, with its kind,
   while the good peer's rows are all there.
-Plus pure tests of exporter.aggregate_merge, and the OpenAPI parameters of the aggregator held
+Plus pure tests of exporter.aggregator.merge, and the OpenAPI parameters of the aggregator held
 to the sidecar's (one vocabulary).
 """
 
@@ -29,11 +29,11 @@ import urllib.request
 import pytest
 import uvicorn
 
-from exporter import aggregate_merge as merge
-from exporter.aggregate_app import Aggregator, Peers
-from exporter.aggregate_app import create_app as create_aggregate_app
-from exporter.api import create_app
-from exporter.auth import ApiToken
+from exporter.aggregator import merge
+from exporter.aggregator.app import Aggregator, Peers
+from exporter.aggregator.app import create_app as create_aggregate_app
+from exporter.http.app import create_app
+from exporter.http.auth import ApiToken
 from harness.census import CENSUS, Census, wait_for
 from harness.peers import free_port
 from tests.test_aggregate import conforms

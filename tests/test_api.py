@@ -1,4 +1,4 @@
-"""The REST API (exporter/api.py) over a registry fed with real capture events.
+"""The REST API (exporter/http/app.py) over a registry fed with real capture events.
 
 Five connections, applied as the capture would emit them:
   c1  confluent-kafka-python 2.16.1, client_id "orders", PLAINTEXT, open, gave the broker facts
@@ -33,9 +33,10 @@ from capture.events import (
     SaslIdentity,
     TrafficUpdate,
 )
-from exporter import api, docs_ui
-from exporter.api import create_app
-from exporter.registry import ConnectionRecord, ConnectionRegistry
+from exporter.census.registry import ConnectionRecord, ConnectionRegistry
+from exporter.http import app as api
+from exporter.http import docs_ui
+from exporter.http.app import create_app
 
 NOW = 200.0
 C1 = "10.0.0.5:9092-10.0.0.7:50001-1"
@@ -263,7 +264,7 @@ def test_the_query_strings_are_the_registrys_filters():
     api.client_query); their filters are the registry's vocabulary, name for name, in order."""
     import inspect
 
-    from exporter.registry import CLIENT_FILTERS, QUERY_FILTERS
+    from exporter.census.registry import CLIENT_FILTERS, QUERY_FILTERS
 
     assert list(inspect.signature(api.connection_query).parameters) == ["state", *QUERY_FILTERS, "order_by", "limit"]
     assert list(inspect.signature(api.client_query).parameters) == list(CLIENT_FILTERS)
@@ -435,7 +436,7 @@ def test_upgrade_readiness_defaults_to_4_0_and_is_ready_without_old_versions():
 def test_unknown_upgrade_target_is_400_listing_known(client):
     r = client.get("/api/v1/upgrade-readiness", params={"target": "3.9"})
     assert r.status_code == 400
-    from exporter.registry import UPGRADE_TARGETS
+    from exporter.census.registry import UPGRADE_TARGETS
 
     assert r.json() == {"detail": f"unknown upgrade target '3.9'; known: {', '.join(UPGRADE_TARGETS)}"}
     assert {"4.0", "4.0.0", "4.4"} <= set(UPGRADE_TARGETS)
@@ -456,15 +457,15 @@ def test_unknown_upgrade_target_is_400_listing_known(client):
 def test_models_match_registry_objects(registry, model, sample):
     obj = sample(registry)
     # `cut` is the response's, not the registry's: set only when the response budget cut a list
-    assert set(model.model_fields) - {"cut"} == set(obj), "registry and API model disagree: update exporter/api.py"
+    assert set(model.model_fields) - {"cut"} == set(obj), "registry and API model disagree: update exporter/http/app.py"
     model.model_validate(obj)
 
 
 def test_the_connection_object_is_its_declared_fields_in_order(registry):
-    """exporter/connection_fields.py declares the connection object once: the registry writes its
+    """exporter/census/fields.py declares the connection object once: the registry writes its
     keys in that order, the model is built from it, and each field read straight from a record
     slot is that slot's value (the slot order_by sorts and filters use)."""
-    from exporter.connection_fields import CONNECTION_FIELDS, STRING_ORDER
+    from exporter.census.fields import CONNECTION_FIELDS, STRING_ORDER
 
     names = [f.name for f in CONNECTION_FIELDS]
     for conn in registry.connections("all"):

@@ -7,7 +7,7 @@ commands replay them (tally mode), and served by the real REST app in-process:
   kafkajs 2.1.0       one client of 3 connections (its fetch connection sends one Fetch v11)
   Java client 2.0.1   clients of 7 and 3 connections (and two left unknown: a row of their own)
   kafka-go 0.2.1      one client of 29 connections: 8 listed, the evidence counts them all
-The aggregator's merge (exporter.aggregate_merge) is checked on those answers and on the shapes
+The aggregator's merge (exporter.aggregator.merge) is checked on those answers and on the shapes
 an older or broken sidecar could send.
 """
 
@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from exporter import aggregate_merge as merge
-from exporter.api import create_app
-from exporter.registry import ConnectionRegistry
+from exporter.aggregator import merge
+from exporter.census.registry import ConnectionRegistry
+from exporter.http.app import create_app
 from tests.recordings import census
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
@@ -34,7 +34,7 @@ CLIENTS = {
                                          "consumer-1": ("apache-kafka-java", 3)},
     "kafka-go-0.2.1": {"client@vm (github.com/segmentio/kafka-go)": ("kafka-go", 29)},
 }
-LISTED = 8  # exporter.fingerprint's bound on the ids an inference lists
+LISTED = 8  # exporter.census.fingerprint's bound on the ids an inference lists
 EVIDENCE = re.compile(r"^client of (\d+) connections from (\S+) with client_id '(.*)' \((.*)\)$")
 
 

@@ -1,5 +1,5 @@
-"""Access control: exporter/auth.py (the token file, the constant-time compare, the bearer check),
-its wiring into the app (exporter/api.py), SIGHUP reloaders (exporter/serve.py), and the real
+"""Access control: exporter/http/auth.py (the token file, the constant-time compare, the bearer check),
+its wiring into the app (exporter/http/app.py), SIGHUP reloaders (exporter/service/serve.py), and the real
 `kafka-census replay FILE --serve --api-token-file F` as an operator runs it: 401 without the
 token, /metrics and the probes open, SIGHUP switching tokens, the token never in the log."""
 
@@ -16,11 +16,11 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry, Gauge, make_asgi_app
 
-from exporter import auth
-from exporter.api import create_app
-from exporter.auth import ApiToken, TokenError, bearer_token, read_token
-from exporter.registry import ConnectionRegistry
-from exporter.serve import Service
+from exporter.census.registry import ConnectionRegistry
+from exporter.http import auth
+from exporter.http.app import create_app
+from exporter.http.auth import ApiToken, TokenError, bearer_token, read_token
+from exporter.service.serve import Service
 from harness.census import Census, free_port
 from tests import synth
 from tests.test_capture_synthetic import full_conversation

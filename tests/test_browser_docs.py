@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter import docs_ui
+from exporter.http import docs_ui
 from harness.browser import offline_browser
 
 pytestmark = pytest.mark.e2e

@@ -39,7 +39,7 @@ from capture.packets import segment_parser
 from capture.pcapwriter import PcapWriter
 from capture.replay import replay
 from capture.sources import LiveCapture
-from exporter.registry import ConnectionRegistry
+from exporter.census.registry import ConnectionRegistry
 from harness import oracles, peers
 from harness.census import wait_for
 from tests.test_golden import EXPECTED_IDENTITY
@@ -271,7 +271,7 @@ def test_every_client_identified_and_closed(loopback_run):
 def test_replay_cli_json(loopback_run):
     port = loopback_run["port"]
     proc = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "replay", str(loopback_run["tcpdump"].path),
+        [sys.executable, "-m", "exporter.cli.main", "replay", str(loopback_run["tcpdump"].path),
          "--listener", f"PLAINTEXT={port}", "--format", "json"],
         capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
@@ -349,7 +349,7 @@ def test_capture_without_privilege_is_one_clear_line():
     the error says what is missing. Still root, so the checkout and the venv need not be
     readable by anyone else (`mktemp -d` makes a 0700 directory); setpriv is util-linux's."""
     proc = subprocess.run(["setpriv", "--bounding-set=-net_raw,-net_admin", "--inh-caps=-all",
-                           sys.executable, "-m", "exporter.cli", "capture", "-i", "lo", "--duration", "1"],
+                           sys.executable, "-m", "exporter.cli.main", "capture", "-i", "lo", "--duration", "1"],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
@@ -357,7 +357,7 @@ def test_capture_without_privilege_is_one_clear_line():
 
 
 def test_unknown_interface_lists_the_real_ones():
-    proc = subprocess.run([sys.executable, "-m", "exporter.cli", "capture", "-i", "nosuchif0", "--duration", "1"],
+    proc = subprocess.run([sys.executable, "-m", "exporter.cli.main", "capture", "-i", "nosuchif0", "--duration", "1"],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 1
     assert "no interface 'nosuchif0'" in proc.stderr and "lo" in proc.stderr

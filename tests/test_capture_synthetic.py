@@ -35,7 +35,7 @@ from capture.flows import FlowTracker
 from capture.listeners import ListenerMap
 from capture.replay import replay
 from capture.sources import CaptureError
-from exporter.registry import ConnectionRegistry
+from exporter.census.registry import ConnectionRegistry
 from harness.kafka_frames import request_frame, response_frame, sized
 from tests.synth import (
     AF_INET,

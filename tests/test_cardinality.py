@@ -41,12 +41,8 @@ from capture.kafka.api_table import API_TABLE
 from capture.kafka.errors import Kind
 from capture.listeners import ListenerMap
 from capture.packets import ACK, PSH, SYN
-from exporter.api import create_app
-from exporter.churn import DEFAULT_CHURN_THRESHOLD_PER_MINUTE, DEFAULT_MAX_CHURN_CLIENTS
-from exporter.cli import build_parser, resolve_settings
-from exporter.commands.common import UsageError, live_registry, registry_bounds
-from exporter.metrics import CensusCollector
-from exporter.registry import (
+from exporter.census.churn import DEFAULT_CHURN_THRESHOLD_PER_MINUTE, DEFAULT_MAX_CHURN_CLIENTS
+from exporter.census.registry import (
     BROKER_DROPS,
     BUDGETED,
     DEFAULT_CLOSED_TTL,
@@ -61,6 +57,10 @@ from exporter.registry import (
     ConnectionRegistry,
     SavedIdentity,
 )
+from exporter.cli.common import UsageError, live_registry, registry_bounds
+from exporter.cli.main import build_parser, resolve_settings
+from exporter.http.app import create_app
+from exporter.http.metrics import CensusCollector
 
 P = "kafka_census_"
 TABLE_PAIRS = sum(s.max_version - s.min_version + 1 for s in API_TABLE.values())  # 361 today

@@ -2,7 +2,7 @@
 address, client_id) and listed as churning, with its rate, without growing anything past its bound.
 
 The field case: 42,138 connections in 40 s, each closed after one request. Here, in event time
-(no clock, no sleep): the tracker alone (exporter/churn.py: the rate, the threshold, the bound
+(no clock, no sleep): the tracker alone (exporter/census/churn.py: the rate, the threshold, the bound
 flooded with 100,000 clients); the registry fed the capture events of 1,000 such connections
 beside a client with 3 long-lived ones, and the real capture on a pcap of a smaller storm; the
 sidecar's GET /api/v1/churn and its gauge; the aggregator's merge, alone and through the real
@@ -28,16 +28,16 @@ from prometheus_client import CollectorRegistry
 from capture.events import ConnectionClosed, ConnectionOpened, RequestSeen, TlsDetected
 from capture.listeners import ListenerMap
 from capture.replay import replay
-from exporter import aggregate_merge as merge
-from exporter.aggregate_app import AggChurnList, Aggregator, Peers
-from exporter.aggregate_app import create_app as create_aggregate_app
-from exporter.api import ChurnList, create_app
-from exporter.churn import DEFAULT_CHURN_THRESHOLD_PER_MINUTE, DEFAULT_MAX_CHURN_CLIENTS, ChurnTracker
-from exporter.cli import build_parser, main, resolve_settings
-from exporter.commands.common import UsageError, registry_bounds
-from exporter.health import health_body
-from exporter.metrics import CensusCollector
-from exporter.registry import ConnectionRegistry, iso_time
+from exporter.aggregator import merge
+from exporter.aggregator.app import AggChurnList, Aggregator, Peers
+from exporter.aggregator.app import create_app as create_aggregate_app
+from exporter.census.churn import DEFAULT_CHURN_THRESHOLD_PER_MINUTE, DEFAULT_MAX_CHURN_CLIENTS, ChurnTracker
+from exporter.census.registry import ConnectionRegistry, iso_time
+from exporter.cli.common import UsageError, registry_bounds
+from exporter.cli.main import build_parser, main, resolve_settings
+from exporter.http.app import ChurnList, create_app
+from exporter.http.health import health_body
+from exporter.http.metrics import CensusCollector
 from tests.synth import TcpConversation, write_pcap
 from tests.test_capture_synthetic import metadata, opaque_response
 
@@ -159,9 +159,9 @@ def test_the_tracker_is_pure():
     import ast
     from pathlib import Path
 
-    import exporter.churn
+    import exporter.census.churn
 
-    tree = ast.parse(Path(exporter.churn.__file__).read_text())
+    tree = ast.parse(Path(exporter.census.churn.__file__).read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported == {"__future__", "math", "collections"}
@@ -318,7 +318,7 @@ def test_get_churn_lists_the_storm_as_the_model_says():
 
 
 def test_get_churn_is_cut_at_the_response_budget():
-    from exporter.httpbounds import HttpGuard, HttpLimits
+    from exporter.http.bounds import HttpGuard, HttpLimits
 
     reg = ConnectionRegistry(churn_threshold_per_minute=1)
     evs = []

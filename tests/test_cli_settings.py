@@ -3,7 +3,7 @@ as a real subprocess. Settings resolve flags > KAFKA_CENSUS_* environment > --co
 defaults; every bad setting is one `kafka-census: error:` line and exit 2, never a traceback;
 `replay --serve` serves what the file contained until SIGTERM, then exits 0; the proxy warns
 about a --max-connections the operator gave (flag, variable or YAML) that the open-files limit
-cannot hold, and bounds the default silently. exporter.settings itself: tests/test_settings.py."""
+cannot hold, and bounds the default silently. exporter.cli.settings itself: tests/test_settings.py."""
 
 from __future__ import annotations
 

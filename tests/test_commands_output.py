@@ -1,12 +1,12 @@
-"""The packet commands' summary line on stderr (exporter.commands.output): capture health and
+"""The packet commands' summary line on stderr (exporter.cli.output): capture health and
 the protocol problems the registry counted, by kind, with wire text escaped. In-process: a real
 registry fed real events, no kafka-census started."""
 
 from __future__ import annotations
 
 from capture.events import CaptureStats, ConnectionOpened, DecodeError, Desync, Direction
-from exporter.commands.output import print_summary
-from exporter.registry import ConnectionRegistry
+from exporter.census.registry import ConnectionRegistry
+from exporter.cli.output import print_summary
 
 
 def _stats(**kw) -> CaptureStats:

@@ -46,24 +46,6 @@ def _project_imports(path: pathlib.Path) -> set[str]:
 ROOT = CORE.parent.parent
 
 
-def test_exporter_takes_only_event_types_from_capture():
-    """The layering rule (docs/architecture.md): exporter imports capture's event types, never
-    its internals (the generated API table is public reference data). The CLI is the
-    composition root that wires packet sources to the registry: exporter/cli.py, the command
-    modules of exporter/commands/ and exporter/settings.py, which takes each default from the
-    module that owns it. The fingerprint table's generator, which decodes the recordings with
-    the capture, is a build tool in tools/."""
-    exporter = ROOT / "exporter"
-    root = {"cli.py", "settings.py"}
-    paths = sorted(exporter.rglob("*.py"))
-    assert any(p.parent.name == "commands" for p in paths), "exporter/commands/ not walked"
-    for path in paths:
-        if path.name in root and path.parent == exporter or path.relative_to(exporter).parts[0] == "commands":
-            continue
-        capture = {m for m in _project_imports(path) if m.split(".")[0] == "capture"}
-        assert capture <= {"capture.events", "capture.kafka.api_table", "capture.kafka.upgrade_targets"}, \
-            (path.name, capture)
-
 
 def test_reassembly_and_parsing_never_touch_a_packet_source():
     """Flows, packets, listeners and events run on any bytes: no libpcap, no scapy."""
@@ -190,17 +172,6 @@ def test_no_import_cycle_in_the_pipeline_or_the_capture():
     importers = {name for name, deps in _import_graph(ROOT, "pipeline").items() if "pipeline.cli" in deps}
     assert importers == {"pipeline.__main__"}
 
-
-def test_no_import_cycle_in_the_exporter_but_through_its_settings():
-    """No cycle at import time. With the lazy imports, one deliberate ring: exporter.settings
-    takes the defaults of `aggregate` and `incident` from those modules (each default declared
-    where it is used), and their parsers take each setting's help from exporter.settings when they
-    are built (exporter/settings.py's docstring). Without exporter.settings no cycle is left."""
-    assert _cycles(_import_graph(ROOT, "exporter", lazy=False)) == []
-    graph = _import_graph(ROOT, "exporter")
-    assert "exporter.aggregate" in graph["exporter.settings"], "the graph misses the settings' imports"
-    without = {name: deps - {"exporter.settings"} for name, deps in graph.items() if name != "exporter.settings"}
-    assert _cycles(without) == []
 
 
 def test_the_cycle_check_sees_a_lazy_cycle_and_relative_imports(tmp_path):

@@ -48,8 +48,8 @@ from capture.events import (
     ResponseSeen,
     SaslIdentity,
 )
-from exporter.metrics import CensusCollector
-from exporter.registry import ConnectionRegistry
+from exporter.census.registry import ConnectionRegistry
+from exporter.http.metrics import CensusCollector
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATOR = ROOT / "dashboards" / "generate.py"
@@ -340,7 +340,7 @@ def exported() -> dict[str, set[str]]:
         registry.apply(event)
     prom = CollectorRegistry()
     prom.register(CensusCollector(registry, version="test", health=lambda: {
-        # what exporter/serve.py's health() reports with --event-log and --state-file
+        # what exporter/service/serve.py's health() reports with --event-log and --state-file
         "event_log_written": 1, "event_log_write_errors": 0, "event_log_dropped": 0,
         "state_restored_connections": 0, "state_write_errors": 0, "state_entries_dropped": 0}))
     families = list(prom.collect())

@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from exporter.cli import build_parser
+from exporter.cli.main import build_parser
 from harness import java_client, peers
 
 pytestmark = pytest.mark.e2e  # the demo: Kafka brokers, sidecars, the aggregator, real clients

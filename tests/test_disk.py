@@ -25,12 +25,12 @@ from prometheus_client import CollectorRegistry
 from capture import events as ev
 from capture.live import run_live
 from capture.pcapwriter import PcapWriter, PcapWriterError
-from exporter import cli
-from exporter import eventlog as eventlog_mod
-from exporter.eventlog import EventLog, QueuedEventLog, encode, list_logs, read_events
-from exporter.metrics import CensusCollector
-from exporter.registry import ConnectionRegistry
-from exporter.serve import Service
+from exporter.census.registry import ConnectionRegistry
+from exporter.cli import main as cli
+from exporter.eventlog import log as eventlog_mod
+from exporter.eventlog.log import EventLog, QueuedEventLog, encode, list_logs, read_events
+from exporter.http.metrics import CensusCollector
+from exporter.service.serve import Service
 
 T0 = 1795299780.25  # 2026-11-21T22:23:00.25Z
 STAMP0 = "20261121T222300Z"

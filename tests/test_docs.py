@@ -1,9 +1,9 @@
 """The documentation matches the code: README.md and docs/ (fast tier, no peer started).
 
 This module owns the checks that keep the prose honest where a machine can check it:
-- the settings reference in docs/settings.md is exactly `exporter.settings.reference()`;
+- the settings reference in docs/settings.md is exactly `exporter.cli.settings.reference()`;
 - the REST reference in docs/rest-api.md (endpoints, query parameters, the connection object's
-  fields) is what the app's OpenAPI document and exporter/connection_fields.py declare;
+  fields) is what the app's OpenAPI document and exporter/census/fields.py declare;
 - the metrics reference in docs/metrics.md is exactly what the collectors expose
   (`metrics_reference()` below: the sidecar's `CensusCollector` with every compat mode and the
   real event-log and state-file health counters, and the aggregator's own families);
@@ -50,17 +50,17 @@ BINARY = {".pcap", ".pcapng", ".so", ".png", ".gz", ".parquet", ".pyc", ".c"}  #
 # --- the generated blocks ---------------------------------------------------------------------
 
 def settings_reference() -> str:
-    from exporter.settings import reference
+    from exporter.cli.settings import reference
     return reference()
 
 
 def metrics_reference() -> str:
     """Every metric family the sidecar and the aggregator serve, as a Markdown table (name, type,
     labels, help), from the collectors themselves on empty state."""
-    from exporter.eventlog import EventLog, QueuedEventLog
-    from exporter.metrics import COMPAT_MODES, CensusCollector
-    from exporter.registry import ConnectionRegistry
-    from exporter.state import StateKeeper
+    from exporter.census.registry import ConnectionRegistry
+    from exporter.eventlog.log import EventLog, QueuedEventLog
+    from exporter.http.metrics import COMPAT_MODES, CensusCollector
+    from exporter.service.state import StateKeeper
 
     registry = ConnectionRegistry()
     with tempfile.TemporaryDirectory() as tmp:
@@ -74,7 +74,7 @@ def metrics_reference() -> str:
     collector = CensusCollector(registry, compat=COMPAT_MODES, health=lambda: health)
     families = [(f, "sidecar") for f in collector.collect()]
     families += [(f, "aggregator") for f in _aggregator_families()]
-    from exporter.httpbounds import HttpGuard, HttpGuardCollector
+    from exporter.http.bounds import HttpGuard, HttpGuardCollector
 
     families += [(f, "both") for f in HttpGuardCollector(HttpGuard()).collect()]
 
@@ -91,10 +91,10 @@ def metrics_reference() -> str:
 
 def rest_reference() -> str:
     """The sidecar's REST endpoints (from its OpenAPI document) and the connection object's
-    fields (from exporter/connection_fields.py), as Markdown tables."""
-    from exporter.api import create_app
-    from exporter.connection_fields import CONNECTION_FIELDS, ORDER_BY
-    from exporter.registry import ConnectionRegistry
+    fields (from exporter/census/fields.py), as Markdown tables."""
+    from exporter.census.fields import CONNECTION_FIELDS, ORDER_BY
+    from exporter.census.registry import ConnectionRegistry
+    from exporter.http.app import create_app
 
     def cell(text) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
@@ -116,7 +116,7 @@ def rest_reference() -> str:
 
 def _aggregator_families():
     """The aggregator's families, from its own collector (its fan-out histogram included)."""
-    from exporter.aggregate_app import AggregateCollector, Aggregator, Peers
+    from exporter.aggregator.app import AggregateCollector, Aggregator, Peers
     agg = Aggregator(Peers([], dns=None, max_peers=1))
     families = list(AggregateCollector(agg).collect())
     # A prometheus_client Histogram with no child yet yields a family without its label names.
@@ -149,7 +149,7 @@ def test_settings_reference_is_generated():
 
 
 def test_settings_module_prints_the_same_table():
-    out = subprocess.run([sys.executable, "-m", "exporter.settings"], cwd=ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "exporter.cli.settings"], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout
     assert out == settings_reference()
 
@@ -235,7 +235,7 @@ GENERATED = ("bench/results/", "bench/data/")
 
 
 def test_paths_the_docs_name_exist():
-    """A path into the repository written in README.md or docs/ (e.g. `exporter/registry.py`,
+    """A path into the repository written in README.md or docs/ (e.g. `exporter/census/registry.py`,
     tests/test_fuzz.py) names a file or directory that exists; globs and {a,b} lists are skipped."""
     top = "capture|exporter|pipeline|tests|harness|bench|tools|dashboards|helm|docs"
     pattern = re.compile(rf"(?<![\w/.])((?:{top})/[A-Za-z0-9_./-]*[A-Za-z0-9_/])")
@@ -265,7 +265,7 @@ OTHER_PROGRAMS_FLAGS = {"--set", "--show-only", "--cycles", "--in-sample", "--lo
 def _kafka_census_flags() -> set[str]:
     import argparse
 
-    from exporter.cli import build_parser
+    from exporter.cli.main import build_parser
     from pipeline.cli import build_parser as pipeline_parser
 
     flags: set[str] = set()
@@ -293,7 +293,7 @@ def test_every_flag_the_docs_name_exists():
 def test_the_bounds_table_gives_the_settings_defaults():
     """docs/hardening.md's "Every bound" table restates defaults (`--max-flows` 100,000): each
     figure next to a setting's flag is that setting's default."""
-    from exporter.settings import SETTINGS
+    from exporter.cli.settings import SETTINGS
     defaults = {s.flag: s.default_text() for s in SETTINGS.values()}
     text = (DOCS / "hardening.md").read_text().split("## Every bound, its default and its flag", 1)[1]
     table = [row for row in text.split("\n## ", 1)[0].splitlines() if row.startswith("| ")][1:]

@@ -1,4 +1,4 @@
-"""/docs without a CDN (exporter/docs_ui.py), in process, on the sidecar's and the aggregator's apps.
+"""/docs without a CDN (exporter/http/docs_ui.py), in process, on the sidecar's and the aggregator's apps.
 
 The page names only its own origin's files, by relative URLs; each file is served whole from
 the pinned package, with its media type and the strict CSP; source maps and ReDoc are not
@@ -17,10 +17,11 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 from fastapi.testclient import TestClient
 
-from exporter import aggregate_app, docs_ui
-from exporter.api import create_app
-from exporter.auth import ApiToken
-from exporter.registry import ConnectionRegistry
+from exporter.aggregator import app as aggregate_app
+from exporter.census.registry import ConnectionRegistry
+from exporter.http import docs_ui
+from exporter.http.app import create_app
+from exporter.http.auth import ApiToken
 
 TOKEN = "d0cs-t0ken-1"
 
@@ -178,6 +179,6 @@ def test_with_a_token_the_page_loads_and_the_api_still_asks(app, token_file):
 
 
 def test_every_docs_path_is_open_and_nothing_more():
-    from exporter.api import OPEN_PATHS
+    from exporter.http.app import OPEN_PATHS
     assert docs_ui.DOCS_PATHS <= OPEN_PATHS and "/openapi.json" in OPEN_PATHS
     assert docs_ui.DOCS_PATHS == {"/docs", docs_ui.INIT_URL, *docs_ui.VENDOR}

@@ -1,4 +1,4 @@
-"""The event log (exporter/eventlog.py): record format, rotation, durability, errors, readers.
+"""The event log (exporter/eventlog/log.py): record format, rotation, durability, errors, readers.
 
 Real files in tmp_path; a fake clock where time matters; a subprocess with RLIMIT_FSIZE for a
 real short write followed by EFBIG."""
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from capture import events as ev
-from exporter import eventlog
-from exporter.eventlog import (
+from exporter.eventlog import log as eventlog
+from exporter.eventlog.log import (
     ENVELOPE,
     SCHEMA_VERSION,
     EventLog,
@@ -350,7 +350,7 @@ def test_a_real_short_write_and_efbig_from_the_kernel(tmp_path):
         import json, resource, signal, sys
         sys.path.insert(0, {str(ROOT)!r})
         from capture.events import RequestSeen
-        from exporter.eventlog import EventLog
+        from exporter.eventlog.log import EventLog
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))
         log = EventLog({str(tmp_path)!r}, host="h")
@@ -504,10 +504,10 @@ def test_close_from_another_thread_while_writing(tmp_path):
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".active")]
 
 
-# --- schema 2: request traffic rolled up per connection (exporter/rollup.py) ----------------------
+# --- schema 2: request traffic rolled up per connection (exporter/eventlog/rollup.py) ----------------------
 
-from exporter.eventlog import QueuedEventLog, encode_rollup  # noqa: E402
-from exporter.rollup import MAX_ACKS, MAX_PAIRS, Rollup, rolled  # noqa: E402
+from exporter.eventlog.log import QueuedEventLog, encode_rollup  # noqa: E402
+from exporter.eventlog.rollup import MAX_ACKS, MAX_PAIRS, Rollup, rolled  # noqa: E402
 from harness.census import wait_for  # noqa: E402
 
 ROLLUP_KEYS = ["schema", "type", "ts", "conn_id", "client_id", "requests", "responses", "acks", "folded"]

@@ -1,12 +1,12 @@
 """Event log schema 2 carries each connection's fingerprint basis (issue 15): its first_requests
 (<= 8 (api_key, api_version) pairs, folded by the registry's rule) and the version of its first
-ApiVersions request, in the ConnectionRollup records (exporter/rollup.py), so that a registry
+ApiVersions request, in the ConnectionRollup records (exporter/eventlog/rollup.py), so that a registry
 rebuilt from a log fingerprints like the live one.
 
 Real traffic: recordings of real clients (tests/fixtures/fingerprints, each release against
 Tansu) replayed through the flow tracker, per request and in tally mode, written through the
 serving commands' writer (`QueuedEventLog(rollup_seconds=...)`, with extra rounds asked for
-while writing) and through `exporter.rollup.rolled`, read back with `to_events` into a new
+while writing) and through `exporter.eventlog.rollup.rolled`, read back with `to_events` into a new
 registry. Plus the bounds (records with a basis grow with connections, not with traffic) and
 the reader's strictness."""
 
@@ -20,7 +20,8 @@ import pytest
 from capture.events import ClientSoftware, ConnectionClosed, ConnectionOpened, RequestSeen, SaslHandshake
 from capture.listeners import ListenerMap
 from capture.replay import replay
-from exporter.eventlog import (
+from exporter.census.registry import ConnectionRegistry
+from exporter.eventlog.log import (
     EventLog,
     QueuedEventLog,
     encode,
@@ -31,8 +32,7 @@ from exporter.eventlog import (
     to_event,
     to_events,
 )
-from exporter.registry import ConnectionRegistry
-from exporter.rollup import MAX_FIRST_REQUESTS, FingerprintBasis, Rollup, rolled
+from exporter.eventlog.rollup import MAX_FIRST_REQUESTS, FingerprintBasis, Rollup, rolled
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
 MANIFEST = json.loads((FIXTURES / "MANIFEST.json").read_text())["recordings"]
@@ -63,7 +63,7 @@ def _view(reg: ConnectionRegistry) -> list[dict]:
 
 
 def _rebuilt(records: list[dict]) -> ConnectionRegistry:
-    # In ts order (a stable sort), as exporter/eventlog.py says a replay tool applies a log.
+    # In ts order (a stable sort), as exporter/eventlog/log.py says a replay tool applies a log.
     return _registry(e for rec in sorted(records, key=lambda r: r["ts"]) for e in to_events(rec))
 
 

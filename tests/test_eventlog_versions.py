@@ -13,7 +13,7 @@ the same host name (the pipeline's `source`):
 * v2: the tally-mode events through the real writer, `QueuedEventLog(rollup_seconds=60)` (the
   serving commands' path), with extra rounds asked for while writing so that connections get
   several delta records, some taken concurrently with the writes;
-* v2 fine: the per-request events through `exporter.rollup.rolled` with a 10 ms interval of
+* v2 fine: the per-request events through `exporter.eventlog.rollup.rolled` with a 10 ms interval of
   packet time (many deltas per connection, deterministic).
 
 Every table job (`inventory`, `adoption`, `api_usage`, `upgrade_readiness`) and the
@@ -32,10 +32,10 @@ import pytest
 
 from capture.listeners import ListenerMap
 from capture.replay import replay
-from exporter import cli
-from exporter.eventlog import EventLog, QueuedEventLog, encode, encode_rollup, list_logs, read_events, to_events
-from exporter.registry import ConnectionRegistry
-from exporter.rollup import rolled
+from exporter.census.registry import ConnectionRegistry
+from exporter.cli import main as cli
+from exporter.eventlog.log import EventLog, QueuedEventLog, encode, encode_rollup, list_logs, read_events, to_events
+from exporter.eventlog.rollup import rolled
 
 pytestmark = pytest.mark.spark
 
@@ -177,7 +177,7 @@ def _without_transient(census: dict) -> dict:
 def _census(events) -> dict:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from exporter.metrics import CensusCollector
+    from exporter.http.metrics import CensusCollector
 
     registry = ConnectionRegistry(clock=lambda: 2e9, closed_ttl=1e12)
     for event in events:
@@ -203,7 +203,7 @@ def test_the_registry_reaches_the_same_state_from_either_version(logs, real_clie
     assert any("first_requests" in r for r in _records(logs["v2"]))
     assert {c["identity_source"] for c in want["connections"]} >= {"sibling", "fingerprint"}
     for name in ("v1", "v2", "v2-fine"):
-        # In ts order (a stable sort), as exporter/eventlog.py says a replay tool applies a log: a
+        # In ts order (a stable sort), as exporter/eventlog/log.py says a replay tool applies a log: a
         # rollup is written when its round comes, after later records of its connection.
         # A v2 log's rollups lose request order: its records carry each connection's first_requests
         # as the live registry folded them (`to_events` gives them back), so the rebuilt registry

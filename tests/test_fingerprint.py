@@ -1,4 +1,4 @@
-"""Tests of exporter/fingerprint.py (infer) and its generated table (tools/gen_fingerprints.py).
+"""Tests of exporter/census/fingerprint.py (infer) and its generated table (tools/gen_fingerprints.py).
 
 Java facts are checked against rows of the generator's input (java-client-max-versions.tsv, see
 tools/gen_fingerprints.py and docs/dependencies.md) read here directly, not through the
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter import fingerprint_table as table
-from exporter.fingerprint import (
+from exporter.census import fingerprint_table as table
+from exporter.census.fingerprint import (
     JAVA,
     MIN_EXACT,
     THRESHOLD,
@@ -174,7 +174,7 @@ def test_an_unannounced_apiversions_v3_connection_is_never_named_java(release):
 
 def other_libraries_fitting(obs: Observation) -> set[str]:
     """Libraries other than Java with a row that can have sent `obs` (read from the rows, by hand)."""
-    from exporter import fingerprint as fp
+    from exporter.census import fingerprint as fp
 
     pairs = sorted(p for p in obs.requests if p[0] != 18)
     rows = fp.TABLE.rows
@@ -242,7 +242,7 @@ def test_several_libraries_fitting_give_none():
     # ApiVersions v4 and a Metadata at the broker's cap: the kafka-python 3.0 and kafka-ts recordings
     # both fit (and Java 3.9 would have announced itself).
     obs = Observation(4, {(3, 12): 2}, ((18, 4), (3, 12), (3, 12)), None, {3: 12, 18: 4})
-    from exporter import fingerprint as fp
+    from exporter.census import fingerprint as fp
     fitting = {fp.TABLE.rows[i].library for i in range(len(fp.TABLE.rows)) if fp.TABLE.fit(i, obs, [(3, 12)])}
     assert {"kafka-python", "kafka-ts"} <= fitting and JAVA not in fitting
     assert infer(obs) is None
@@ -325,7 +325,7 @@ def test_the_open_world_bar_is_the_lowest_that_names_no_library_wrong(monkeypatc
     alone and as a client (when a new recording makes it hold at one less, lower it and rerun
     bench.fingerprint_eval --sweep)."""
     from bench.fingerprint_eval import library_out
-    from exporter import fingerprint
+    from exporter.census import fingerprint
 
     monkeypatch.setattr(fingerprint, "MIN_EXACT", MIN_EXACT - 1)
     results = library_out().values()
@@ -390,7 +390,7 @@ def test_the_evaluation_judges_a_client_as_the_census_does():
     each unannounced connection of a replayed pcap shows the inference the bench gives its client
     (but those the census names after an announcing sibling)."""
     from bench.fingerprint_eval import evaluate
-    from exporter.registry import ConnectionRegistry
+    from exporter.census.registry import ConnectionRegistry
 
     compared = 0
     for r in evaluate("in-sample"):
@@ -425,7 +425,7 @@ def test_a_library_that_pins_several_versions_outweighs_one_never_recorded_with_
 
 
 def test_recorded_libraries_get_open_ranges_cut_at_the_neighbouring_recordings():
-    from exporter.fingerprint import TABLE
+    from exporter.census.fingerprint import TABLE
 
     rels = TABLE.releases["kafka-python"]
     assert len(rels) >= 3

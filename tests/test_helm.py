@@ -45,8 +45,8 @@ import yaml
 from helm_python import _native
 
 from capture.listeners import ListenerMap
-from exporter.cli import build_parser
-from exporter.commands.common import parse_http
+from exporter.cli.common import parse_http
+from exporter.cli.main import build_parser
 from harness.census import Census, free_port
 from tests.test_table_memory import FLOW_BYTES, RECORD_BYTES
 
@@ -121,7 +121,7 @@ def pod_specs(docs: list[dict]) -> list[tuple[str, dict, dict]]:
     return out
 
 
-#: Flags of issue 13 that other changes add to exporter/cli.py; until the parser knows one,
+#: Flags of issue 13 that other changes add to exporter/cli/main.py; until the parser knows one,
 #: parse_cli checks it here (a positive integer) and leaves it out of the real parse.
 PENDING_FLAGS = ("--max-buffer-mb", "--event-log-max-total-mb", "--max-series")
 
@@ -538,7 +538,7 @@ def census_containers(docs: list[dict]) -> list[tuple[dict, dict]]:
 def check_token_wiring(spec: dict, c: dict, *, secret: str, key: str, metrics_auth: bool) -> None:
     """The container reads the token from a read-only mount of `secret`'s `key`, the CLI
     accepts the flags, and the probes hit paths the app leaves open."""
-    from exporter.api import OPEN_PATHS
+    from exporter.http.app import OPEN_PATHS
 
     args = parse_cli(c["args"])
     token_file = Path(args.api_token_file)
@@ -1604,7 +1604,7 @@ HTTP_LIMIT_FLAGS = {"http_max_connections": 128, "http_header_timeout": 10.0, "h
 def test_every_serving_container_gets_the_http_bounds(mode):
     """The chart states every HTTP bound in every mode and on the aggregator (http.limits), at
     the CLI's defaults unless set; the kafka-census parser reads them back."""
-    from exporter.httpbounds import HttpLimits
+    from exporter.http.bounds import HttpLimits
 
     defaults = HttpLimits()
     assert HTTP_LIMIT_FLAGS == {"http_max_connections": defaults.max_connections,

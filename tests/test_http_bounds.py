@@ -151,7 +151,7 @@ def test_the_proxy_delivers_while_the_api_serves_its_maximum_of_heavy_queries(ta
         assert set(flood.statuses) <= {200, 503} and flood.statuses[200] > 0
         shed = proxy.samples("kafka_census_http_requests_shed_total")
         assert shed[(("class", "api"),)] + shed[(("class", "metrics"),)] == flood.statuses[503]
-        from exporter.httpbounds import HttpLimits
+        from exporter.http.bounds import HttpLimits
 
         limits_bytes = HttpLimits(max_requests=4, max_scrapes=2, max_response_bytes=16 * MiB).memory_bound
         wait_for("the burst's memory to be given back",
@@ -214,8 +214,8 @@ def test_the_aggregator_says_its_peers_cuts_and_cuts_at_its_own_budget():
     --http-max-response-mb 1: each cuts its page) behind the real aggregator with its own
     --http-max-response-mb 1: the merged page is within 1 MiB, says both peers' cuts and its
     own in `cut`, sets X-Kafka-Census-Cut, and the aggregator counts its own cut."""
-    from exporter.api import create_app
-    from exporter.httpbounds import HttpGuard, HttpLimits
+    from exporter.http.app import create_app
+    from exporter.http.bounds import HttpGuard, HttpLimits
     from tests.test_aggregate_peers import Agg, Served
     from tests.test_http_limits import big_registry
 

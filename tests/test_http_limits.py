@@ -17,9 +17,10 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
 from capture.events import ClientSoftware, ConnectionOpened, RequestSeen
-from exporter import httpbounds
-from exporter.api import BodyBuilder, create_app
-from exporter.httpbounds import (
+from exporter.census.registry import ConnectionRegistry
+from exporter.http import bounds as httpbounds
+from exporter.http.app import BodyBuilder, create_app
+from exporter.http.bounds import (
     HEADER_CUT,
     HttpGuard,
     HttpGuardCollector,
@@ -28,7 +29,6 @@ from exporter.httpbounds import (
     RequestLimiter,
     fd_budget,
 )
-from exporter.registry import ConnectionRegistry
 
 MiB = 1 << 20
 

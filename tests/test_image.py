@@ -164,7 +164,7 @@ def test_dockerignore_keeps_the_context_to_what_the_build_copies():
 
 # --- the launcher, compiled from the Dockerfile's source --------------------------------------
 
-PROGRAM = "import sys; from exporter.cli import main; sys.exit(main(sys.argv[1:]))"
+PROGRAM = "import sys; from exporter.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
 
 def compile_launcher(directory: Path, python: str, name: str = "kafka-census-capture") -> Path:
@@ -196,7 +196,7 @@ def test_launcher_source_holds_the_fixed_program():
     # the program is the console script's own entry point
     import tomllib
     assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["kafka-census"] == \
-        "exporter.cli:main"
+        "exporter.cli.main:main"
 
 
 def fake_interpreter(directory: Path) -> tuple[Path, Path]:
@@ -211,7 +211,7 @@ def fake_interpreter(directory: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.parametrize("argv", [[], ["api-table"], ["pipeline"], ["Capture"], ["-c", "import os"], ["-I", "capture"],
-                                  ["-m", "exporter.cli", "capture"], ["--version"]],
+                                  ["-m", "exporter.cli.main", "capture"], ["--version"]],
                          ids=["none", "api-table", "pipeline", "case", "c", "I", "m", "version"])
 def test_launcher_refuses_anything_but_capture(tmp_path, argv):
     fake, record = fake_interpreter(tmp_path)
@@ -354,7 +354,7 @@ def world_python(workdir) -> str:
     [ours] = list(venv.glob("lib/python*/site-packages"))
     (ours / "kafka-census-checkout.pth").write_text(f"import site; site.addsitedir({site_packages!r})\n")
     python = str(venv / "bin" / "python")
-    assert subprocess.run([python, "-I", "-c", "import exporter.cli, pcapy"], timeout=60).returncode == 0
+    assert subprocess.run([python, "-I", "-c", "import exporter.cli.main, pcapy"], timeout=60).returncode == 0
     return python
 
 

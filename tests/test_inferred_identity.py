@@ -1,4 +1,4 @@
-"""The registry's side of fingerprints (issue 15 part 1): what it hands exporter.fingerprint.infer()
+"""The registry's side of fingerprints (issue 15 part 1): what it hands exporter.census.fingerprint.infer()
 and when, where the inference shows (connections, census, the inferred gauge, upgrade readiness),
 and its bounds. infer() is replaced by a recording stub, so these tests hold the registry's
 contract whatever the fingerprint table says (tests/test_fingerprint.py tests the table)."""
@@ -17,9 +17,9 @@ from capture.events import (
     RequestTally,
     TrafficUpdate,
 )
-from exporter import registry as registry_module
-from exporter.fingerprint import Inference, Observation
-from exporter.registry import MAX_FIRST_REQUESTS, MAX_INFER_CALLS, ConnectionRegistry
+from exporter.census import registry as registry_module
+from exporter.census.fingerprint import Inference, Observation
+from exporter.census.registry import MAX_FIRST_REQUESTS, MAX_INFER_CALLS, ConnectionRegistry
 
 
 @pytest.fixture
@@ -85,7 +85,7 @@ def test_an_unannounced_connection_is_fingerprinted_apart_from_the_software_fiel
     assert [(r["api_key"], r["api_version"]) for r in c["first_requests"]] == [(18, 0)]
     obs = calls[-1]
     assert obs.api_versions_request_version == 0 and obs.client_id == "old-app"
-    # The client's union (exporter.fingerprint.ClientBasis): ApiVersions is its first version, not a pair.
+    # The client's union (exporter.census.fingerprint.ClientBasis): ApiVersions is its first version, not a pair.
     assert obs.first_requests == ((0, 2), (3, 2)) and obs.requests == {(3, 2): 1, (0, 2): 1}
     snap = reg.snapshot()
     assert {k: v for k, v in snap.connections_inferred.items() if v} == {
@@ -199,7 +199,7 @@ def test_a_flood_of_unannounced_connections_spends_at_most_the_budget_per_second
     exporter's counter says so."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from exporter.metrics import CensusCollector
+    from exporter.http.metrics import CensusCollector
 
     now = [1000.25]
     seconds: list[int] = []
@@ -244,8 +244,8 @@ def test_a_flood_of_unannounced_connections_spends_at_most_the_budget_per_second
 
 
 def test_the_budget_setting_from_flag_environment_and_default():
-    from exporter import cli
-    from exporter.commands.common import registry_bounds
+    from exporter.cli import main as cli
+    from exporter.cli.common import registry_bounds
 
     parser = cli.build_parser()
 

@@ -28,8 +28,8 @@ from collections import Counter
 
 import pytest
 
-from exporter import fingerprint_table as table
-from exporter.fingerprint import JAVA
+from exporter.census import fingerprint_table as table
+from exporter.census.fingerprint import JAVA
 from tests.recordings import RECORDINGS as MANIFEST
 from tests.recordings import census, connections, silent_verdicts
 from tools import gen_fingerprints as gen

@@ -28,7 +28,7 @@ import pytest
 from capture.events import DecodeError, Desync, Resynced
 from capture.listeners import ListenerMap
 from capture.replay import replay
-from exporter.registry import UNSUPPORTED_VERSION, ConnectionRegistry
+from exporter.census.registry import UNSUPPORTED_VERSION, ConnectionRegistry
 
 HERE = Path(__file__).resolve().parent / "fixtures" / "kafka4"
 MANIFEST = json.loads((HERE / "MANIFEST.json").read_text())

@@ -1,4 +1,4 @@
-"""CensusCollector (exporter/metrics.py) in a fresh prometheus_client CollectorRegistry, read
+"""CensusCollector (exporter/http/metrics.py) in a fresh prometheus_client CollectorRegistry, read
 back the way Prometheus reads it: `generate_latest`, then prometheus_client's text parser.
 
 The registry is fed with real capture events:
@@ -33,8 +33,8 @@ from capture.events import (
     SaslHandshake,
     SaslIdentity,
 )
-from exporter.metrics import CensusCollector
-from exporter.registry import LATENCY_BUCKETS, ConnectionRegistry
+from exporter.census.registry import LATENCY_BUCKETS, ConnectionRegistry
+from exporter.http.metrics import CensusCollector
 
 P = "kafka_census_"
 C1 = "10.0.0.5:9092-10.0.0.7:50001-1"

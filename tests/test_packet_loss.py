@@ -25,7 +25,7 @@ from capture.kafka import Kind
 from capture.listeners import ListenerMap
 from capture.packets import FIN, segment_parser
 from capture.replay import replay
-from exporter.registry import ConnectionRegistry
+from exporter.census.registry import ConnectionRegistry
 from harness.kafka_frames import raw_request, sized
 from tests.synth import TcpConversation, write_pcap
 

@@ -1,6 +1,6 @@
 """`kafka-census pipeline report` (pipeline/report.py): one self-contained, escaped HTML file.
 
-The input is a small event log written by `exporter.eventlog.EventLog` from `capture.events`
+The input is a small event log written by `exporter.eventlog.log.EventLog` from `capture.events`
 objects: a modern client over four UTC days, a legacy client without ApiVersions that uses
 Produce v2 and Fetch v3 (removed in Kafka 4.0), and a client whose id and software version
 are HTML (`<img src=x onerror=alert(1)>`) and which uses OffsetCommit v1 (removed too). The
@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from capture.events import ClientSoftware, ConnectionClosed, ConnectionOpened, RequestSeen  # noqa: E402
-from exporter.eventlog import EventLog  # noqa: E402
+from exporter.eventlog.log import EventLog  # noqa: E402
 from pipeline import report  # noqa: E402
 from pipeline.cli import build_parser  # noqa: E402
 
@@ -229,8 +229,8 @@ from pathlib import Path  # noqa: E402
 
 from capture.listeners import ListenerMap  # noqa: E402
 from capture.replay import replay  # noqa: E402
-from exporter.eventlog import QueuedEventLog  # noqa: E402
-from exporter.registry import ConnectionRegistry  # noqa: E402
+from exporter.census.registry import ConnectionRegistry  # noqa: E402
+from exporter.eventlog.log import QueuedEventLog  # noqa: E402
 
 FINGERPRINTS = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
 INFERRED_RECORDINGS = ("kafka-node-5.0.0", "sarama-1.22.1", "kafkajs-2.1.0", "kafka-python-2.1.6")
@@ -329,7 +329,7 @@ def test_the_upgrade_readiness_job_writes_the_by_software_table(inferred, spark,
 
 
 def test_the_pipeline_names_clients_without_the_registry():
-    """pipeline.identity uses exporter.fingerprint (pure, standard library only), never the
+    """pipeline.identity uses exporter.census.fingerprint (pure, standard library only), never the
     registry: the executors rebuild nothing of the exporter's state."""
     import ast
 
@@ -338,6 +338,6 @@ def test_the_pipeline_names_clients_without_the_registry():
         tree = ast.parse(path.read_text())
         mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        assert "exporter.registry" not in mods, path.name
+        assert "exporter.census.registry" not in mods, path.name
     identity = (root / "identity.py").read_text()
-    assert "from exporter.fingerprint import" in identity
+    assert "from exporter.census.fingerprint import" in identity

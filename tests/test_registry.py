@@ -1,4 +1,4 @@
-"""ConnectionRegistry (exporter/registry.py) fed with real capture event objects: the open and
+"""ConnectionRegistry (exporter/census/registry.py) fed with real capture event objects: the open and
 recently closed sets and their bounds, software label cardinality, request/latency totals,
 the census, brokers, upgrade readiness, identity sources, and a concurrent reader."""
 
@@ -22,7 +22,7 @@ from capture.events import (
     ResponseSeen,
     TlsDetected,
 )
-from exporter.registry import LATENCY_BUCKETS, ConnectionRegistry
+from exporter.census.registry import LATENCY_BUCKETS, ConnectionRegistry
 
 BROKER = ("10.0.0.5", 9092)
 API_NAMES = {0: "Produce", 1: "Fetch", 3: "Metadata", 18: "ApiVersions"}
@@ -171,9 +171,10 @@ def test_deprecated_requests_count_produce_v2_but_not_v9():
 
 
 def test_the_first_requests_bound_is_the_fingerprints_everywhere():
-    """The registry takes it from exporter.fingerprint (what infer() reads); the event log's
+    """The registry takes it from exporter.census.fingerprint (what infer() reads); the event log's
     rollup, which must not import the fingerprint table, restates it."""
-    from exporter import fingerprint, registry, rollup
+    from exporter.census import fingerprint, registry
+    from exporter.eventlog import rollup
 
     assert registry.MAX_FIRST_REQUESTS == rollup.MAX_FIRST_REQUESTS == fingerprint.MAX_FIRST_REQUESTS
     assert registry.MAX_CANDIDATES == fingerprint.MAX_CANDIDATES

@@ -20,10 +20,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from capture.events import ClientSoftware, ConnectionClosed, ConnectionOpened, RequestSeen, TrafficUpdate
-from exporter import api
-from exporter import registry as registry_module
-from exporter.api import create_app
-from exporter.registry import ConnectionRegistry
+from exporter.census import registry as registry_module
+from exporter.census.registry import ConnectionRegistry
+from exporter.http import app as api
+from exporter.http.app import create_app
 
 MAX_APPLY_WAIT = 0.050  # seconds: the issue's bound for any one apply() waiting on a REST request
 CONNECTIONS = 12_000
@@ -217,7 +217,7 @@ def test_order_by_at_the_cap_is_served_and_duplicates_do_not_count_twice(monkeyp
 # --- the documented order, through the chunked copy and the chunked sort ----------------------
 
 def _oracle(conns: list[dict], terms: list[tuple[str, bool]], now: float) -> list[str]:
-    """The order as documented (and as exporter/api.py computed it before issue 13): stable sorts
+    """The order as documented (and as exporter/http/app.py computed it before issue 13): stable sorts
     from the last term to the first over (first_seen, id); None last in either direction."""
     def value(c, name):
         if name == "idle_seconds":
@@ -349,7 +349,7 @@ def test_an_apply_that_waits_for_a_reader_is_exported():
     seen waiting (a flag the registry sets, polled), then releases it."""
     from prometheus_client import CollectorRegistry
 
-    from exporter.metrics import CensusCollector
+    from exporter.http.metrics import CensusCollector
 
     reg = ConnectionRegistry()
     prom = CollectorRegistry()

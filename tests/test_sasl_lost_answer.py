@@ -35,8 +35,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from capture.kafka import DecodeError, Direction, KafkaConnection, Kind, RequestSeen, SaslIdentity
 from capture.listeners import ListenerMap
 from capture.replay import replay
-from exporter.metrics import CensusCollector
-from exporter.registry import ConnectionRegistry
+from exporter.census.registry import ConnectionRegistry
+from exporter.http.metrics import CensusCollector
 from harness.kafka_frames import request_frame, response_frame, sized
 from tests import synth
 

@@ -1,4 +1,4 @@
-"""exporter.settings is the one declaration of every setting (issue 18): each default is its
+"""exporter.cli.settings is the one declaration of every setting (issue 18): each default is its
 owner's constant, the help of every flag says the declared default, one function decides flag >
 environment > YAML > default and says which won, and the rules the proxy and the HTTP server
 shared twice (HOST:PORT, listening sockets, a listener's protocol) are capture.listeners' once.
@@ -22,9 +22,16 @@ from capture.listeners import (
     parse_listener,
     security_protocol,
 )
-from exporter import aggregate, churn, cli, eventlog, httpbounds, incident, registry, rollup, settings, state
-from exporter.commands import proxy as proxy_command
-from exporter.settings import CONFIG, DEFAULT, ENVIRONMENT, FLAG, SETTINGS, SettingError, resolve
+from exporter.census import churn, registry
+from exporter.cli import aggregate, settings
+from exporter.cli import main as cli
+from exporter.cli import proxy as proxy_command
+from exporter.cli.settings import CONFIG, DEFAULT, ENVIRONMENT, FLAG, SETTINGS, SettingError, resolve
+from exporter.eventlog import log as eventlog
+from exporter.eventlog import rollup
+from exporter.http import bounds as httpbounds
+from exporter.incident import tables as incident
+from exporter.service import state
 
 MiB = 1 << 20
 
@@ -78,7 +85,7 @@ OWNED = {
     "timeout": incident.DEFAULT_TIMEOUT,
     "max_response_mb": incident.DEFAULT_MAX_RESPONSE_MB,
 }
-#: The CLI's own settings: declared in exporter.settings with their values, no other owner.
+#: The CLI's own settings: declared in exporter.cli.settings with their values, no other owner.
 CLI_OWN = {"http": None, "api_token_file": None, "metrics_auth": False, "log_level": "info", "compat_metrics": [],
            "event_log": None, "interface": None, "state_file": None, "listen": [], "upstream": [],
            "proxy_listener": ["PLAINTEXT"], "tls_cert": None, "tls_key": None, "tls_client_ca": None,
@@ -104,7 +111,7 @@ def test_the_bounds_given_to_more_than_one_owner_agree():
 
 
 def test_the_aggregators_defaults_are_those_of_its_settings():
-    from exporter.aggregate_app import Aggregator
+    from exporter.aggregator.app import Aggregator
 
     params = inspect.signature(Aggregator).parameters
     assert (params["timeout"].default, params["max_bytes"].default, params["concurrency"].default,
@@ -315,7 +322,7 @@ def test_a_busy_port_is_one_message_for_the_proxy_and_for_http():
         with pytest.raises(proxy.ProxyError) as info:
             p.bind()
         assert str(info.value) == expected
-        from exporter.commands.common import StartError, bind_http
+        from exporter.cli.common import StartError, bind_http
 
         with pytest.raises(StartError) as info:
             bind_http(argparse.Namespace(http=f"127.0.0.1:{port}"))

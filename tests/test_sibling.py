@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from capture.events import ClientSoftware, ConnectionClosed, ConnectionOpened, RequestSeen, TrafficUpdate
 from capture.listeners import ListenerMap
 from capture.replay import replay
-from exporter.metrics import CensusCollector
-from exporter.registry import ConnectionRegistry
+from exporter.census.registry import ConnectionRegistry
+from exporter.http.metrics import CensusCollector
 from tests.test_differential import GOLDEN, PORT, golden_flows, write_flows
 
 BROKER = ("10.0.0.5", 9092)
@@ -225,7 +225,7 @@ def test_first_requests_are_the_same_in_tally_mode_and_per_event(tmp_path, clien
 def test_rest_filters_and_schema_carry_the_inferred_identity():
     from fastapi.testclient import TestClient
 
-    from exporter.api import create_app
+    from exporter.http.app import create_app
     reg = feed(ConnectionRegistry(), opened("a", 1.0), request("a", 1.0, 18, 3), announce("a", 1.0),
                opened("b", 2.0, port=40001), request("b", 2.0), sweep("b", 2.5),
                opened("c", 3.0, address="10.0.1.9", port=40002), request("c", 3.0, client_id="loner"), sweep("c", 3.5))
@@ -279,8 +279,8 @@ def test_a_client_is_judged_once_however_many_times_it_reconnects(monkeypatch):
     takes, and assess() runs only when the union gains a fact (the reconnects add none), so a
     reconnect loop costs no inference. b alone sends too little to be named, and is named with
     its client. An announced sibling still beats the fingerprint, at once."""
-    from exporter import registry as registry_module
-    from exporter.fingerprint import Inference as Inf
+    from exporter.census import registry as registry_module
+    from exporter.census.fingerprint import Inference as Inf
 
     calls = []
 
@@ -319,8 +319,8 @@ def test_clients_are_bounded_and_end_after_the_sibling_window(monkeypatch):
     at most 1,000 clients kept, the others evicted and counted, and assess() called at most once
     per fact a client gained. A client whose connections all closed more than sibling_window
     seconds before a new one opened is over: the new one starts a client of its own."""
-    from exporter import registry as registry_module
-    from exporter.fingerprint import Inference as Inf
+    from exporter.census import registry as registry_module
+    from exporter.census.fingerprint import Inference as Inf
 
     calls = []
 
@@ -350,8 +350,8 @@ def test_clients_are_bounded_and_end_after_the_sibling_window(monkeypatch):
 
 
 def test_the_work_per_event_and_the_waiting_list_are_bounded(monkeypatch):
-    from exporter import registry as registry_module
-    from exporter.registry import MAX_WAITING_PER_KEY
+    from exporter.census import registry as registry_module
+    from exporter.census.registry import MAX_WAITING_PER_KEY
 
     monkeypatch.setattr(registry_module, "MAX_NAMED_PER_EVENT", 5)
     reg = ConnectionRegistry()
@@ -390,8 +390,8 @@ def test_a_closed_connection_leaves_the_waiting_list():
 def test_a_client_basis_keeps_at_most_its_bound_of_facts_and_counts_the_rest():
     """A client whose connections send 200 distinct (api, version) pairs (a wire that makes them
     up): the basis keeps MAX_CLIENT_PAIRS, the rest is counted, and the calls stay bounded."""
-    from exporter import registry as registry_module
-    from exporter.fingerprint import MAX_CLIENT_PAIRS
+    from exporter.census import registry as registry_module
+    from exporter.census.fingerprint import MAX_CLIENT_PAIRS
 
     reg = ConnectionRegistry(max_fingerprints_per_second=10**9)
     pairs = [(k, v) for k in range(0, 20) for v in range(10)]

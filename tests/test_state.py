@@ -1,5 +1,5 @@
-"""The state file (`capture --state-file`, exporter/state.py) and the registry's restoration
-of identities (exporter/registry.py): round trip, atomic replacement, every kind of bad file
+"""The state file (`capture --state-file`, exporter/service/state.py) and the registry's restoration
+of identities (exporter/census/registry.py): round trip, atomic replacement, every kind of bad file
 ignored with one warning, stale entries, restore only on a mid-stream join of the same
 4-tuple, a later ApiVersions winning, the periodic and health hooks of the service, and the
 CLI's start-up check. The real restart with a real client is in test_state_e2e.py."""
@@ -20,10 +20,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from capture.events import CaptureStats, ClientSoftware, ConnectionClosed, ConnectionOpened, RequestSeen, SaslIdentity
-from exporter import state as state_mod
-from exporter.metrics import CensusCollector
-from exporter.registry import ConnectionRegistry, iso_time
-from exporter.state import FORMAT, MAX_STATE_BYTES, StateError, StateKeeper, check_writable
+from exporter.census.registry import ConnectionRegistry, iso_time
+from exporter.http.metrics import CensusCollector
+from exporter.service import state as state_mod
+from exporter.service.state import FORMAT, MAX_STATE_BYTES, StateError, StateKeeper, check_writable
 
 IDLE = 660.0
 NOW = 1_763_762_580.0
@@ -483,7 +483,7 @@ def test_the_save_runs_off_the_capture_thread_which_never_waits_for_the_disk(tmp
 
 
 def test_the_service_saves_from_its_stats_tick_and_exports_the_counters(tmp_path):
-    from exporter.serve import Service
+    from exporter.service.serve import Service
 
     mono = Clock(1000.0)
     clock = Clock()
@@ -553,8 +553,8 @@ def _inferring_run(clock: Clock, monkeypatch) -> ConnectionRegistry:
     """6 announces librdkafka under client_id "shop"; 7 (same address and client_id, no ApiVersions)
     takes it as its sibling; 8 sends ApiVersions v0 and Produce v2 and is fingerprinted (infer()
     replaced by a stub: this is the registry's and the file's contract, not the table's)."""
-    from exporter import registry as registry_module
-    from exporter.fingerprint import Inference
+    from exporter.census import registry as registry_module
+    from exporter.census.fingerprint import Inference
 
     def infer(obs):
         if (0, 2) in obs.requests:
@@ -735,7 +735,7 @@ def test_restored_inferences_through_the_rest_api(tmp_path, monkeypatch):
     """The REST API serves and filters the restored inferences, and its schema names the values."""
     from fastapi.testclient import TestClient
 
-    from exporter.api import create_app
+    from exporter.http.app import create_app
 
     clock = Clock()
     path = tmp_path / "state.json"

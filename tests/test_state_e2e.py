@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from exporter.state import FORMAT
+from exporter.service.state import FORMAT
 from harness import peers
 from harness.census import Census, wait_for
 from harness.kafka_broker import start_kafka

@@ -2,7 +2,7 @@
 derived `--max-flows` and `--max-connections` (helm/kafka-census/templates/_helpers.tpl,
 "kafka-census.tableSizes"), whose constants FLOW_BYTES and RECORD_BYTES are the ones here.
 
-A real FlowTracker (capture/flows.py) feeds a real ConnectionRegistry (exporter/registry.py)
+A real FlowTracker (capture/flows.py) feeds a real ConnectionRegistry (exporter/census/registry.py)
 N synthetic connections that each complete a TCP handshake, an ApiVersions v3 exchange (a
 distinct client id and software version each, a broker answer of 60 ranges) and three Metadata
 exchanges; then each is reset. tracemalloc measures what stays allocated:
@@ -33,8 +33,8 @@ from capture.flows import MAX_TOMBSTONES, FlowTracker
 from capture.kafka.events import ClientSoftware, RequestSeen
 from capture.listeners import ListenerMap
 from capture.packets import ACK, PSH, RST, SYN
-from exporter.metrics import CensusCollector
-from exporter.registry import API_TABLE, ConnectionRegistry
+from exporter.census.registry import API_TABLE, ConnectionRegistry
+from exporter.http.metrics import CensusCollector
 from harness.kafka_frames import sized
 from tests.test_hostile import api_versions_v3_response, compact_string, metadata_request, opaque_response
 
@@ -201,7 +201,7 @@ def test_a_long_client_id_is_cut_and_counted():
     """The wire allows a 32,767-byte client id (an int16 length); the registry keeps at most
     MAX_WIRE_STRING characters of it (a cut one ends in "…" and is counted), so RECORD_BYTES
     holds whatever the ids: 30,000 characters cost a record no more than 256 do."""
-    from exporter.registry import MAX_WIRE_STRING
+    from exporter.census.registry import MAX_WIRE_STRING
 
     registry = ConnectionRegistry()
     tracker = FlowTracker(LISTENERS, registry.apply)
@@ -226,7 +226,7 @@ def test_census_rows_full_of_addresses_cost_under_census_row_bytes():
     (MAX_ROW_ADDRESSES, 32) and the length of each string (MAX_WIRE_STRING): 1,000 client ids
     each seen from 100 addresses (100,000 connections opened, identified and closed) cost <
     CENSUS_ROW_BYTES a row, each listing 32 of its addresses."""
-    from exporter.registry import MAX_ROW_ADDRESSES
+    from exporter.census.registry import MAX_ROW_ADDRESSES
 
     rows, per_row = 1_000, 100
     registry = ConnectionRegistry(max_closed=10, closed_ttl=1.0)

@@ -27,9 +27,9 @@ from kio.static.primitive import i16
 
 from capture.events import ClientSoftware, ConnectionOpened, RequestSeen, SaslIdentity, TlsSession
 from capture.proxy import subject_name
-from exporter.commands.logs import configure_logging
-from exporter.commands.output import print_connections
-from exporter.registry import ConnectionRegistry
+from exporter.census.registry import ConnectionRegistry
+from exporter.cli.logs import configure_logging
+from exporter.cli.output import print_connections
 from exporter.textsafe import visible
 from harness import peers
 from harness.census import Census
@@ -109,7 +109,7 @@ def test_replay_prints_hostile_wire_strings_escaped(tmp_path):
         api_keys=(ApiVersion(api_key=i16(18), min_version=i16(0), max_version=i16(3)),)), 1)
     pcap = tmp_path / "hostile.pcap"
     synth.write_pcap(pcap, conv.handshake() + conv.client(request) + conv.broker(answer) + conv.close())
-    proc = subprocess.run([sys.executable, "-m", "exporter.cli", "replay", str(pcap)],
+    proc = subprocess.run([sys.executable, "-m", "exporter.cli.main", "replay", str(pcap)],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     _assert_safe_table(proc.stdout, 1)

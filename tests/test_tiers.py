@@ -22,7 +22,7 @@ TESTS = Path(__file__).resolve().parent
     ("/usr/bin/tshark", "tshark"),
     (["ip", "netns", "exec", "ns1", "/root/.calfkit/bin/tansu-v0.6.0-510f3e2", "broker"], "tansu-v0.6.0-510f3e2"),
     (["setpriv", "--inh-caps=-all", "/usr/bin/tcpdump", "-i", "lo"], "tcpdump"),
-    ([sys.executable, "-m", "exporter.cli", "replay", "x.pcap"], "exporter.cli"),
+    ([sys.executable, "-m", "exporter.cli.main", "replay", "x.pcap"], "exporter.cli.main"),
     ([sys.executable, "tests/clients/python_client.py", "aiokafka"], "python_client.py"),
     (["node", "tests/clients/node/kafkajs.mjs"], "node"),
     (["taskset", "-c", "1", "java", "-cp", "spark.jar"], "java"),

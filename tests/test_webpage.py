@@ -1,5 +1,5 @@
-"""The incident page's serving (exporter/webpage.py, exporter/web/) and GET /api/v1/health
-(exporter/health.py) on the sidecar and the aggregator, without a browser (issue 19).
+"""The incident page's serving (exporter/http/page.py, exporter/http/web/) and GET /api/v1/health
+(exporter/http/health.py) on the sidecar and the aggregator, without a browser (issue 19).
 
 The page: `/`, `/ui/app.js` and `/ui/app.css` on both applications, with their media types and
 the page's strict Content-Security-Policy; no file names another origin, runs inline script or
@@ -26,18 +26,19 @@ import pytest
 from fastapi.testclient import TestClient
 
 from capture.events import CaptureStats, DecodeError, Desync, Direction
-from exporter import aggregate_app, webpage
-from exporter.aggregate_merge import InvalidAnswer
-from exporter.api import Health, create_app
-from exporter.auth import ApiToken
-from exporter.health import HealthMerger, check_health, health_body
-from exporter.registry import ConnectionRegistry
+from exporter.aggregator import app as aggregate_app
+from exporter.aggregator.merge import InvalidAnswer
+from exporter.census.registry import ConnectionRegistry
+from exporter.http import page as webpage
+from exporter.http.app import Health, create_app
+from exporter.http.auth import ApiToken
+from exporter.http.health import HealthMerger, check_health, health_body
 from harness import peers
 from harness.census import Census
 from tests import synth
 
 ROOT = Path(__file__).resolve().parent.parent
-WEB = ROOT / "exporter" / "web"
+WEB = ROOT / "exporter" / "http" / "web"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 FILES = {"/": ("index.html", "text/html; charset=utf-8"), "/ui/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -116,7 +117,7 @@ def test_the_files_are_package_data():
     table = re.search(r"\[tool\.setuptools\.package-data\]\n(.*?)(?:\n\[|\Z)", text, re.S)
     assert table is not None, "pyproject.toml declares no [tool.setuptools.package-data]"
     for glob in ("web/*.html", "web/*.js", "web/*.css"):
-        assert f'"{glob}"' in table.group(1), glob
+        assert re.search(rf'^"exporter\.http" = \[.*"{re.escape(glob)}"', table.group(1), re.M), glob
 
 
 # --- what the files may hold -------------------------------------------------------------------
@@ -161,7 +162,7 @@ def test_every_element_the_script_uses_is_in_the_page():
     assert used and used <= ids, used - ids
     # The connection filters are exactly the API's query parameters.
     names = re.findall(r'<(?:input|select) name="([a-z_]+)"', html)
-    from exporter.registry import QUERY_FILTERS
+    from exporter.census.registry import QUERY_FILTERS
     assert names == ["state", *QUERY_FILTERS, "order_by", "limit"]
 
 
@@ -216,7 +217,7 @@ def test_health_is_the_registry_counters():
 def test_health_matches_the_metrics():
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from exporter.metrics import CensusCollector
+    from exporter.http.metrics import CensusCollector
     reg = fed_registry()
     prom = CollectorRegistry(auto_describe=False)
     prom.register(CensusCollector(reg))

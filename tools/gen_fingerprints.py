@@ -1,4 +1,4 @@
-"""Generator for ``exporter/fingerprint_table.py``, the client fingerprints of exporter/fingerprint.py.
+"""Generator for ``exporter/census/fingerprint_table.py``, the client fingerprints of exporter/census/fingerprint.py.
 
 This module owns the *derivation* of the fingerprint table: which request versions each
 client library and release sends, which ApiVersions request version it opens with, and the
@@ -56,7 +56,7 @@ from tools import regen
 from tools.regen import GenError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-OUTPUT_REL = "exporter/fingerprint_table.py"
+OUTPUT_REL = "exporter/census/fingerprint_table.py"
 OUTPUT_PATH = REPO_ROOT / OUTPUT_REL
 JAVA_TSV = "java-client-max-versions.tsv"
 FINGERPRINTS = regen.Input(
@@ -138,7 +138,7 @@ LIBRARY_ALIASES: dict[str, str] = {
 UNBOUNDED = -1  # a constraint's upper bound when the recording's broker capped the version
 
 # Libraries that fill the KIP-511 software name in every ApiVersions v3+ request they send, so an
-# unannounced connection that opened with v3+ is not theirs (the rule exporter/fingerprint.py
+# unannounced connection that opened with v3+ is not theirs (the rule exporter/census/fingerprint.py
 # applies to Java 2.4+): their rows keep only the connections that opened with ApiVersions v0-v2
 # or none, and a recording left with none gives no row. Sources: sarama broker.go (1.40-1.45: the
 # fire-and-forget ApiVersionsRequest{Version: 3, ClientSoftwareName: "sarama"}; 1.61:
@@ -473,7 +473,7 @@ def build_rows(fingerprints_dir: Path, recordings: list[Recording]) -> list[Row]
 
 # ----------------------------------------------------------------------------- rendering
 
-HEADER = '''"""Client fingerprints for exporter/fingerprint.py (generated: see the header).
+HEADER = '''"""Client fingerprints for exporter/census/fingerprint.py (generated: see the header).
 
 ``ROWS``: one ``FingerprintRow`` per recorded client release (Java: per group of releases with
 the same vector). ``constraints`` gives, per API key, the versions the release sends against a

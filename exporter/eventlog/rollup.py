@@ -1,0 +1,472 @@
+"""Per-connection rollups of request traffic: what event log v2 writes instead of one line per
+request.
+
+Owns `Rollup` (the accumulator: per connection, per (api_key, api_version), request and response
+counts, bytes and latency buckets, plus Produce acks counts), `record` (one accumulator as a
+`ConnectionRollup` record (plus its connection's latest TrafficUpdate), schema 2, see
+exporter/eventlog/log.py's docstring), `Roller` and `rolled` (an event stream -> the same stream
+with its traffic rolled up, for batch writers: `pipeline.pcaps` and tests) and `TRAFFIC` (the
+event types a rollup absorbs), and each open connection's fingerprint basis (`note`,
+`FingerprintBasis`: its first requests as the registry folds them, carried by the records).
+Imports only `capture.events`, the generated API table and the standard library;
+`exporter.eventlog.log` and `exporter.census.registry` (for `FingerprintBasis`) import it, never the reverse.
+
+Semantics: a rollup record holds **deltas**: what the connection did since its previous
+`ConnectionRollup` record (or since it opened), never running totals; a reader sums them. An
+accumulator is created by the first traffic event of a connection after its last record and
+taken out whole (at the interval, at `ConnectionClosed`, or early at the connection bound), so a
+record is never empty and counts are never written twice.
+
+Bounds (whatever the wire says): at most `max_connections` accumulators (the exporter passes
+`--max-connections`, the registry's bound of open connections) and `max_entries` entries in all
+(200,000, about 56 MiB); a new connection or entry past them takes the place of the oldest
+accumulator, whose record is handed out to be written early (`evicted`, nothing is lost: the
+connection's next record is a delta from there). Per connection at most `MAX_PAIRS` (api_key,
+api_version) entries each for requests and responses and `MAX_ACKS` (acks, transactional)
+entries: a real client uses a dozen or two pairs, the generated API table has 361; what falls
+outside is not itemised but counted, in the record (`folded`) and in `folded` here (the
+exporter's `event_log_rollup_folded_total`). Memory: an entry is about 150 bytes (a response's
+with its buckets about 400), so a connection holds at most about 36 KiB, and only connections
+with traffic in the current interval are held. Besides, every open connection has its fingerprint
+basis (`bases`, at most `max_connections`): measured 274 bytes with 8 pairs folded, so about
+27 MB at 100,000 open connections.
+
+Cost on the capture thread: a `RequestTally` (what the serving commands' core hands on at each
+sweep) is merged in place (a few dict updates per (api, version) of the run); a `RequestSeen` /
+`ResponseSeen` / `ProduceAcks` (the library default) is one dict update each. Nothing is encoded
+per request.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+from operator import add as _add
+from typing import cast, overload
+
+from capture.events import (
+    LATENCY_BUCKETS,
+    ApiVersionsAnswer,
+    ClientSoftware,
+    ConnectionClosed,
+    ConnectionOpened,
+    DecodeError,
+    Desync,
+    Event,
+    ProduceAcks,
+    RequestSeen,
+    RequestTally,
+    ResponseSeen,
+    SaslHandshake,
+    SaslIdentity,
+    TlsDetected,
+    TrafficUpdate,
+)
+from capture.kafka.api_table import API_TABLE
+
+ROLLUP_TYPE = "ConnectionRollup"
+ROLLUP_SCHEMA = 2
+# What a rollup absorbs. TrafficUpdate (cumulative TCP counters, one per connection per second
+# of traffic) is not summed but kept, the latest one, and written after the rollup record.
+TRAFFIC = frozenset({RequestSeen, ResponseSeen, ProduceAcks, RequestTally, TrafficUpdate})
+MAX_PAIRS = 64  # (api_key, api_version) entries per connection, for requests and for responses
+MAX_ACKS = 8  # (acks, transactional) entries per connection; a real producer has one or two
+DEFAULT_MAX_CONNECTIONS = 100_000  # exporter.census.registry.DEFAULT_MAX_OPEN, without importing it
+# Entries held in all (measured: ~280 bytes each on average with a typical client's mix, the
+# response's bucket list included): about 56 MiB at the bound. A typical client holds ~20
+# (10 pairs, requests and responses), so the bound starts evicting past ~10,000 connections
+# with traffic in one interval; an eviction writes a record early, it loses nothing.
+DEFAULT_MAX_ENTRIES = 200_000
+DEFAULT_INTERVAL = 60.0
+_NBUCKETS = len(LATENCY_BUCKETS) + 1
+
+# --- the fingerprint basis (issue 15) ----------------------------------------------------------
+# What exporter.census.fingerprint.infer() reads of a connection besides its counts: its first
+# MAX_FIRST_REQUESTS distinct (api_key, api_version) pairs and the version of its first
+# ApiVersions request. A rollup loses request order, so the writer keeps them itself, by the
+# registry's own rule (exporter/census/registry.py, ConnectionRecord.first_requests): pairs of the
+# generated API table, first seen between two sync points, folded in key order at the next sync
+# point (BASIS_SYNC: the events at which the registry calls `_sync`, a traffic sweep excluded).
+# tests/test_eventlog_versions.py holds the two equal on a real capture.
+# exporter.census.fingerprint's (the registry imports it from there); restated, not imported, so that no
+# event log writer loads the fingerprint table: tests/test_registry.py holds the two equal.
+MAX_FIRST_REQUESTS = 8
+BASIS_SYNC = frozenset({ClientSoftware, ApiVersionsAnswer, SaslHandshake, SaslIdentity, TlsDetected, DecodeError,
+                        Desync, ConnectionClosed})
+NOTED = BASIS_SYNC | {ConnectionOpened}  # the non-traffic events `Rollup.note` reads
+# Each pair of the table as one shared tuple: a basis holds references, not tuples of its own.
+_TABLE_PAIRS = {(s.key, v): (s.key, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FingerprintBasis(Event):
+    """A connection's fingerprint basis as the event log recorded it (fields `first_requests` and
+    `api_versions_request_version` of a ConnectionRollup record; exporter.eventlog.log.to_events):
+    what a registry rebuilt from a schema 2 log takes as the connection's own, since the
+    rollups it reads lost the order of the requests. Never produced by a capture."""
+
+    first_requests: tuple[tuple[int, int], ...]
+    api_versions_request_version: int | None
+
+
+class _Basis:
+    """One open connection's basis as the registry folds it: `first` (folded), `pending` (pairs
+    seen since the last sync point), `written` (what the last record carried), `ts` (of the last
+    change)."""
+
+    __slots__ = ("first", "pending", "avv", "written", "ts")
+
+    def __init__(self) -> None:
+        self.first: tuple = ()
+        self.pending: set | None = None
+        self.avv: int | None = None
+        self.written: tuple = ((), None)
+        self.ts = 0.0
+
+
+class Accumulator:
+    """One connection's traffic since its last record. `ts`: the latest request or response
+    counted; `client_id`: the last non-null client_id of a request counted; `traffic`: the
+    latest TrafficUpdate (its counters are cumulative: the earlier ones say nothing more)."""
+
+    __slots__ = ("ts", "client_id", "requests", "responses", "acks", "folded", "traffic", "basis")
+
+    def __init__(self) -> None:
+        self.ts = 0.0
+        self.client_id: str | None = None
+        self.requests: dict[tuple[int, int], list] = {}  # -> [count, bytes]
+        self.responses: dict[tuple[int, int], list] = {}  # -> [count, bytes, latency sum, buckets]
+        self.acks: dict[tuple[int, bool], int] = {}
+        self.folded = 0
+        self.traffic: TrafficUpdate | None = None
+        # (first_requests, api_versions_request_version) when they changed since the connection's
+        # previous record (set as the accumulator is taken out), else None
+        self.basis: tuple | None = None
+
+    def entries(self) -> int:
+        return len(self.requests) + len(self.responses) + len(self.acks)
+
+    def counted(self) -> bool:
+        """Anything for a ConnectionRollup record (else only a TrafficUpdate is held)."""
+        return bool(self.requests or self.responses or self.acks or self.folded or self.basis is not None)
+
+
+class Rollup:
+    """The accumulators of every connection with traffic since its last record.
+
+    Not thread-safe: the owner serialises `add`, `pop` and `take` (QueuedEventLog holds its
+    queue lock). `add` returns None, or a list of the (conn_id, Accumulator) evicted at the
+    connection or entry bound (the longest held first), to be written now."""
+
+    def __init__(self, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        if max_connections < 1 or max_entries < MAX_PAIRS * 2 + MAX_ACKS:
+            raise ValueError("max_connections must be at least 1 and max_entries at least one connection's")
+        self.max_connections = max_connections
+        self.max_entries = max_entries
+        self.conns: dict[str, Accumulator] = {}
+        self.entries = 0  # (api, version) and acks entries held, all connections
+        self.evicted = 0  # accumulators written early at the connection or entry bound
+        self.folded = 0  # requests, responses and acks not itemised (MAX_PAIRS, MAX_ACKS)
+        self._out: list[tuple[str, Accumulator]] = []
+        # The fingerprint basis of every open connection (`note`), at most `max_connections`
+        # (the oldest dropped first, counted in `bases_dropped`: its later records carry none);
+        # `_changed`: those whose basis changed since their last record, in order of change.
+        self.bases: dict[str, _Basis] = {}
+        self._changed: dict[str, None] = {}
+        self.bases_dropped = 0
+
+    def __len__(self) -> int:
+        return len(self.conns)
+
+    def add(self, event: Event) -> list[tuple[str, Accumulator]] | None:
+        """Count one traffic event (a type in TRAFFIC)."""
+        conns = self.conns
+        acc = conns.get(event.conn_id)
+        if acc is None:
+            if len(conns) >= self.max_connections:
+                self._evict_oldest()
+            acc = conns[event.conn_id] = Accumulator()
+        cls = type(event)
+        if cls is TrafficUpdate:
+            acc.traffic = cast(TrafficUpdate, event)
+        else:
+            self._count(acc, cls, event)
+            basis = self.bases.get(event.conn_id)
+            if basis is not None and len(basis.first) < MAX_FIRST_REQUESTS:
+                self._seen(basis, cls, event)
+        if self._out:
+            out, self._out = self._out, []
+            return out
+        return None
+
+    @staticmethod
+    def _seen(basis: _Basis, cls, event) -> None:
+        """Pairs of a request or a tally, pending until the next sync point (as the registry's
+        `_request` and `_tally`)."""
+        keys: tuple[tuple[int, int], ...] | list[tuple[int, int]]
+        if cls is RequestSeen:
+            keys = ((event.api_key, event.api_version),)
+        elif cls is RequestTally:
+            keys = [(k, v) for k, v, _, _ in event.requests]
+        else:
+            return
+        for key in keys:
+            pair = _TABLE_PAIRS.get(key)
+            if pair is not None:
+                if basis.pending is None:
+                    basis.pending = {pair}
+                else:
+                    basis.pending.add(pair)
+
+    def note(self, event: Event) -> None:
+        """A connection event other than traffic (every one the log is given, in order): keeps
+        the fingerprint basis. ConnectionOpened starts one; the first ClientSoftware gives the
+        ApiVersions request version; a BASIS_SYNC event folds the pending pairs, as the registry
+        does. A ConnectionClosed must then be followed by `pop`."""
+        cls = type(event)
+        if cls is ConnectionOpened:
+            bases = self.bases
+            if len(bases) >= self.max_connections:
+                oldest = next(iter(bases))
+                del bases[oldest]
+                self._changed.pop(oldest, None)
+                self.bases_dropped += 1
+            bases[event.conn_id] = _Basis()
+            return
+        if cls not in BASIS_SYNC:
+            return
+        basis = self.bases.get(event.conn_id)
+        if basis is None:
+            return
+        changed = False
+        if cls is ClientSoftware and basis.avv is None:
+            basis.avv = cast(ClientSoftware, event).request_version
+            changed = True
+        pending = basis.pending
+        if pending:
+            basis.pending = None
+            first = basis.first
+            new = sorted(k for k in pending if k not in first)
+            if new and len(first) < MAX_FIRST_REQUESTS:
+                basis.first = (first + tuple(new))[:MAX_FIRST_REQUESTS]
+                changed = True
+        if changed:
+            basis.ts = event.ts
+            if (basis.first, basis.avv) != basis.written:
+                self._changed[event.conn_id] = None
+
+    @overload
+    def _with_basis(self, conn_id: str, acc: Accumulator) -> Accumulator: ...
+    @overload
+    def _with_basis(self, conn_id: str, acc: None) -> Accumulator | None: ...
+    def _with_basis(self, conn_id: str, acc: Accumulator | None) -> Accumulator | None:
+        """`acc` (or a new, basis-only accumulator) carrying the connection's basis if it changed
+        since its last record; `acc` itself otherwise."""
+        if conn_id not in self._changed:
+            return acc
+        del self._changed[conn_id]
+        basis = self.bases.get(conn_id)
+        if basis is None:
+            return acc
+        if acc is None:
+            acc = Accumulator()
+            acc.ts = basis.ts
+        acc.basis = basis.written = (basis.first, basis.avv)
+        return acc
+
+    def _evict_oldest(self, keep: Accumulator | None = None) -> bool:
+        """Hand out the longest-held accumulator (insertion order) but `keep`; False if none."""
+        for conn_id, acc in self.conns.items():  # noqa: B007 - conn_id is the one found (read after the break)
+            if acc is not keep:
+                break
+        else:
+            return False
+        del self.conns[conn_id]
+        self.entries -= acc.entries()
+        self.evicted += 1
+        self._out.append((conn_id, self._with_basis(conn_id, acc)))
+        return True
+
+    def _entry(self, acc: Accumulator) -> None:
+        """A new entry is about to be made in `acc`: keep the total within `max_entries`."""
+        self.entries += 1
+        while self.entries > self.max_entries and self._evict_oldest(acc):
+            pass
+
+    def _count(self, acc: Accumulator, cls, event) -> None:
+        if cls is RequestTally:
+            self._tally(acc, event)
+        elif cls is RequestSeen:
+            key = (event.api_key, event.api_version)
+            counts = acc.requests.get(key)
+            if counts is not None:
+                counts[0] += 1
+                counts[1] += event.size
+            elif len(acc.requests) < MAX_PAIRS:
+                self._entry(acc)
+                acc.requests[key] = [1, event.size]
+            else:
+                acc.folded += 1
+                self.folded += 1
+            if event.client_id is not None:
+                acc.client_id = event.client_id
+        elif cls is ResponseSeen:
+            self._response(acc, (event.api_key, event.api_version), 1, event.size, event.latency,
+                           bisect_left(LATENCY_BUCKETS, event.latency), None)
+        elif cls is ProduceAcks:
+            self._acks(acc, (event.acks, event.transactional), 1)
+        else:
+            raise TypeError(f"not traffic: {cls.__name__}")
+        if event.ts > acc.ts:
+            acc.ts = event.ts
+
+    def pop(self, conn_id: str) -> tuple[str, Accumulator] | None:
+        """The connection's accumulator, taken out (at its ConnectionClosed, after `note`), with
+        its last basis if that changed since its last record (alone if it had no traffic since),
+        or None. The connection's basis is forgotten."""
+        acc = self.conns.pop(conn_id, None)
+        if acc is not None:
+            self.entries -= acc.entries()
+        acc = self._with_basis(conn_id, acc)
+        self.bases.pop(conn_id, None)
+        return None if acc is None else (conn_id, acc)
+
+    def take(self) -> list[tuple[str, Accumulator]]:
+        """Every accumulator, taken out (at the interval, at close), plus a basis-only one for each
+        connection whose basis changed without traffic since its last record: under the owner's
+        lock, the list and one step per such connection (each changes at most 9 times)."""
+        conns, self.conns = self.conns, {}
+        self.entries = 0
+        if self._changed:  # at most one record per connection whose basis changed (<= 9 changes each)
+            for conn_id in list(self._changed):
+                acc = self._with_basis(conn_id, conns.get(conn_id))
+                if acc is not None:
+                    conns[conn_id] = acc
+        return list(conns.items())
+
+    # -- merging ----------------------------------------------------------------------------
+
+    def _tally(self, acc: Accumulator, ev: RequestTally) -> None:
+        requests = acc.requests
+        for api_key, api_version, n, size in ev.requests:
+            key = (api_key, api_version)
+            counts = requests.get(key)
+            if counts is not None:
+                counts[0] += n
+                counts[1] += size
+            elif len(requests) < MAX_PAIRS:
+                self._entry(acc)
+                requests[key] = [n, size]
+            else:
+                acc.folded += n
+                self.folded += n
+        for api_key, api_version, n, size, buckets, total in ev.responses:
+            self._response(acc, (api_key, api_version), n, size, total, None, buckets)
+        for acks, transactional, n in ev.acks:
+            self._acks(acc, (acks, transactional), n)
+        if ev.client_id is not None:
+            acc.client_id = ev.client_id
+
+    def _response(self, acc: Accumulator, key, n: int, size: int, latency: float, bucket: int | None,
+                  buckets) -> None:
+        counts = acc.responses.get(key)
+        if counts is None:
+            if len(acc.responses) >= MAX_PAIRS:
+                acc.folded += n
+                self.folded += n
+                return
+            self._entry(acc)
+            counts = acc.responses[key] = [0, 0, 0.0, [0] * _NBUCKETS]
+        counts[0] += n
+        counts[1] += size
+        counts[2] += latency
+        if bucket is not None:
+            counts[3][bucket] += 1
+        elif len(buckets) == _NBUCKETS:  # a tally's (the core's buckets): added in C
+            counts[3] = list(map(_add, counts[3], buckets))
+        else:
+            mine = counts[3]
+            for i, c in enumerate(buckets[:_NBUCKETS]):
+                mine[i] += c
+
+    def _acks(self, acc: Accumulator, key, n: int) -> None:
+        if key in acc.acks:
+            acc.acks[key] += n
+        elif len(acc.acks) < MAX_ACKS:
+            self._entry(acc)
+            acc.acks[key] = n
+        else:
+            acc.folded += n
+            self.folded += n
+
+
+def record(conn_id: str, acc: Accumulator) -> dict | None:
+    """The `ConnectionRollup` record of one accumulator (JSON-ready; arrays sorted by key), or
+    None when it holds only a TrafficUpdate."""
+    if not acc.counted():
+        return None
+    rec = {
+        "schema": ROLLUP_SCHEMA, "type": ROLLUP_TYPE, "ts": acc.ts, "conn_id": conn_id,
+        "client_id": acc.client_id,
+        "requests": [[k, v, c[0], c[1]] for (k, v), c in sorted(acc.requests.items())],
+        "responses": [[k, v, c[0], c[1], c[3], c[2]] for (k, v), c in sorted(acc.responses.items())],
+        "acks": [[a, t, n] for (a, t), n in sorted(acc.acks.items())],
+        "folded": acc.folded,
+    }
+    if acc.basis is not None:
+        first, avv = acc.basis
+        rec["first_requests"] = [[k, v] for k, v in first]
+        rec["api_versions_request_version"] = avv
+    return rec
+
+
+class Roller:
+    """Push-style `rolled`: `feed(event)` returns what to write for it (a list of events and
+    `(conn_id, Accumulator)` pairs, in order), `finish()` what is left at the end."""
+
+    def __init__(self, *, interval: float = DEFAULT_INTERVAL, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+        if not interval > 0:
+            raise ValueError("interval must be positive")
+        self.interval = interval
+        self.rollup = Rollup(max_connections=max_connections)
+        self._last: float | None = None
+
+    def feed(self, event: Event) -> list:
+        out: list = []  # evicted (conn_id, Accumulator) pairs, then events
+        if self._last is None:
+            self._last = event.ts
+        elif not -self.interval < event.ts - self._last < self.interval:
+            # A capture's timestamps may step back a little (packets of several queues): only a
+            # step back of a whole interval (a clock reset) starts a round early.
+            self._last = event.ts
+            out.extend(self.rollup.take())
+        cls = type(event)
+        if cls in TRAFFIC:
+            evicted = self.rollup.add(event)
+            if evicted is not None:
+                out.extend(evicted)
+            return out
+        self.rollup.note(event)
+        if cls is ConnectionClosed:
+            taken = self.rollup.pop(event.conn_id)
+            if taken is not None:
+                out.append(taken)
+        out.append(event)
+        return out
+
+    def finish(self) -> list:
+        return self.rollup.take()
+
+
+def rolled(events, *, interval: float = DEFAULT_INTERVAL, max_connections: int = DEFAULT_MAX_CONNECTIONS):
+    """`events` (an iterable of capture events, in order) with their traffic rolled up, as a
+    batch writer (`pipeline.pcaps`, tests) needs it: yields the other events unchanged and,
+    as `(conn_id, Accumulator)` pairs, each connection's rollup just before its
+    ConnectionClosed, all of them whenever `interval` seconds of event time have passed since
+    the last such round, and what is left at the end. The event stream's own time (packet
+    time) drives the interval, so a replay gives the same records however fast it runs."""
+    roller = Roller(interval=interval, max_connections=max_connections)
+    for event in events:
+        yield from roller.feed(event)
+    yield from roller.finish()
