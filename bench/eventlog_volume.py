@@ -61,8 +61,10 @@ from capture.events import (
 )
 from capture.listeners import ListenerMap
 from capture.replay import replay
-from exporter.eventlog.log import EventLog, QueuedEventLog, encode, encode_rollup, list_logs
+from exporter.eventlog.format import encode, encode_rollup
+from exporter.eventlog.reader import list_logs
 from exporter.eventlog.rollup import DEFAULT_INTERVAL, Rollup, rolled
+from exporter.eventlog.writer import EventLog, QueuedEventLog
 
 DEFAULT_PCAP = Path("bench/data/produce.pcap")
 DEFAULT_OUT = Path("bench/results/eventlog_volume.json")
@@ -134,7 +136,7 @@ def stretched(events, repeats: int, duration: float, spread: float = 1.0):
 def emulated_tally(stream):
     """A per-request stream as the core in tally mode hands it on: one RequestTally per
     connection and second with traffic (the sweep), the other events as they come."""
-    from exporter.eventlog.log import to_event
+    from exporter.eventlog.format import to_event
     from exporter.eventlog.rollup import record
 
     for item in rolled(stream, interval=1.0):

@@ -87,6 +87,7 @@ from pathlib import Path
 from bench.child import Child
 from bench.machine import describe
 from capture.events import (
+    LATENCY_BUCKETS,
     ApiVersionsAnswer,
     ClientSoftware,
     ConnectionClosed,
@@ -100,7 +101,7 @@ from capture.events import (
 )
 from capture.kafka.api_table import API_TABLE
 from capture.kafka.events import positional_maker  # the decoder's constructor, not re-exported
-from exporter.census.registry import LATENCY_BUCKETS, ConnectionRegistry
+from exporter.census.registry import ConnectionRegistry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = Path("bench/results/exporter.json")
@@ -591,8 +592,8 @@ def in_process(registry: ConnectionRegistry, repeat: int) -> dict:
     from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
     from pydantic import TypeAdapter
 
-    from exporter.http.app import ConnectionList
     from exporter.http.metrics import CensusCollector
+    from exporter.http.models import ConnectionList
 
     prom = CollectorRegistry(auto_describe=False)
     prom.register(CensusCollector(registry, version="bench"))
@@ -624,8 +625,8 @@ def rest_cases(registry: ConnectionRegistry) -> list[tuple[str, str, dict]]:
     """The worst REST requests at this registry: every filter (with values that keep every
     connection of the most common software on the PLAINTEXT listener), every order_by field,
     the largest limit; the census; upgrade readiness; the default listing."""
-    from exporter.census.registry import ORDER_FIELDS
-    from exporter.http.app import MAX_LIMIT
+    from exporter.census.reads import ORDER_FIELDS
+    from exporter.http.models import MAX_LIMIT
 
     rec = max(registry.open.values(), key=lambda r: r.software_name == "librdkafka")
     every = ", ".join(f"{name} {'desc' if i % 2 else 'asc'}" for i, name in enumerate(ORDER_FIELDS))
@@ -653,7 +654,8 @@ def rest_under_capture(registry: ConnectionRegistry, seed: int, repeat: int, fre
     from fastapi.testclient import TestClient
     from pydantic import TypeAdapter
 
-    from exporter.http.app import ConnectionList, _json, create_app
+    from exporter.http.app import _json, create_app
+    from exporter.http.models import ConnectionList
 
     updates = [ev for ev in workload(min(len(registry.open), 20_000), seed)
                if isinstance(ev, (RequestSeen, ResponseSeen, TrafficUpdate))]

@@ -14,7 +14,7 @@ the others out, never to infer). Each is judged twice against a table that does 
 - *per client*: with the other unannounced connections of its client (the same client address,
   client_id and principal, within the registry's default `--sibling-window`; a connection without
   a client_id is a client of its own), folded into one `exporter.census.fingerprint.ClientBasis` whose
-  observation is assessed, as exporter/census/registry.py's `_fingerprint` and pipeline/identity.py's
+  observation is assessed, as exporter/census/identity.py's `_fingerprint` and pipeline/identity.py's
   `infer_client` do. Every connection of the client gets the client's verdict.
 
 A connection is *right* when it is named the recording's library with a range containing its
@@ -47,6 +47,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from exporter.census import fingerprint
+from exporter.census.basis import FINGERPRINT_THRESHOLD
 from exporter.census.fingerprint import (
     JAVA,
     ClientBasis,
@@ -169,7 +170,7 @@ def clients_of(conns, window: float = WINDOW) -> list[list[Conn]]:
 
 
 def judge(table: Fingerprints, members) -> Inference | Unknown:
-    """The members' union, folded and assessed as exporter/census/registry.py's `_fingerprint` and
+    """The members' union, folded and assessed as exporter/census/identity.py's `_fingerprint` and
     pipeline/identity.py's `infer_client` do (one member: the connection alone)."""
     basis = ClientBasis()
     for m in members:
@@ -450,7 +451,7 @@ def why(found: Inference | Unknown, conn: Conn) -> str:
                            (r"configured protocol version", "sarama without its default client_id"),
                            (r"default, the versions are not", "its client_id's library never sent these versions"),
                            (r"no recorded release", "no recorded release sends it"),
-                           (r"confidence", f"confidence < {fingerprint.THRESHOLD}")):
+                           (r"confidence", f"confidence < {FINGERPRINT_THRESHOLD}")):
         if re.search(pattern, reason):
             return words
     return reason or "named wrong"

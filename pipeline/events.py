@@ -9,10 +9,10 @@ value a job reads: a small table `pipeline.files.load_input` caches), and over t
 connection, api and version, a count), `connection_facts` (what `pipeline.identity` reads:
 mid_stream, the first ApiVersions version, a rollup's first_requests, the broker's maxima),
 `counts` and `quarantine` (the text of at most --max-quarantined-lines bad lines kept, the rest
-counted per file and reason). Imports pyspark, `exporter.eventlog.log` (the schema versions), the
+counted per file and reason). Imports pyspark, `exporter.eventlog.format` (the schema versions), the
 generated API table and `pipeline.errors` (the bound); nothing imports `pipeline`.
 
-The checks are those of `exporter.eventlog.log.parse_line` (a JSON object, a known schema version,
+The checks are those of `exporter.eventlog.format.parse_line` (a JSON object, a known schema version,
 type, ts and conn_id), as Spark expressions, plus the shapes of the request arrays; a line that
 fails them is quarantined with its file, reason and text. Spark's reader is more lenient than
 Python's json in two ways (a number or object where text belongs reads as its JSON text; text
@@ -40,7 +40,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from capture.kafka.api_table import API_TABLE
-from exporter.eventlog.log import READABLE_SCHEMAS
+from exporter.eventlog.format import READABLE_SCHEMAS
 from pipeline.errors import MAX_QUARANTINED_LINES
 
 # Only what the jobs read; every other field stays in the log.
@@ -99,7 +99,7 @@ USED_TYPES = frozenset({"ConnectionOpened", "ClientSoftware", "SaslIdentity", "T
 # Types whose ts is not a connection's activity for last_seen (an answer is read for its maxima only).
 NOT_ACTIVITY = ("ApiVersionsAnswer",)
 _START = re.compile(r"^events-(?P<start>[0-9]{8}T[0-9]{6}Z)-.+-[0-9]+\.ndjson$")
-WINDOW_SLACK = 2 * 3600.0  # exporter.eventlog.log.MAX_ROLLUP_SECONDS, and an hour of queued writes
+WINDOW_SLACK = 2 * 3600.0  # exporter.eventlog.writer.MAX_ROLLUP_SECONDS, and an hour of queued writes
 _HOST = re.compile(r"events-[0-9TZ]+-(?P<host>.+)-[0-9]+\.ndjson(?:\.active)?$")
 _SOURCE_DIR = re.compile(r"/source=(?P<source>[^/]+)/[^/]+$")  # pcap-decode's partitioned output
 MAX_QUARANTINED_LINE = 2000
@@ -121,7 +121,7 @@ def source_of(path: str) -> str:
     return m["host"] if m else name
 
 
-# The record fields the jobs read, by event-log schema version (exporter/eventlog/log.py documents
+# The record fields the jobs read, by event-log schema version (exporter/eventlog/format.py documents
 # the records). Spark's reader takes one schema: their union. A field means the same in both
 # versions; schema 2 adds a rollup's first_requests and writes its requests where schema 1
 # wrote RequestTally runs (same [api_key, api_version, count, bytes] entries).
@@ -160,7 +160,7 @@ def _bad_entries(c, width: int):
 
 def _reason(j):
     """Why a parsed line (struct `j`) is quarantined, or null. The envelope as
-    exporter.eventlog.log.parse_line checks it; then the array fields of the used types."""
+    exporter.eventlog.format.parse_line checks it; then the array fields of the used types."""
     t = j["type"]
     tallied = t.isin("RequestTally", "ConnectionRollup")
     return (F.when(j[_CORRUPT].isNotNull(), F.lit(NOT_A_RECORD))

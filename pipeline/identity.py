@@ -3,12 +3,14 @@
 Owns `identities` (one row per connection of `pipeline.events.connections`, with its identity
 source and, for an unannounced one, the inferred library, version range, confidence,
 min_compatible and evidence) and `infer_client` (the fingerprint of one client, run in the
-executors). The same rules as the live registry (exporter/census/registry.py), on whole connections:
+executors). The same rules as the live registry (exporter/census/identity.py), on whole connections,
+with the same constants (the identity basis, exporter/census/basis.py):
 
 - `announced`: the connection's own KIP-511 fields (an accepted ApiVersions v3+);
 - `sibling`: else the software a connection of the same client address and client_id announced
   (same `source`, i.e. the same sidecar), if it announced before this one ended and was seen
-  within `window` seconds before this one opened (`--sibling-window`, 300 s): the latest such;
+  within `window` seconds before this one opened (`--sibling-window`, 300 s by default): the latest
+  such, with the registry's confidence in an announced sibling (`SIBLING_CONFIDENCE`);
 - `fingerprint`: else the inference of its client (issue 28): the unannounced connections seen
   from their start with no announced sibling, of the same client address, client_id and
   principal (same `source`), in one session (a connection that opens more than `window` seconds
@@ -22,9 +24,9 @@ executors). The same rules as the live registry (exporter/census/registry.py), o
   connection joined mid-stream;
 - `none`.
 
-Imports pyspark, the generated API table and `exporter.census.fingerprint` (a pure, standard-library
-module: the table and infer(); shipped to the executors with the rest of the sources), never the
-registry.
+Imports pyspark, the generated API table, the identity basis (`exporter.census.basis`) and
+`exporter.census.fingerprint` (a pure module: the table and infer(); shipped to the executors with
+the rest of the sources), never the registry.
 """
 
 from __future__ import annotations
@@ -34,11 +36,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from capture.kafka.api_table import API_TABLE
+from exporter.census.basis import DEFAULT_SIBLING_WINDOW, SIBLING_CONFIDENCE
 from pipeline.events import connection_facts, requests
 
-DEFAULT_WINDOW = 300.0  # exporter.census.registry.DEFAULT_SIBLING_WINDOW
-MAX_EVIDENCE = 8
-ANNOUNCED_SIBLING_CONFIDENCE = 0.9  # as the registry: not 1, a NAT may put two processes behind one address
 _TABLE_PAIRS = frozenset((s.key, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1))
 
 INFERENCE = T.StructType([
@@ -87,7 +87,7 @@ def infer_client(client_address, client_id, members):
 _infer_udf = F.udf(infer_client, INFERENCE)
 
 
-def identities(facts: DataFrame, conns: DataFrame, window: float = DEFAULT_WINDOW) -> DataFrame:
+def identities(facts: DataFrame, conns: DataFrame, window: float = DEFAULT_SIBLING_WINDOW) -> DataFrame:
     """`conns` (pipeline.events.connections over `facts`) with: identity_source ("announced",
     "sibling", "fingerprint", "none"), inferred_software_name, inferred_version_range,
     inferred_confidence, min_compatible, evidence (array) and sibling_conn_id. See the module
@@ -164,7 +164,7 @@ def identities(facts: DataFrame, conns: DataFrame, window: float = DEFAULT_WINDO
         .otherwise(F.lit("none")).alias("identity_source"),
         pick(F.col("sib_name"), F.col("own.name")).alias("inferred_software_name"),
         pick(F.coalesce("sib_version", F.lit("unknown")), F.col("own.version_range")).alias("inferred_version_range"),
-        pick(F.lit(ANNOUNCED_SIBLING_CONFIDENCE), F.col("own.confidence")).alias("inferred_confidence"),
+        pick(F.lit(SIBLING_CONFIDENCE), F.col("own.confidence")).alias("inferred_confidence"),
         pick(F.lit(None).cast("string"), F.col("own.min_compatible")).alias("min_compatible"),
         pick(F.array(F.concat(F.lit("connection "), F.col("sib_id"),
                               F.lit(" from the same client address and client_id announced "), F.col("sib_name"),

@@ -2,10 +2,10 @@
 
 Owns listing the inputs (files, directories searched recursively for `*.pcap`, `*.pcapng`,
 `*.cap`, each optionally `.gz`; any Hadoop URI, globs too), one decode per file
-(`capture.replay.replay` into `exporter.eventlog.log.encode`, the exporter's own record format,
+(`capture.replay.replay` into `exporter.eventlog.format.encode`, the exporter's own record format,
 schema 2: request traffic rolled up per connection by `exporter.eventlog.rollup.Roller`),
 the quarantine of files that could not be read whole, and the per-file summary. Imports
-pyspark, `capture` (replay, listeners, the CaptureError family), `exporter.eventlog.log`,
+pyspark, `capture` (replay, listeners, the CaptureError family), `exporter.eventlog.format`,
 `pipeline.errors` and `pipeline.files`; never `pipeline.cli`, which alone imports it.
 
 Output under OUT:
@@ -249,7 +249,7 @@ class _Decoded:
     def _replay(self, batch: list[str]) -> None:
         from capture.replay import replay
         from capture.sources import CaptureError
-        from exporter.eventlog.log import encode, rollup_lines
+        from exporter.eventlog.format import encode, rollup_lines
         from exporter.eventlog.rollup import Roller
 
         since, until = self.since, self.until

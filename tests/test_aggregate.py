@@ -51,7 +51,7 @@ from kio.schema.metadata.v1.response import MetadataResponse
 from kio.serial import entity_reader
 
 from capture.kafka.api_table import API_TABLE
-from exporter.aggregator import app as aggregate_app
+from exporter.aggregator import models as aggregate_models
 from harness import java_client, peers
 from harness.census import Census, free_port, wait_for
 from harness.kafka_broker import HARNESS, KafkaCluster, start_kafka
@@ -73,15 +73,15 @@ GROUP_APIS = {"JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit
               "ConsumerGroupHeartbeat"}
 
 # The aggregator's OpenAPI models: every answer below is held to them (extra fields forbidden).
-MODELS = {"/api/v1/connections?": aggregate_app.AggConnectionList, "/api/v1/clients": aggregate_app.AggClientList,
-          "/api/v1/brokers": aggregate_app.AggBrokerList,
-          "/api/v1/upgrade-readiness": aggregate_app.AggUpgradeReadiness,
-          "/api/v1/peers": aggregate_app.PeerList, "/api/v1/connections/": aggregate_app.AggConnection}
+MODELS = {"/api/v1/connections?": aggregate_models.AggConnectionList, "/api/v1/clients": aggregate_models.AggClientList,
+          "/api/v1/brokers": aggregate_models.AggBrokerList,
+          "/api/v1/upgrade-readiness": aggregate_models.AggUpgradeReadiness,
+          "/api/v1/peers": aggregate_models.PeerList, "/api/v1/connections/": aggregate_models.AggConnection}
 
 
 def conforms(path: str, status: int, body: dict) -> None:
     if status == 502:
-        aggregate_app.NoPeerAnswered.model_validate(body)
+        aggregate_models.NoPeerAnswered.model_validate(body)
         return
     if status != 200:
         return

@@ -12,7 +12,7 @@
   beside a real sidecar app; 64 identical callers, then 32 distinct ones. Every answer is partial
   naming the hostile peers with their kinds, the hostile peers are asked as often as the caches
   say, the counters in /metrics are what happened, and the aggregator's peak RSS (VmHWM) is under
-  the formula of exporter.aggregator.app's docstring computed from the flags given here.
+  the formula of exporter.aggregator's docstring computed from the flags given here.
 
 The end-to-end tests are marked e2e one by one (they start the command); the rest is the fast tier.
 """
@@ -31,7 +31,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.aggregator import merge
-from exporter.aggregator.app import AggregateCollector, Aggregator, ItemBudget, Peer, PeerFailure, Peers
+from exporter.aggregator.collector import AggregateCollector
+from exporter.aggregator.fanout import Aggregator, ItemBudget
+from exporter.aggregator.peers import Peer, PeerFailure, Peers
 from harness.peers import free_port
 
 MIB = 1 << 20
@@ -224,7 +226,7 @@ def test_the_failure_cache_is_per_peer_or_per_query_and_expires_on_the_clock():
                 assert cached.kind == "connect" and "(cached: failed 2.9 s ago" in str(cached)
                 assert dead.last_attempt == attempted and dead.errors == {"connect": 1}
                 assert dead.failures_cached == {"connect": 1} and peer.failures_cached == {"http_status": 1}
-                assert len(agg.failures) == 3  # dead; clients; clients?client_id=x
+                assert len(agg.failure_cache.entries) == 3  # dead; clients; clients?client_id=x
                 # expiry, on the clock
                 now[0] += 0.1
                 assert (await _ask(agg, dead, "/api/v1/clients", check=merge.check_clients)).kind == "connect"
@@ -233,7 +235,8 @@ def test_the_failure_cache_is_per_peer_or_per_query_and_expires_on_the_clock():
                 assert len(live.requests) == 6
                 assert sample(agg, "kafka_census_aggregate_peer_failures_cached_total",
                               {"peer": dead.name, "kind": "connect"}) == 1
-                assert sample(agg, "kafka_census_aggregate_peer_failure_cache_entries") == len(agg.failures)
+                assert sample(agg, "kafka_census_aggregate_peer_failure_cache_entries") == \
+                    len(agg.failure_cache.entries)
             finally:
                 await agg.close()
 
@@ -251,7 +254,7 @@ def test_failure_seconds_zero_always_asks():
                     assert (await _ask(agg, peers.current()[0], "/api/v1/clients")).kind == "http_status"
             finally:
                 await agg.close()
-            return len(live.requests), len(agg.failures)
+            return len(live.requests), len(agg.failure_cache.entries)
 
     assert asyncio.run(run()) == (5, 0)
 
@@ -270,7 +273,7 @@ def test_a_flood_of_failing_queries_keeps_at_most_cache_entries_failures():
                 most = 0
                 for i in range(500):
                     await _ask(agg, peer, "/api/v1/clients", [("client_id", str(i))])
-                    most = max(most, len(agg.failures))
+                    most = max(most, len(agg.failure_cache.entries))
                 assert most == 8
                 for i in range(492, 500):  # the last 8: cached
                     assert "cached" in str(await _ask(agg, peer, "/api/v1/clients", [("client_id", str(i))]))
@@ -302,25 +305,27 @@ def test_the_answer_cache_is_bounded_in_bytes_and_entries():
         for i in range(1000):
             status, body, _, hit = await agg.cached(("k", i), compute(i, MIB))
             assert not hit and len(body) == MIB
-            most = max(most, agg.cache_bytes)
-        assert most == 4 * MIB and agg.cache_bytes == 4 * MIB and len(agg.cache) == 4
-        assert agg.cache_evictions == {"bytes": 996}
-        assert [k[1] for k in agg.cache] == [996, 997, 998, 999]
+            most = max(most, agg.answer_cache.bytes)
+        cache = agg.answer_cache
+        assert most == 4 * MIB and cache.bytes == 4 * MIB and len(cache.entries) == 4
+        assert cache.evictions == {"bytes": 996}
+        assert [k[1] for k in cache.entries] == [996, 997, 998, 999]
         assert (await agg.cached(("k", 999), compute(-1, MIB)))[3] is True  # a hit: not computed
         assert (await agg.cached(("k", 0), compute(0, MIB)))[3] is False
         assert computed.count(0) == 2 and -1 not in computed
         await agg.cached(("huge",), compute(7, 4 * MIB + 1))
-        assert ("huge",) not in agg.cache and agg.cache_evictions["bytes"] == 998 and agg.cache_bytes == 4 * MIB
+        assert ("huge",) not in cache.entries and cache.evictions["bytes"] == 998 and cache.bytes == 4 * MIB
         assert sample(agg, "kafka_census_aggregate_cache_bytes") == 4 * MIB
         assert sample(agg, "kafka_census_aggregate_cache_evictions_total", {"reason": "bytes"}) == 998
 
         small = Aggregator(peers, cache_seconds=600, cache_entries=3, cache_max_bytes=4 * MIB)
         for i in range(10):
             await small.cached(("k", i), compute(i, 10))
-        assert len(small.cache) == 3 and small.cache_bytes == 30 and small.cache_evictions == {"entries": 7}
+        assert (len(small.answer_cache.entries), small.answer_cache.bytes) == (3, 30)
+        assert small.answer_cache.evictions == {"entries": 7}
         peers.static[0].up = True
         small._failed(peers.static[0], "/x", [], PeerFailure("connect", "gone"), 0.0)
-        assert small.cache_bytes == 0 and not small.cache
+        assert small.answer_cache.bytes == 0 and not small.answer_cache.entries
 
     asyncio.run(run())
 
@@ -329,7 +334,7 @@ def test_the_answer_cache_is_bounded_in_bytes_and_entries():
 
 e2e = pytest.mark.e2e
 
-# The flags of the aggregator under test, and the formula of exporter.aggregator.app computed from them.
+# The flags of the aggregator under test, and the formula of exporter.aggregator's docstring computed from them.
 FLAGS = {"--peer-max-mb": 32, "--peer-max-items": 200_000, "--peer-concurrency": 8, "--peer-parse-concurrency": 1,
          "--cache-max-mb": 16, "--peer-failure-seconds": 600, "--peer-timeout": 60, "--peer-probe-interval": 0,
          "--http-max-requests": 64}
@@ -340,7 +345,7 @@ MERGE_SMALL = 3 * MIB  # W: one fan-out's merge of the sidecar's small pages, it
 
 
 def formula(fanouts: int) -> int:
-    """RSS bound (bytes) of exporter.aggregator.app's docstring for FLAGS, `fanouts` at once."""
+    """RSS bound (bytes) of exporter.aggregator's docstring for FLAGS, `fanouts` at once."""
     p, i = FLAGS["--peer-max-mb"] * MIB, FLAGS["--peer-max-items"]
     c, s, k = FLAGS["--peer-concurrency"], FLAGS["--peer-parse-concurrency"], FLAGS["--cache-max-mb"] * MIB
     return int(M0 + c * (1.125 * p + PER_PEER_SLOT) + s * (8 * p + BYTES_PER_ITEM * i) + fanouts * MERGE_SMALL + k)
@@ -533,7 +538,7 @@ def test_the_default_item_budget_is_over_four_times_a_10000_row_page():
     from fastapi.testclient import TestClient
 
     from bench.exporter import build_registry
-    from exporter.cli.aggregate import DEFAULT_PEER_MAX_ITEMS
+    from exporter.aggregator.defaults import DEFAULT_PEER_MAX_ITEMS
     from exporter.http.app import create_app
 
     registry, _ = build_registry(10_000, 1)
@@ -543,18 +548,3 @@ def test_the_default_item_budget_is_over_four_times_a_10000_row_page():
     assert not budget.add(page, page)
     assert exact_count(page, []) == budget.count  # no string holds a comma here: quick == exact
     assert DEFAULT_PEER_MAX_ITEMS >= 4 * budget.count, budget.count
-
-
-
-def test_the_aggregators_defaults_are_the_commands():
-    """exporter.aggregator.app repeats exporter.cli.aggregate's defaults (an import would close a ring)."""
-    import inspect
-
-    from exporter.aggregator.app import Aggregator
-    from exporter.cli import aggregate
-
-    params = inspect.signature(Aggregator.__init__).parameters
-    assert params["max_items"].default == aggregate.DEFAULT_PEER_MAX_ITEMS
-    assert params["parse_concurrency"].default == aggregate.DEFAULT_PEER_PARSE_CONCURRENCY
-    assert params["failure_seconds"].default == aggregate.DEFAULT_PEER_FAILURE_SECONDS
-    assert params["cache_max_bytes"].default == aggregate.DEFAULT_CACHE_MAX_MB << 20

@@ -30,10 +30,12 @@ import pytest
 import uvicorn
 
 from exporter.aggregator import merge
-from exporter.aggregator.app import Aggregator, Peers
 from exporter.aggregator.app import create_app as create_aggregate_app
+from exporter.aggregator.fanout import Aggregator
+from exporter.aggregator.peers import Peers
 from exporter.http.app import create_app
 from exporter.http.auth import ApiToken
+from exporter.http.models import InvalidAnswer
 from harness.census import CENSUS, Census, wait_for
 from harness.peers import free_port
 from tests.test_aggregate import conforms
@@ -597,7 +599,7 @@ def test_census_merge_sums_counts_and_keeps_rows_apart_by_key():
     {"connections": [_conn(1, fingerprint_unknown={"reason": None, "candidates": []})], "total": 1},
 ])
 def test_a_connection_listing_of_the_wrong_shape_is_invalid(body):
-    with pytest.raises(merge.InvalidAnswer):
+    with pytest.raises(InvalidAnswer):
         merge.check_connections(body)
 
 
@@ -612,9 +614,9 @@ def test_fingerprint_unknown_passes_and_may_be_absent_from_an_older_sidecar():
 def test_a_page_longer_than_the_limit_asked_is_invalid():
     body = {"connections": [_conn(1), _conn(2)], "total": 2}
     merge.check_connections(body, limit=2)
-    with pytest.raises(merge.InvalidAnswer, match="2 connections for limit=1"):
+    with pytest.raises(InvalidAnswer, match="2 connections for limit=1"):
         merge.check_connections(body, limit=1)
-    with pytest.raises(merge.InvalidAnswer):
+    with pytest.raises(InvalidAnswer):
         merge.check_connections({"connections": [_conn(1), _conn(2)], "total": 1})
 
 

@@ -33,9 +33,10 @@ from capture.events import (
     SaslIdentity,
     TrafficUpdate,
 )
-from exporter.census.registry import ConnectionRecord, ConnectionRegistry
+from exporter.census.record import ConnectionRecord
+from exporter.census.registry import ConnectionRegistry
 from exporter.http import app as api
-from exporter.http import docs_ui
+from exporter.http import docs_ui, models
 from exporter.http.app import create_app
 
 NOW = 200.0
@@ -264,7 +265,7 @@ def test_the_query_strings_are_the_registrys_filters():
     api.client_query); their filters are the registry's vocabulary, name for name, in order."""
     import inspect
 
-    from exporter.census.registry import CLIENT_FILTERS, QUERY_FILTERS
+    from exporter.census.reads import CLIENT_FILTERS, QUERY_FILTERS
 
     assert list(inspect.signature(api.connection_query).parameters) == ["state", *QUERY_FILTERS, "order_by", "limit"]
     assert list(inspect.signature(api.client_query).parameters) == list(CLIENT_FILTERS)
@@ -436,7 +437,7 @@ def test_upgrade_readiness_defaults_to_4_0_and_is_ready_without_old_versions():
 def test_unknown_upgrade_target_is_400_listing_known(client):
     r = client.get("/api/v1/upgrade-readiness", params={"target": "3.9"})
     assert r.status_code == 400
-    from exporter.census.registry import UPGRADE_TARGETS
+    from capture.kafka.upgrade_targets import UPGRADE_TARGETS
 
     assert r.json() == {"detail": f"unknown upgrade target '3.9'; known: {', '.join(UPGRADE_TARGETS)}"}
     assert {"4.0", "4.0.0", "4.4"} <= set(UPGRADE_TARGETS)
@@ -445,19 +446,20 @@ def test_unknown_upgrade_target_is_400_listing_known(client):
 # --- schema precision: the models are the registry's objects, field for field ---------------
 
 @pytest.mark.parametrize("model, sample", [
-    (api.Connection, lambda reg: reg.get(C1)),
-    (api.Client, lambda reg: reg.clients()[0]),
-    (api.Broker, lambda reg: reg.brokers()[0]),
-    (api.RequestCount, lambda reg: reg.get(C1)["requests"][0]),
-    (api.ConnectionUsingRemoved, lambda reg: reg.upgrade_readiness("4.0")["connections"][0]),
-    (api.ClientUsingRemoved, lambda reg: reg.upgrade_readiness("4.0")["clients"][0]),
-    (api.UpgradeReadiness, lambda reg: reg.upgrade_readiness("4.0")),
-    (api.ChurnList, lambda reg: reg.churn()),
+    (models.Connection, lambda reg: reg.get(C1)),
+    (models.Client, lambda reg: reg.clients()[0]),
+    (models.Broker, lambda reg: reg.brokers()[0]),
+    (models.RequestCount, lambda reg: reg.get(C1)["requests"][0]),
+    (models.ConnectionUsingRemoved, lambda reg: reg.upgrade_readiness("4.0")["connections"][0]),
+    (models.ClientUsingRemoved, lambda reg: reg.upgrade_readiness("4.0")["clients"][0]),
+    (models.UpgradeReadiness, lambda reg: reg.upgrade_readiness("4.0")),
+    (models.ChurnList, lambda reg: reg.churn()),
 ])
 def test_models_match_registry_objects(registry, model, sample):
     obj = sample(registry)
     # `cut` is the response's, not the registry's: set only when the response budget cut a list
-    assert set(model.model_fields) - {"cut"} == set(obj), "registry and API model disagree: update exporter/http/app.py"
+    assert set(model.model_fields) - {"cut"} == set(obj), \
+        "registry and API model disagree: update exporter/http/models.py"
     model.model_validate(obj)
 
 
@@ -470,8 +472,8 @@ def test_the_connection_object_is_its_declared_fields_in_order(registry):
     names = [f.name for f in CONNECTION_FIELDS]
     for conn in registry.connections("all"):
         assert list(conn) == names
-    assert list(api.Connection.model_fields) == names
-    rec = registry._record(C1)
+    assert list(models.Connection.model_fields) == names
+    rec = registry._find_record(C1)
     row = rec.to_dict()
     for f in CONNECTION_FIELDS:
         if f.slot is not None:

@@ -24,6 +24,7 @@ from fastapi.testclient import TestClient
 from exporter.aggregator import merge
 from exporter.census.registry import ConnectionRegistry
 from exporter.http.app import create_app
+from exporter.http.models import InvalidAnswer
 from tests.recordings import census
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
@@ -142,12 +143,12 @@ def test_a_sidecar_older_than_client_connections_is_merged():
 
 @pytest.mark.parametrize("members", ["c1,c2", None, [1, 2], ["c1", None], {"c1": 1}])
 def test_client_connections_of_another_shape_are_invalid(members):
-    with pytest.raises(merge.InvalidAnswer, match="client_connections"):
+    with pytest.raises(InvalidAnswer, match="client_connections"):
         merge.check_connections({"connections": [_conn(client_connections=members)], "total": 1})
     row = {"client_software_name": None, "client_software_version": None, "client_id": "app", "principal": None,
            "listener": "PLAINTEXT", "identity_source": "fingerprint", "first_seen": "2025-01-01T00:00:01.000000Z",
            "last_seen": "2025-01-01T00:00:01.000000Z", "open_connections": 1, "total_connections": 2,
            "client_addresses": ["10.0.0.1"], "requests": [],
            "inferred_software": _conn(client_connections=members)["inferred_software"]}
-    with pytest.raises(merge.InvalidAnswer, match="client_connections"):
+    with pytest.raises(InvalidAnswer, match="client_connections"):
         merge.check_clients({"clients": [row], "census_overflow": 0})

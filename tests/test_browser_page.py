@@ -182,7 +182,7 @@ def test_the_page_renders_the_census_and_the_connections(browser, census):
     verdict = api(census.base, "/api/v1/upgrade-readiness")
     assert text_of(b, "#verdict").startswith("READY" if verdict["ready"] else "NOT READY")
     targets = b.driver.execute_script("return [...document.querySelectorAll('#target option')].map(o => o.value)")
-    from exporter.census.registry import UPGRADE_TARGETS
+    from capture.kafka.upgrade_targets import UPGRADE_TARGETS
     assert targets == list(UPGRADE_TARGETS)  # the API's known targets (its OpenAPI enum)
     brokers = api(census.base, "/api/v1/brokers")["brokers"]
     assert len(b.driver.execute_script("return document.querySelectorAll('#brokers details')")) == len(brokers) > 0

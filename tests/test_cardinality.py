@@ -41,10 +41,9 @@ from capture.kafka.api_table import API_TABLE
 from capture.kafka.errors import Kind
 from capture.listeners import ListenerMap
 from capture.packets import ACK, PSH, SYN
+from exporter.census.brokers import BROKER_DROPS, MAX_BROKER_FEATURES
 from exporter.census.churn import DEFAULT_CHURN_THRESHOLD_PER_MINUTE, DEFAULT_MAX_CHURN_CLIENTS
 from exporter.census.registry import (
-    BROKER_DROPS,
-    BUDGETED,
     DEFAULT_CLOSED_TTL,
     DEFAULT_MAX_BROKERS,
     DEFAULT_MAX_CENSUS_ROWS,
@@ -52,11 +51,10 @@ from exporter.census.registry import (
     DEFAULT_MAX_FINGERPRINTS_PER_SECOND,
     DEFAULT_MAX_SERIES,
     DEFAULT_MAX_SOFTWARE_LABELS,
-    HISTOGRAM_SERIES,
-    MAX_BROKER_FEATURES,
     ConnectionRegistry,
-    SavedIdentity,
 )
+from exporter.census.saved import SavedIdentity
+from exporter.census.series import BUDGETED, HISTOGRAM_SERIES
 from exporter.cli.common import UsageError, live_registry, registry_bounds
 from exporter.cli.main import build_parser, resolve_settings
 from exporter.http.app import create_app

@@ -29,15 +29,19 @@ from capture.events import ConnectionClosed, ConnectionOpened, RequestSeen, TlsD
 from capture.listeners import ListenerMap
 from capture.replay import replay
 from exporter.aggregator import merge
-from exporter.aggregator.app import AggChurnList, Aggregator, Peers
 from exporter.aggregator.app import create_app as create_aggregate_app
+from exporter.aggregator.fanout import Aggregator
+from exporter.aggregator.models import AggChurnList
+from exporter.aggregator.peers import Peers
 from exporter.census.churn import DEFAULT_CHURN_THRESHOLD_PER_MINUTE, DEFAULT_MAX_CHURN_CLIENTS, ChurnTracker
-from exporter.census.registry import ConnectionRegistry, iso_time
+from exporter.census.record import iso_time
+from exporter.census.registry import ConnectionRegistry
 from exporter.cli.common import UsageError, registry_bounds
 from exporter.cli.main import build_parser, main, resolve_settings
-from exporter.http.app import ChurnList, create_app
+from exporter.http.app import create_app
 from exporter.http.health import health_body
 from exporter.http.metrics import CensusCollector
+from exporter.http.models import ChurnList, InvalidAnswer
 from tests.synth import TcpConversation, write_pcap
 from tests.test_capture_synthetic import metadata, opaque_response
 
@@ -384,7 +388,7 @@ def test_the_merge_passes_on_only_the_checked_fields():
     {**_body([]), "evicted": -1}, {**_body([]), "tracked_clients": None},
 ])
 def test_a_churn_answer_of_another_shape_is_invalid(bad):
-    with pytest.raises(merge.InvalidAnswer):
+    with pytest.raises(InvalidAnswer):
         merge.check_churn(bad)
 
 

@@ -27,8 +27,9 @@ from capture.live import run_live
 from capture.pcapwriter import PcapWriter, PcapWriterError
 from exporter.census.registry import ConnectionRegistry
 from exporter.cli import main as cli
-from exporter.eventlog import log as eventlog_mod
-from exporter.eventlog.log import EventLog, QueuedEventLog, encode, list_logs, read_events
+from exporter.eventlog.format import encode
+from exporter.eventlog.reader import list_logs, read_events
+from exporter.eventlog.writer import EventLog, QueuedEventLog
 from exporter.http.metrics import CensusCollector
 from exporter.service.serve import Service
 
@@ -180,7 +181,7 @@ class StalledDisk:
                 self.release.wait()
             return real_write(fd, data)
 
-        monkeypatch.setattr(eventlog_mod.os, "write", write)
+        monkeypatch.setattr(os, "write", write)
 
 
 def test_a_stalled_disk_never_blocks_the_capture_thread_and_the_queue_drops_at_its_bound(tmp_path, monkeypatch):
@@ -215,10 +216,10 @@ def test_a_stalled_disk_never_blocks_the_capture_thread_and_the_queue_drops_at_i
 def test_rotation_fsyncs_and_deletions_run_on_the_writer_thread(tmp_path, monkeypatch):
     threads = []
     real_fsync, real_unlink = os.fsync, os.unlink
-    monkeypatch.setattr(eventlog_mod.os, "fsync", lambda fd: (threads.append(threading.current_thread().name),
-                                                              real_fsync(fd))[1])
-    monkeypatch.setattr(eventlog_mod.os, "unlink", lambda p: (threads.append(threading.current_thread().name),
-                                                              real_unlink(p))[1])
+    monkeypatch.setattr(os, "fsync", lambda fd: (threads.append(threading.current_thread().name),
+                                                 real_fsync(fd))[1])
+    monkeypatch.setattr(os, "unlink", lambda p: (threads.append(threading.current_thread().name),
+                                                 real_unlink(p))[1])
     log = QueuedEventLog(EventLog(tmp_path, max_bytes=LINE, max_total_bytes=3 * LINE, host="h"))
     for i in range(20):
         log.write(request(i))

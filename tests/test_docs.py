@@ -58,7 +58,7 @@ def metrics_reference() -> str:
     """Every metric family the sidecar and the aggregator serve, as a Markdown table (name, type,
     labels, help), from the collectors themselves on empty state."""
     from exporter.census.registry import ConnectionRegistry
-    from exporter.eventlog.log import EventLog, QueuedEventLog
+    from exporter.eventlog.writer import EventLog, QueuedEventLog
     from exporter.http.metrics import COMPAT_MODES, CensusCollector
     from exporter.service.state import StateKeeper
 
@@ -116,7 +116,9 @@ def rest_reference() -> str:
 
 def _aggregator_families():
     """The aggregator's families, from its own collector (its fan-out histogram included)."""
-    from exporter.aggregator.app import AggregateCollector, Aggregator, Peers
+    from exporter.aggregator.collector import AggregateCollector
+    from exporter.aggregator.fanout import Aggregator
+    from exporter.aggregator.peers import Peers
     agg = Aggregator(Peers([], dns=None, max_peers=1))
     families = list(AggregateCollector(agg).collect())
     # A prometheus_client Histogram with no child yet yields a family without its label names.

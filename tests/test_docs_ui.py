@@ -17,7 +17,9 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 from fastapi.testclient import TestClient
 
-from exporter.aggregator import app as aggregate_app
+from exporter.aggregator.app import create_app as create_aggregate_app
+from exporter.aggregator.fanout import Aggregator
+from exporter.aggregator.peers import Peers
 from exporter.census.registry import ConnectionRegistry
 from exporter.http import docs_ui
 from exporter.http.app import create_app
@@ -31,7 +33,7 @@ def sidecar(**kw):
 
 
 def aggregator(**kw):
-    return aggregate_app.create_app(aggregate_app.Aggregator(aggregate_app.Peers([], dns=None, max_peers=1)), **kw)
+    return create_aggregate_app(Aggregator(Peers([], dns=None, max_peers=1)), **kw)
 
 
 APPS = {"sidecar": sidecar, "aggregator": aggregator}

@@ -1,4 +1,5 @@
-"""The event log (exporter/eventlog/log.py): record format, rotation, durability, errors, readers.
+"""The event log (exporter/eventlog/: format.py, files.py, reader.py, writer.py): record format,
+rotation, durability, errors, readers.
 
 Real files in tmp_path; a fake clock where time matters; a subprocess with RLIMIT_FSIZE for a
 real short write followed by EFBIG."""
@@ -20,18 +21,11 @@ from pathlib import Path
 import pytest
 
 from capture import events as ev
-from exporter.eventlog import log as eventlog
-from exporter.eventlog.log import (
-    ENVELOPE,
-    SCHEMA_VERSION,
-    EventLog,
-    EventLogError,
-    encode,
-    list_logs,
-    parse_line,
-    read_events,
-    to_event,
-)
+from exporter.eventlog import format as eventlog_format
+from exporter.eventlog.files import EventLogError
+from exporter.eventlog.format import ENVELOPE, SCHEMA_VERSION, encode, parse_line, to_event
+from exporter.eventlog.reader import list_logs, read_events
+from exporter.eventlog.writer import EventLog
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1795299780.25  # 2026-11-21T22:23:00.25Z
@@ -167,7 +161,7 @@ def test_a_field_named_like_an_envelope_key_is_refused():
     with pytest.raises(TypeError, match="envelope"):
         encode(Clash(conn_id="c", ts=1.0, type="x"))
     for cls in _event_classes():  # and no real event has such a field
-        eventlog._field_names(cls)
+        eventlog_format._field_names(cls)
 
 
 # --- files, rotation, durability ----------------------------------------------------------------
@@ -350,7 +344,7 @@ def test_a_real_short_write_and_efbig_from_the_kernel(tmp_path):
         import json, resource, signal, sys
         sys.path.insert(0, {str(ROOT)!r})
         from capture.events import RequestSeen
-        from exporter.eventlog.log import EventLog
+        from exporter.eventlog.writer import EventLog
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))
         log = EventLog({str(tmp_path)!r}, host="h")
@@ -506,8 +500,9 @@ def test_close_from_another_thread_while_writing(tmp_path):
 
 # --- schema 2: request traffic rolled up per connection (exporter/eventlog/rollup.py) ----------------------
 
-from exporter.eventlog.log import QueuedEventLog, encode_rollup  # noqa: E402
+from exporter.eventlog.format import encode_rollup  # noqa: E402
 from exporter.eventlog.rollup import MAX_ACKS, MAX_PAIRS, Rollup, rolled  # noqa: E402
+from exporter.eventlog.writer import QueuedEventLog  # noqa: E402
 from harness.census import wait_for  # noqa: E402
 
 ROLLUP_KEYS = ["schema", "type", "ts", "conn_id", "client_id", "requests", "responses", "acks", "folded"]

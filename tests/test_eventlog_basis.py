@@ -20,19 +20,12 @@ import pytest
 from capture.events import ClientSoftware, ConnectionClosed, ConnectionOpened, RequestSeen, SaslHandshake
 from capture.listeners import ListenerMap
 from capture.replay import replay
+from exporter.census.basis import MAX_FIRST_REQUESTS, FingerprintBasis
 from exporter.census.registry import ConnectionRegistry
-from exporter.eventlog.log import (
-    EventLog,
-    QueuedEventLog,
-    encode,
-    list_logs,
-    parse_line,
-    read_events,
-    rollup_lines,
-    to_event,
-    to_events,
-)
-from exporter.eventlog.rollup import MAX_FIRST_REQUESTS, FingerprintBasis, Rollup, rolled
+from exporter.eventlog.format import encode, parse_line, rollup_lines, to_event, to_events
+from exporter.eventlog.reader import list_logs, read_events
+from exporter.eventlog.rollup import Rollup, rolled
+from exporter.eventlog.writer import EventLog, QueuedEventLog
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
 MANIFEST = json.loads((FIXTURES / "MANIFEST.json").read_text())["recordings"]
@@ -63,7 +56,7 @@ def _view(reg: ConnectionRegistry) -> list[dict]:
 
 
 def _rebuilt(records: list[dict]) -> ConnectionRegistry:
-    # In ts order (a stable sort), as exporter/eventlog/log.py says a replay tool applies a log.
+    # In ts order (a stable sort), as exporter/eventlog/format.py says a replay tool applies a log.
     return _registry(e for rec in sorted(records, key=lambda r: r["ts"]) for e in to_events(rec))
 
 

@@ -34,8 +34,10 @@ from capture.listeners import ListenerMap
 from capture.replay import replay
 from exporter.census.registry import ConnectionRegistry
 from exporter.cli import main as cli
-from exporter.eventlog.log import EventLog, QueuedEventLog, encode, encode_rollup, list_logs, read_events, to_events
+from exporter.eventlog.format import encode, encode_rollup, to_events
+from exporter.eventlog.reader import list_logs, read_events
 from exporter.eventlog.rollup import rolled
+from exporter.eventlog.writer import EventLog, QueuedEventLog
 
 pytestmark = pytest.mark.spark
 
@@ -203,7 +205,7 @@ def test_the_registry_reaches_the_same_state_from_either_version(logs, real_clie
     assert any("first_requests" in r for r in _records(logs["v2"]))
     assert {c["identity_source"] for c in want["connections"]} >= {"sibling", "fingerprint"}
     for name in ("v1", "v2", "v2-fine"):
-        # In ts order (a stable sort), as exporter/eventlog/log.py says a replay tool applies a log: a
+        # In ts order (a stable sort), as exporter/eventlog/format.py says a replay tool applies a log: a
         # rollup is written when its round comes, after later records of its connection.
         # A v2 log's rollups lose request order: its records carry each connection's first_requests
         # as the live registry folded them (`to_events` gives them back), so the rebuilt registry

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.eventlog.log import SCHEMA_VERSION, list_logs, read_events
+from exporter.eventlog.format import SCHEMA_VERSION
+from exporter.eventlog.reader import list_logs, read_events
 from harness import peers
 from harness.census import Census, wait_for
 from harness.java_client import JAVA_CLIENT_VERSION, SOFTWARE_NAME, run_java_client

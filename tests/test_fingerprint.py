@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from exporter.census import fingerprint_table as table
+from exporter.census.basis import FINGERPRINT_THRESHOLD
 from exporter.census.fingerprint import (
     JAVA,
     MIN_EXACT,
-    THRESHOLD,
     Inference,
     Observation,
     Unknown,
@@ -157,7 +157,7 @@ def test_the_silent_java_releases_are_those_before_2_4():
 def test_every_java_release_before_2_4_is_named_with_its_range(release):
     got = infer(java_observation(release, UNCAPPED, "producer-1"))
     assert got is not None and got.name == JAVA and release in in_range(got), got
-    assert got.confidence >= THRESHOLD and got.min_compatible == "2.1"
+    assert got.confidence >= FINGERPRINT_THRESHOLD and got.min_compatible == "2.1"
     # Without the default client_id: Java or nothing.
     bare = infer(java_observation(release, UNCAPPED))
     assert bare is None or (bare.name == JAVA and release in in_range(bare))
@@ -451,7 +451,8 @@ def test_a_self_naming_default_client_id_names_a_release_the_table_lacks():
     # Versions no recorded release sends (a newer kafkajs, say), with kafkajs's default client_id.
     new = Observation(2, {(0, 9): 1, (3, 9): 1}, ((18, 2), (3, 9), (0, 9)), "kafkajs", {0: 11, 3: 12})
     got = infer(new)
-    assert got is not None and (got.name, got.version_range) == ("kafkajs", "*") and got.confidence >= THRESHOLD
+    assert got is not None and (got.name, got.version_range) == ("kafkajs", "*")
+    assert got.confidence >= FINGERPRINT_THRESHOLD
     # Java's default names no library; nor does an id with nothing sent beside it.
     assert infer(Observation(2, {(0, 9): 1, (3, 9): 1}, ((3, 9), (0, 9)), "producer-1", {0: 11, 3: 12})) is None
     assert infer(Observation(2, {}, ((18, 2),), "kafkajs", {0: 11, 3: 12})) is None

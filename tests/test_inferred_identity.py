@@ -17,9 +17,12 @@ from capture.events import (
     RequestTally,
     TrafficUpdate,
 )
+from exporter.census import identity as identity_module
 from exporter.census import registry as registry_module
+from exporter.census.basis import MAX_FIRST_REQUESTS
 from exporter.census.fingerprint import Inference, Observation
-from exporter.census.registry import MAX_FIRST_REQUESTS, MAX_INFER_CALLS, ConnectionRegistry
+from exporter.census.identity import MAX_INFER_CALLS
+from exporter.census.registry import ConnectionRegistry
 
 
 @pytest.fixture
@@ -34,7 +37,7 @@ def calls(monkeypatch):
             return Inference("apache-kafka-java", "0.10.2.0-0.11.0.3", 0.9, ("Produce v2", "ApiVersions v0"), "2.1")
         return None
 
-    monkeypatch.setattr(registry_module, "_assess", infer)
+    monkeypatch.setattr(identity_module, "_assess", infer)
     return seen
 
 
@@ -152,7 +155,7 @@ def test_first_requests_from_a_tally_equal_those_of_one_event_per_request(calls)
 def test_a_fault_in_infer_is_counted_not_raised(monkeypatch):
     def broken(obs):
         raise RuntimeError("table bug")
-    monkeypatch.setattr(registry_module, "_assess", broken)
+    monkeypatch.setattr(identity_module, "_assess", broken)
     reg = old_java(ConnectionRegistry())
     assert reg.get("a")["identity_source"] == "api_versions_v0"
     assert reg.snapshot().decode_errors["fingerprint"] == 1
@@ -203,13 +206,13 @@ def test_a_flood_of_unannounced_connections_spends_at_most_the_budget_per_second
 
     now = [1000.25]
     seconds: list[int] = []
-    stub = registry_module._assess
+    stub = identity_module._assess
 
     def timed(obs):
         seconds.append(int(now[0]))
         return stub(obs)
 
-    monkeypatch.setattr(registry_module, "_assess", timed)
+    monkeypatch.setattr(identity_module, "_assess", timed)
     reg = ConnectionRegistry(clock=lambda: now[0], max_fingerprints_per_second=50)
     n = 500
     for i in range(n):  # 500 clients: a client_id each (one client's connections cost one call)

@@ -107,3 +107,24 @@ def test_the_rules_catch_an_upward_import_and_a_stray_module():
         ("exporter.eventlog.writer", "exporter.census.registry"),
         ("exporter.loose", "(no layer: a module directly under exporter/)"),
     ]
+
+
+# Inside a package: the package's own modules each module may import (its docstring says why);
+# a module not listed here is not held to an order.
+WITHIN = {
+    "exporter.eventlog.files": set(),
+    "exporter.eventlog.format": {"exporter.eventlog.rollup"},
+    "exporter.eventlog.reader": {"exporter.eventlog.files", "exporter.eventlog.format"},
+    "exporter.eventlog.writer": {"exporter.eventlog.files", "exporter.eventlog.format", "exporter.eventlog.rollup"},
+    "exporter.incident.client": set(),
+    "exporter.incident.tables": {"exporter.incident.client"},
+    "exporter.incident.watch": {"exporter.incident.client", "exporter.incident.tables"},
+}
+
+
+def test_inside_a_package_each_module_imports_only_the_modules_its_docstring_names():
+    graph = _import_graph(ROOT, "exporter")
+    for module, allowed in WITHIN.items():
+        package = module.rsplit(".", 1)[0]
+        own = {d for d in graph[module] if d.startswith(package + ".")}
+        assert own <= allowed, (module, sorted(own - allowed))

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from capture.events import (
+    LATENCY_BUCKETS,
     ApiVersionsAnswer,
     CaptureStats,
     ClientSoftware,
@@ -33,7 +34,7 @@ from capture.events import (
     SaslHandshake,
     SaslIdentity,
 )
-from exporter.census.registry import LATENCY_BUCKETS, ConnectionRegistry
+from exporter.census.registry import ConnectionRegistry
 from exporter.http.metrics import CensusCollector
 
 P = "kafka_census_"

@@ -69,7 +69,7 @@ def test_a_reconnect_loop_of_produce_v0_and_metadata_v0_stays_unknown(tmp_path):
     for c in conns:
         assert c["identity_source"] == "none" and c["inferred_software"] is None, c
         assert "sarama *" in candidates(c) and "4 needed" in c["fingerprint_unknown"]["reason"], c
-    assert reg.sibling_identities == 0
+    assert reg.resolver.sibling_identities == 0
     assert not {k: v for k, v in reg.snapshot().connections_inferred.items() if v}
     rows = [r for r in reg.clients() if r["client_id"] == "storm-a"]
     assert [(r["identity_source"], r["total_connections"]) for r in rows] == [("none", STORM)]

@@ -15,7 +15,7 @@ Two inputs, both event logs as `kafka-census` writes them:
 
 Every table job runs through the Python API (`pipeline.events` + `pipeline.jobs`) in one
 SparkSession and is compared with a plain-Python computation of the definitions in
-pipeline/jobs.py's docstring over the same files read with `exporter.eventlog.log.read_events`.
+pipeline/jobs.py's docstring over the same files read with `exporter.eventlog.reader.read_events`.
 The CLI runs (a Spark start each, 15-30 s) are started in the background as the module begins,
 so they overlap the capture run; their tests wait for them.
 
@@ -43,7 +43,9 @@ import pytest
 
 from capture import events as ev
 from capture.kafka.api_table import API_TABLE, REMOVED_IN_KAFKA4
-from exporter.eventlog.log import EventLog, QueuedEventLog, encode, parse_line, read_events
+from exporter.eventlog.format import encode, parse_line
+from exporter.eventlog.reader import read_events
+from exporter.eventlog.writer import EventLog, QueuedEventLog
 from harness import peers
 from harness.census import Census
 from tests.test_exporter_e2e import old_and_odd_clients

@@ -4,7 +4,7 @@ A real pcap: tcpdump on `lo` while the confluent-kafka client runs against Tansu
 here, and it starts in a second). Next to it
 in the input directory: a copy cut in the middle of a packet, a file of random bytes and a
 text file. The Spark job must give, for each readable pcap, exactly the records that
-`replay` + `exporter.eventlog.rollup.rolled` + `exporter.eventlog.log.encode` give for the same file in this
+`replay` + `exporter.eventlog.rollup.rolled` + `exporter.eventlog.format.encode` give for the same file in this
 process (schema 2: request traffic rolled up per connection; in capture order, plus the file's
 CaptureStats), quarantine the cut file (keeping its events) and the
 random one with their reasons, skip the text file, and leave an event log that
@@ -29,7 +29,7 @@ pytest.importorskip("pyspark")
 from capture.events import ConnectionOpened  # noqa: E402
 from capture.listeners import ListenerMap  # noqa: E402
 from capture.replay import replay  # noqa: E402
-from exporter.eventlog.log import encode, parse_line, rollup_lines  # noqa: E402
+from exporter.eventlog.format import encode, parse_line, rollup_lines  # noqa: E402
 from exporter.eventlog.rollup import rolled  # noqa: E402
 from harness import oracles, peers  # noqa: E402
 from pipeline import events as pev  # noqa: E402

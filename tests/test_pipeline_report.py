@@ -1,6 +1,6 @@
 """`kafka-census pipeline report` (pipeline/report.py): one self-contained, escaped HTML file.
 
-The input is a small event log written by `exporter.eventlog.log.EventLog` from `capture.events`
+The input is a small event log written by `exporter.eventlog.writer.EventLog` from `capture.events`
 objects: a modern client over four UTC days, a legacy client without ApiVersions that uses
 Produce v2 and Fetch v3 (removed in Kafka 4.0), and a client whose id and software version
 are HTML (`<img src=x onerror=alert(1)>`) and which uses OffsetCommit v1 (removed too). The
@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from capture.events import ClientSoftware, ConnectionClosed, ConnectionOpened, RequestSeen  # noqa: E402
-from exporter.eventlog.log import EventLog  # noqa: E402
+from exporter.eventlog.writer import EventLog  # noqa: E402
 from pipeline import report  # noqa: E402
 from pipeline.cli import build_parser  # noqa: E402
 
@@ -230,7 +230,7 @@ from pathlib import Path  # noqa: E402
 from capture.listeners import ListenerMap  # noqa: E402
 from capture.replay import replay  # noqa: E402
 from exporter.census.registry import ConnectionRegistry  # noqa: E402
-from exporter.eventlog.log import QueuedEventLog  # noqa: E402
+from exporter.eventlog.writer import QueuedEventLog  # noqa: E402
 
 FINGERPRINTS = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
 INFERRED_RECORDINGS = ("kafka-node-5.0.0", "sarama-1.22.1", "kafkajs-2.1.0", "kafka-python-2.1.6")

@@ -37,7 +37,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from capture.events import ConnectionOpened
 from capture.proxy import Proxy, Route, subject_name
 from exporter.census.registry import ConnectionRegistry
-from exporter.eventlog.log import list_logs, read_events
+from exporter.eventlog.reader import list_logs, read_events
 from harness import peers
 from harness.census import Census, wait_for
 from harness.java_client import JAVA_CLIENT_VERSION, SOFTWARE_NAME, run_java_client

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.census.registry import iso_time
+from exporter.census.record import iso_time
 from harness import oracles, peers
 from harness.census import CENSUS, Census, wait_for
 from harness.kafka_broker import KafkaCluster, KafkaError, Tls, start_kafka

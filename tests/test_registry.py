@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 
 from capture.events import (
+    LATENCY_BUCKETS,
     ApiVersionsAnswer,
     ClientSoftware,
     ConnectionClosed,
@@ -22,7 +23,7 @@ from capture.events import (
     ResponseSeen,
     TlsDetected,
 )
-from exporter.census.registry import LATENCY_BUCKETS, ConnectionRegistry
+from exporter.census.registry import ConnectionRegistry
 
 BROKER = ("10.0.0.5", 9092)
 API_NAMES = {0: "Produce", 1: "Fetch", 3: "Metadata", 18: "ApiVersions"}
@@ -168,16 +169,6 @@ def test_deprecated_requests_count_produce_v2_but_not_v9():
     assert snap.deprecated == {("PLAINTEXT", "Produce", 2, "old", "0.1"): 2}
     assert snap.requests[("PLAINTEXT", "Produce", 9, "old", "0.1")] == 1
     assert snap.requests[("PLAINTEXT", "Produce", 2, "old", "0.1")] == 2
-
-
-def test_the_first_requests_bound_is_the_fingerprints_everywhere():
-    """The registry takes it from exporter.census.fingerprint (what infer() reads); the event log's
-    rollup, which must not import the fingerprint table, restates it."""
-    from exporter.census import fingerprint, registry
-    from exporter.eventlog import rollup
-
-    assert registry.MAX_FIRST_REQUESTS == rollup.MAX_FIRST_REQUESTS == fingerprint.MAX_FIRST_REQUESTS
-    assert registry.MAX_CANDIDATES == fingerprint.MAX_CANDIDATES
 
 
 def test_the_census_is_filtered_by_the_registry():

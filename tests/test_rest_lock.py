@@ -20,7 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from capture.events import ClientSoftware, ConnectionClosed, ConnectionOpened, RequestSeen, TrafficUpdate
-from exporter.census import registry as registry_module
+from exporter.census import reads
 from exporter.census.registry import ConnectionRegistry
 from exporter.http import app as api
 from exporter.http.app import create_app
@@ -268,9 +268,9 @@ def _varied_registry(rng: random.Random, n: int) -> tuple[ConnectionRegistry, fl
 @pytest.mark.parametrize("seed", range(12))
 def test_query_orders_as_documented_across_chunks(monkeypatch, seed):
     # Small chunks, so that the copy, the sort and the merge each take many steps here.
-    monkeypatch.setattr(registry_module, "_ROWS_PER_HOLD", 7)
-    monkeypatch.setattr(registry_module, "_REQUESTS_PER_HOLD", 5)
-    monkeypatch.setattr(registry_module, "_SORT_CHUNK", 11)
+    monkeypatch.setattr(reads, "ROWS_PER_HOLD", 7)
+    monkeypatch.setattr(reads, "REQUESTS_PER_HOLD", 5)
+    monkeypatch.setattr(reads, "SORT_CHUNK", 11)
     rng = random.Random(seed)
     reg, now = _varied_registry(rng, 150)
     conns = []
@@ -387,7 +387,7 @@ def test_an_apply_that_waits_for_a_reader_is_exported():
 def test_the_state_file_snapshot_copies_in_chunks_too(monkeypatch):
     """saved_identities() (the state file's snapshot, every --state-interval) held the lock for
     its whole copy: 0.8 s at 100k connections. Now one chunk of records per hold."""
-    monkeypatch.setattr(registry_module, "_ROWS_PER_HOLD", 50)
+    monkeypatch.setattr(reads, "ROWS_PER_HOLD", 50)
     reg = _registry(2_000)
     timer = _install(reg)
     holds = 0

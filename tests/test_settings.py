@@ -10,6 +10,8 @@ import argparse
 import inspect
 import itertools
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -22,15 +24,16 @@ from capture.listeners import (
     parse_listener,
     security_protocol,
 )
-from exporter.census import churn, registry
-from exporter.cli import aggregate, settings
+from exporter.aggregator import defaults as aggregator
+from exporter.census import basis, churn, registry
 from exporter.cli import main as cli
 from exporter.cli import proxy as proxy_command
+from exporter.cli import settings
 from exporter.cli.settings import CONFIG, DEFAULT, ENVIRONMENT, FLAG, SETTINGS, SettingError, resolve
-from exporter.eventlog import log as eventlog
 from exporter.eventlog import rollup
+from exporter.eventlog import writer as eventlog
 from exporter.http import bounds as httpbounds
-from exporter.incident import tables as incident
+from exporter.incident import client as incident
 from exporter.service import state
 
 MiB = 1 << 20
@@ -45,7 +48,7 @@ OWNED = {
     "max_connections": registry.DEFAULT_MAX_OPEN,
     "max_closed_connections": registry.DEFAULT_MAX_CLOSED,
     "closed_ttl": registry.DEFAULT_CLOSED_TTL,
-    "sibling_window": registry.DEFAULT_SIBLING_WINDOW,
+    "sibling_window": basis.DEFAULT_SIBLING_WINDOW,
     "churn_threshold_per_minute": churn.DEFAULT_CHURN_THRESHOLD_PER_MINUTE,
     "max_churn_clients": churn.DEFAULT_MAX_CHURN_CLIENTS,
     "event_log_max_mb": eventlog.DEFAULT_MAX_BYTES // MiB,
@@ -62,18 +65,18 @@ OWNED = {
     "state_interval": state.DEFAULT_INTERVAL,
     "connect_timeout": proxy.DEFAULT_CONNECT_TIMEOUT,
     "event_loop": proxy.DEFAULT_EVENT_LOOP,
-    "peers_dns_interval": aggregate.DEFAULT_PEERS_DNS_INTERVAL,
-    "max_peers": aggregate.DEFAULT_MAX_PEERS,
-    "peer_timeout": aggregate.DEFAULT_PEER_TIMEOUT,
-    "peer_max_mb": aggregate.DEFAULT_PEER_MAX_MB,
-    "peer_concurrency": aggregate.DEFAULT_PEER_CONCURRENCY,
-    "peer_probe_interval": aggregate.DEFAULT_PEER_PROBE_INTERVAL,
-    "cache_seconds": aggregate.DEFAULT_CACHE_SECONDS,
-    "cache_entries": aggregate.DEFAULT_CACHE_ENTRIES,
-    "peer_max_items": aggregate.DEFAULT_PEER_MAX_ITEMS,
-    "peer_parse_concurrency": aggregate.DEFAULT_PEER_PARSE_CONCURRENCY,
-    "peer_failure_seconds": aggregate.DEFAULT_PEER_FAILURE_SECONDS,
-    "cache_max_mb": aggregate.DEFAULT_CACHE_MAX_MB,
+    "peers_dns_interval": aggregator.DEFAULT_PEERS_DNS_INTERVAL,
+    "max_peers": aggregator.DEFAULT_MAX_PEERS,
+    "peer_timeout": aggregator.DEFAULT_PEER_TIMEOUT,
+    "peer_max_mb": aggregator.DEFAULT_PEER_MAX_MB,
+    "peer_concurrency": aggregator.DEFAULT_PEER_CONCURRENCY,
+    "peer_probe_interval": aggregator.DEFAULT_PEER_PROBE_INTERVAL,
+    "cache_seconds": aggregator.DEFAULT_CACHE_SECONDS,
+    "cache_entries": aggregator.DEFAULT_CACHE_ENTRIES,
+    "peer_max_items": aggregator.DEFAULT_PEER_MAX_ITEMS,
+    "peer_parse_concurrency": aggregator.DEFAULT_PEER_PARSE_CONCURRENCY,
+    "peer_failure_seconds": aggregator.DEFAULT_PEER_FAILURE_SECONDS,
+    "cache_max_mb": aggregator.DEFAULT_CACHE_MAX_MB,
     "http_max_connections": httpbounds.DEFAULT_HTTP_MAX_CONNECTIONS,
     "http_header_timeout": httpbounds.DEFAULT_HTTP_HEADER_TIMEOUT,
     "http_idle_timeout": httpbounds.DEFAULT_HTTP_IDLE_TIMEOUT,
@@ -111,13 +114,34 @@ def test_the_bounds_given_to_more_than_one_owner_agree():
 
 
 def test_the_aggregators_defaults_are_those_of_its_settings():
-    from exporter.aggregator.app import Aggregator
+    from exporter.aggregator.app import background
+    from exporter.aggregator.fanout import Aggregator
+    from exporter.aggregator.peers import Peers
 
     params = inspect.signature(Aggregator).parameters
-    assert (params["timeout"].default, params["max_bytes"].default, params["concurrency"].default,
-            params["cache_seconds"].default, params["cache_entries"].default) == (
-        SETTINGS["peer_timeout"].default, SETTINGS["peer_max_mb"].default * MiB,
-        SETTINGS["peer_concurrency"].default, SETTINGS["cache_seconds"].default, SETTINGS["cache_entries"].default)
+    assert {name: params[name].default for name in (
+        "timeout", "max_bytes", "concurrency", "cache_seconds", "cache_entries", "max_items", "parse_concurrency",
+        "failure_seconds", "cache_max_bytes")} == {
+        "timeout": SETTINGS["peer_timeout"].default, "max_bytes": SETTINGS["peer_max_mb"].default * MiB,
+        "concurrency": SETTINGS["peer_concurrency"].default, "cache_seconds": SETTINGS["cache_seconds"].default,
+        "cache_entries": SETTINGS["cache_entries"].default, "max_items": SETTINGS["peer_max_items"].default,
+        "parse_concurrency": SETTINGS["peer_parse_concurrency"].default,
+        "failure_seconds": SETTINGS["peer_failure_seconds"].default,
+        "cache_max_bytes": SETTINGS["cache_max_mb"].default * MiB}
+    assert inspect.signature(Peers).parameters["max_peers"].default == SETTINGS["max_peers"].default
+    loop = inspect.signature(background).parameters
+    assert (loop["dns_interval"].default, loop["probe_interval"].default) == (
+        SETTINGS["peers_dns_interval"].default, SETTINGS["peer_probe_interval"].default)
+
+
+def test_the_settings_and_the_parser_load_without_the_serving_stack():
+    """`kafka-census --help` and every setting's default come without FastAPI, uvicorn, httpx or
+    pydantic: the modules the defaults are taken from (exporter.aggregator.defaults, ...) stay light."""
+    heavy = ("fastapi", "uvicorn", "httpx", "pydantic", "starlette")
+    code = ("import sys; import exporter.cli.settings, exporter.cli.main; exporter.cli.main.build_parser(); "
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 @pytest.mark.parametrize("dest", sorted(SETTINGS))

@@ -128,7 +128,7 @@ def test_the_sibling_index_is_bounded_by_max_open():
     for n in range(50):  # each announces under its own client_id, then closes
         c = f"a{n}"
         feed(reg, opened(c, n), request(c, n, 18, 3, client_id=f"id{n}"), announce(c, n), closed(c, n))
-    assert len(reg._announced) == 10
+    assert len(reg.resolver.announced) == 10
     feed(reg, opened("b", 60.0, port=40001), request("b", 60.0, client_id="id49"), sweep("b", 60.0))
     assert reg.get("b")["identity_source"] == "sibling"
 
@@ -207,7 +207,7 @@ def test_kafkajs_fetch_connections_are_named_with_their_client(tmp_path, tally):
     assert {c["inferred_software"]["version_range"] for c in fingerprinted} == \
         {fetch[0]["inferred_software"]["version_range"]}  # one client, one inference
     assert not [c for c in conns if c["identity_source"] == "sibling"]
-    assert reg.sibling_identities == 0
+    assert reg.resolver.sibling_identities == 0
 
 
 @pytest.mark.parametrize("client", [p.stem for p in GOLDEN])
@@ -252,7 +252,7 @@ def test_the_index_keeps_no_record_alive_past_the_closed_bound():
     feed(reg, opened("a", 1.0), request("a", 1.0, 18, 3), announce("a", 1.0), closed("a", 1.5))
     for n in range(3):  # push a out of the recently closed set
         feed(reg, opened(f"x{n}", 2.0, address="10.0.2.1", port=41000 + n), closed(f"x{n}", 2.1))
-    assert reg.get("a") is None and reg._announced  # the id is still indexed, the record is gone
+    assert reg.get("a") is None and reg.resolver.announced  # the id is still indexed, the record is gone
     feed(reg, opened("b", 3.0, port=40001), request("b", 3.0), sweep("b", 3.5))
     assert reg.get("b")["identity_source"] == "none"
 
@@ -279,7 +279,7 @@ def test_a_client_is_judged_once_however_many_times_it_reconnects(monkeypatch):
     takes, and assess() runs only when the union gains a fact (the reconnects add none), so a
     reconnect loop costs no inference. b alone sends too little to be named, and is named with
     its client. An announced sibling still beats the fingerprint, at once."""
-    from exporter.census import registry as registry_module
+    from exporter.census import identity as identity_module
     from exporter.census.fingerprint import Inference as Inf
 
     calls = []
@@ -290,7 +290,7 @@ def test_a_client_is_judged_once_however_many_times_it_reconnects(monkeypatch):
             return Inf("kafkajs", ">=1.12.0,<2.1.0", 0.9, ("wide",), "1.12.0")
         return None
 
-    monkeypatch.setattr(registry_module, "_assess", assess)
+    monkeypatch.setattr(identity_module, "_assess", assess)
     reg = feed(ConnectionRegistry(), opened("a", 1.0), request("a", 1.0, 3, 6), request("a", 1.0, 10, 2),
                sweep("a", 1.05), opened("b", 1.1, port=40001), request("b", 1.1, 1, 11), sweep("b", 1.15))
     assert reg.get("a")["identity_source"] == "fingerprint"
@@ -301,13 +301,13 @@ def test_a_client_is_judged_once_however_many_times_it_reconnects(monkeypatch):
         feed(reg, opened(c, 2.0 + i / 100, port=41000 + i), request(c, 2.0 + i / 100, 1, 11),
              closed(c, 2.005 + i / 100))
     assert len(calls) <= 3, calls  # a's two facts, then b's: no reconnect added one
-    assert reg.infer_calls == len(calls)
+    assert reg.resolver.infer_calls == len(calls)
     closed_ones = [c for c in reg.connections(state="closed") if c["id"].startswith("r")]
     assert len(closed_ones) == 1000 and all(c["identity_source"] == "fingerprint" for c in closed_ones)
     evidence = closed_ones[-1]["inferred_software"]["evidence"]
     assert any(e.startswith("client of 1002 connections") and "and 994 more" in e for e in evidence), evidence
     assert inferred_gauge(reg) == {("PLAINTEXT", "kafkajs", ">=1.12.0,<2.1.0"): 2}  # a and b, open
-    assert reg.sibling_identities == 0
+    assert reg.resolver.sibling_identities == 0
     feed(reg, opened("e", 20.0, port=40004), request("e", 20.0, 18, 3), announce("e", 20.1, version="2.2.5"))
     b = reg.get("b")  # waiting: named at e's event
     assert b["identity_source"] == "sibling" and b["inferred_software"]["version_range"] == "2.2.5"
@@ -319,7 +319,7 @@ def test_clients_are_bounded_and_end_after_the_sibling_window(monkeypatch):
     at most 1,000 clients kept, the others evicted and counted, and assess() called at most once
     per fact a client gained. A client whose connections all closed more than sibling_window
     seconds before a new one opened is over: the new one starts a client of its own."""
-    from exporter.census import registry as registry_module
+    from exporter.census import identity as identity_module
     from exporter.census.fingerprint import Inference as Inf
 
     calls = []
@@ -328,21 +328,21 @@ def test_clients_are_bounded_and_end_after_the_sibling_window(monkeypatch):
         calls.append(1)
         return Inf("kafkajs", "*", 0.9, ("x",), None) if len(obs.first_requests) >= 2 else None
 
-    monkeypatch.setattr(registry_module, "_assess", assess)
+    monkeypatch.setattr(identity_module, "_assess", assess)
     reg = ConnectionRegistry(max_open=1000, max_fingerprints_per_second=10**9)
     for i in range(3000):
         for j, (api, ver) in enumerate(((3, 6), (10, 2), (1, 11))):
             c = f"c{i}-{j}"
             feed(reg, opened(c, 1.0 + i / 1000, port=10000 + 3 * i + j),
                  request(c, 1.0 + i / 1000, api, ver, client_id=f"app-{i}"), closed(c, 1.0005 + i / 1000))
-    assert len(reg._clients) == 1000 and reg.clients_evicted == 2000
+    assert len(reg.resolver.clients) == 1000 and reg.resolver.clients_evicted == 2000
     snap = reg.snapshot()
     assert (snap.fingerprint_clients, snap.fingerprint_clients_evicted) == (1000, 2000)
     assert len(calls) <= 3000 * 3
     last = reg.connections(state="closed")[-1]
     assert last["inferred_software"]["client_connections"] == ["c2999-0", "c2999-1", "c2999-2"]
     # Over the window: a new connection of app-2999 is a client of its own.
-    t = 1.0 + 2999 / 1000 + reg.sibling_window + 1
+    t = 1.0 + 2999 / 1000 + reg.resolver.sibling_window + 1
     feed(reg, opened("late", t, port=60000), request("late", t, 1, 11, client_id="app-2999"),
          closed("late", t + 0.001))
     late = reg.get("late")
@@ -350,15 +350,15 @@ def test_clients_are_bounded_and_end_after_the_sibling_window(monkeypatch):
 
 
 def test_the_work_per_event_and_the_waiting_list_are_bounded(monkeypatch):
-    from exporter.census import registry as registry_module
-    from exporter.census.registry import MAX_WAITING_PER_KEY
+    from exporter.census import identity as identity_module
+    from exporter.census.identity import MAX_WAITING_PER_KEY
 
-    monkeypatch.setattr(registry_module, "MAX_NAMED_PER_EVENT", 5)
+    monkeypatch.setattr(identity_module, "MAX_NAMED_PER_EVENT", 5)
     reg = ConnectionRegistry()
     n = MAX_WAITING_PER_KEY + 10
     for i in range(n):
         feed(reg, opened(f"b{i}", 1.0, port=41000 + i), request(f"b{i}", 1.0), sweep(f"b{i}", 1.01))
-    assert len(reg._waiting[("10.0.1.1", "app")]) == MAX_WAITING_PER_KEY
+    assert len(reg.resolver.waiting[("10.0.1.1", "app")]) == MAX_WAITING_PER_KEY
 
     def named():
         return sum(1 for c in reg.connections() if c["identity_source"] == "sibling")
@@ -371,7 +371,7 @@ def test_the_work_per_event_and_the_waiting_list_are_bounded(monkeypatch):
                                  valid=True, error_code=0, accepted=True))
         counts.append(named())
     assert counts == [10, 15, MAX_WAITING_PER_KEY]
-    assert ("10.0.1.1", "app") not in reg._waiting  # all named for good: the list is gone
+    assert ("10.0.1.1", "app") not in reg.resolver.waiting  # all named for good: the list is gone
     # the others (past the per-key bound) are named at their own next sync point, as before
     feed(reg, *(sweep(f"b{i}", 6.0) for i in range(n)))
     assert named() == n
@@ -380,18 +380,18 @@ def test_the_work_per_event_and_the_waiting_list_are_bounded(monkeypatch):
 def test_a_closed_connection_leaves_the_waiting_list():
     reg = feed(ConnectionRegistry(), opened("b", 1.0, port=40001), request("b", 1.0), sweep("b", 1.05),
                opened("c", 1.0, port=40002), request("c", 1.0), sweep("c", 1.05))
-    assert reg._waiting[("10.0.1.1", "app")] == ["b", "c"]
+    assert reg.resolver.waiting[("10.0.1.1", "app")] == ["b", "c"]
     feed(reg, closed("b", 2.0))
-    assert reg._waiting[("10.0.1.1", "app")] == ["c"]
+    assert reg.resolver.waiting[("10.0.1.1", "app")] == ["c"]
     feed(reg, closed("c", 2.0))
-    assert not reg._waiting  # no closed connection's id kept
+    assert not reg.resolver.waiting  # no closed connection's id kept
 
 
 def test_a_client_basis_keeps_at_most_its_bound_of_facts_and_counts_the_rest():
     """A client whose connections send 200 distinct (api, version) pairs (a wire that makes them
     up): the basis keeps MAX_CLIENT_PAIRS, the rest is counted, and the calls stay bounded."""
-    from exporter.census import registry as registry_module
     from exporter.census.fingerprint import MAX_CLIENT_PAIRS
+    from exporter.census.record import CANONICAL_PAIR
 
     reg = ConnectionRegistry(max_fingerprints_per_second=10**9)
     pairs = [(k, v) for k in range(0, 20) for v in range(10)]
@@ -401,11 +401,11 @@ def test_a_client_basis_keeps_at_most_its_bound_of_facts_and_counts_the_rest():
         for key, version in pairs[8 * i:8 * i + 8]:
             feed(reg, request(c, 1.0 + i, key, version))
         feed(reg, closed(c, 1.5 + i))
-    (client,) = reg._clients.values()
+    (client,) = reg.resolver.clients.values()
     assert len(client.basis) == MAX_CLIENT_PAIRS
     snap = reg.snapshot()
     # every fact the table knows (ApiVersions is a version, not a fact) is kept or counted, once
-    facts = {p for p in pairs if p[0] != 18 and p in registry_module._PAIR_LABELS}
+    facts = {p for p in pairs if p[0] != 18 and p in CANONICAL_PAIR}
     assert snap.fingerprint_facts_dropped == len(facts) - MAX_CLIENT_PAIRS > 100
     assert snap.fingerprint_calls <= MAX_CLIENT_PAIRS + 25  # one per fact gained, and the closes
 
@@ -424,7 +424,7 @@ def test_a_client_is_one_principal_once_authentication_settles_it():
         feed(reg, SaslIdentity(conn_id=conn, ts=1.04, mechanism="PLAIN", principal=user, outcome="success",
                                error_code=0, framing="SaslAuthenticate"),
              request(conn, 1.05, 3, 12), sweep(conn, 1.06))
-    assert sorted(reg._clients) == [("10.0.1.1", "app", "alice"), ("10.0.1.1", "app", "bob")]
+    assert sorted(reg.resolver.clients) == [("10.0.1.1", "app", "alice"), ("10.0.1.1", "app", "bob")]
 
 
 def test_a_full_client_table_forgets_a_finished_client_before_a_live_one():
@@ -436,4 +436,4 @@ def test_a_full_client_table_forgets_a_finished_client_before_a_live_one():
              sweep(conn, 1.01))
     feed(reg, closed("b", 1.1), opened("c", 2.0, port=40202), request("c", 2.0, 3, 12, client_id="app-c"),
          sweep("c", 2.01))
-    assert [k[1] for k in reg._clients] == ["app-a", "app-c"] and reg.clients_evicted == 1
+    assert [k[1] for k in reg.resolver.clients] == ["app-a", "app-c"] and reg.resolver.clients_evicted == 1

@@ -20,7 +20,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from capture.events import CaptureStats, ClientSoftware, ConnectionClosed, ConnectionOpened, RequestSeen, SaslIdentity
-from exporter.census.registry import ConnectionRegistry, iso_time
+from exporter.census.record import iso_time
+from exporter.census.registry import ConnectionRegistry
 from exporter.http.metrics import CensusCollector
 from exporter.service import state as state_mod
 from exporter.service.state import FORMAT, MAX_STATE_BYTES, StateError, StateKeeper, check_writable
@@ -553,7 +554,7 @@ def _inferring_run(clock: Clock, monkeypatch) -> ConnectionRegistry:
     """6 announces librdkafka under client_id "shop"; 7 (same address and client_id, no ApiVersions)
     takes it as its sibling; 8 sends ApiVersions v0 and Produce v2 and is fingerprinted (infer()
     replaced by a stub: this is the registry's and the file's contract, not the table's)."""
-    from exporter.census import registry as registry_module
+    from exporter.census import identity as identity_module
     from exporter.census.fingerprint import Inference
 
     def infer(obs):
@@ -561,7 +562,7 @@ def _inferring_run(clock: Clock, monkeypatch) -> ConnectionRegistry:
             return Inference("apache-kafka-java", "0.10.2.0-0.11.0.3", 0.9, ("Produce v2", "ApiVersions v0"), "2.1")
         return None
 
-    monkeypatch.setattr(registry_module, "_assess", infer)
+    monkeypatch.setattr(identity_module, "_assess", infer)
     t = clock.t - 100
 
     def produce(conn_id, ts, client_id):

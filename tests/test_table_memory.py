@@ -30,10 +30,11 @@ import pytest
 
 from capture.events import ConnectionClosed, ConnectionOpened
 from capture.flows import MAX_TOMBSTONES, FlowTracker
+from capture.kafka.api_table import API_TABLE
 from capture.kafka.events import ClientSoftware, RequestSeen
 from capture.listeners import ListenerMap
 from capture.packets import ACK, PSH, RST, SYN
-from exporter.census.registry import API_TABLE, ConnectionRegistry
+from exporter.census.registry import ConnectionRegistry
 from exporter.http.metrics import CensusCollector
 from harness.kafka_frames import sized
 from tests.test_hostile import api_versions_v3_response, compact_string, metadata_request, opaque_response
@@ -201,7 +202,7 @@ def test_a_long_client_id_is_cut_and_counted():
     """The wire allows a 32,767-byte client id (an int16 length); the registry keeps at most
     MAX_WIRE_STRING characters of it (a cut one ends in "…" and is counted), so RECORD_BYTES
     holds whatever the ids: 30,000 characters cost a record no more than 256 do."""
-    from exporter.census.registry import MAX_WIRE_STRING
+    from exporter.census.record import MAX_WIRE_STRING
 
     registry = ConnectionRegistry()
     tracker = FlowTracker(LISTENERS, registry.apply)
@@ -226,7 +227,7 @@ def test_census_rows_full_of_addresses_cost_under_census_row_bytes():
     (MAX_ROW_ADDRESSES, 32) and the length of each string (MAX_WIRE_STRING): 1,000 client ids
     each seen from 100 addresses (100,000 connections opened, identified and closed) cost <
     CENSUS_ROW_BYTES a row, each listing 32 of its addresses."""
-    from exporter.census.registry import MAX_ROW_ADDRESSES
+    from exporter.census.reads import MAX_ROW_ADDRESSES
 
     rows, per_row = 1_000, 100
     registry = ConnectionRegistry(max_closed=10, closed_ttl=1.0)
@@ -274,7 +275,7 @@ def test_series_cost_retained_and_per_scrape():
             registry.apply(ConnectionClosed(conn_id=conn_id, ts=ts, reason="fin", pending_requests=0))
         retained = traced() - base
         series = registry.snapshot().series
-        assert series == registry.max_series == 50_000  # the budget is full
+        assert series == registry.series.max_series == 50_000  # the budget is full
         prom = CollectorRegistry()
         prom.register(CensusCollector(registry))
         tracemalloc.reset_peak()

@@ -26,13 +26,16 @@ import pytest
 from fastapi.testclient import TestClient
 
 from capture.events import CaptureStats, DecodeError, Desync, Direction
-from exporter.aggregator import app as aggregate_app
-from exporter.aggregator.merge import InvalidAnswer
+from exporter.aggregator.app import create_app as create_aggregate_app
+from exporter.aggregator.fanout import Aggregator
+from exporter.aggregator.models import AggHealth
+from exporter.aggregator.peers import Peers
 from exporter.census.registry import ConnectionRegistry
 from exporter.http import page as webpage
-from exporter.http.app import Health, create_app
+from exporter.http.app import create_app
 from exporter.http.auth import ApiToken
-from exporter.http.health import HealthMerger, check_health, health_body
+from exporter.http.health import Health, HealthMerger, check_health, health_body
+from exporter.http.models import InvalidAnswer
 from harness import peers
 from harness.census import Census
 from tests import synth
@@ -51,8 +54,8 @@ def sidecar_app(**kw):
 
 
 def aggregator_app(**kw):
-    agg = aggregate_app.Aggregator(aggregate_app.Peers([], dns=None, max_peers=4))
-    return aggregate_app.create_app(agg, **kw)
+    agg = Aggregator(Peers([], dns=None, max_peers=4))
+    return create_aggregate_app(agg, **kw)
 
 
 APPS = {"sidecar": sidecar_app, "aggregator": aggregator_app}
@@ -162,7 +165,7 @@ def test_every_element_the_script_uses_is_in_the_page():
     assert used and used <= ids, used - ids
     # The connection filters are exactly the API's query parameters.
     names = re.findall(r'<(?:input|select) name="([a-z_]+)"', html)
-    from exporter.census.registry import QUERY_FILTERS
+    from exporter.census.reads import QUERY_FILTERS
     assert names == ["state", *QUERY_FILTERS, "order_by", "limit"]
 
 
@@ -247,7 +250,7 @@ def test_the_merge_sums_every_counter_and_names_each_source_with_its_peer():
     merger.add("127.0.0.1:2", other)
     merger.add("127.0.0.1:1", one)
     merged = merger.result()
-    aggregate_app.AggHealth.model_validate({**merged, "partial": False, "missing_peers": [], "peers_asked": 2,
+    AggHealth.model_validate({**merged, "partial": False, "missing_peers": [], "peers_asked": 2,
                                             "peers_answered": 2})
     assert merged["packets"] == one["packets"] + other["packets"]
     assert merged["drops"] == {"not_listener": 13, "truncated": 2}
@@ -321,7 +324,7 @@ def test_the_aggregator_sums_the_sidecars_health_and_says_when_partial(tmp_path)
         answers = [_get(s.base, "/api/v1/health")[2] for s in sidecars]
         status, headers, body = _get(agg.base, "/api/v1/health")
         assert status == 200, body
-        aggregate_app.AggHealth.model_validate(body)
+        AggHealth.model_validate(body)
         assert body["partial"] is False and headers["x-kafka-census-peers"] == "2/2"
         assert body["packets"] == sum(a["packets"] for a in answers) > 0
         assert body["drops"] == {k: sum(a["drops"].get(k, 0) for a in answers)

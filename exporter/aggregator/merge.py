@@ -8,9 +8,12 @@ twice it, so at most 2 x `limit` rows are kept whatever the number of peers), ce
 summed), churning clients (merged by client address and client_id, rates summed), brokers (listed
 per peer), upgrade readiness (each part merged as its listing).
 
-Used by exporter.aggregator.app; imports only the standard library and the connection object's
-field declarations (exporter.census.fields, itself standard library only): a merge is a
-function of the answers, testable without a server.
+Used by exporter.aggregator.app (the routes pick the check and the merger) and
+exporter.aggregator.fanout (which runs them on each answer); imports only the standard library,
+the connection object's field declarations (exporter.census.fields, itself standard library
+only) and the error of an answer of the wrong shape (exporter.http.models' `InvalidAnswer`, the
+sidecar's side of the contract): a merge is a function of the answers, testable without a
+server. Must not import the rest of the aggregator.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from exporter.census.fields import FIELDS, JSON_TYPES, ORDER_BY
+from exporter.http.models import InvalidAnswer
 
 #: A peer's name and the connection id it gave, joined: "127.0.0.1:9101/10.0.0.5:9092-...".
 #: A peer's name is host:port (no "/"), so the first "/" splits them.
@@ -33,10 +37,6 @@ _STR_FIELDS = tuple(f.name for f in _ORDERED if JSON_TYPES[f.kind] is str and no
 _OPT_STR_FIELDS = tuple(f.name for f in _ORDERED if JSON_TYPES[f.kind] is str and f.nullable)
 _INT_FIELDS = tuple(f.name for f in _ORDERED if JSON_TYPES[f.kind] is int)
 del _ORDERED
-
-
-class InvalidAnswer(ValueError):
-    """A peer's answer is not the sidecar's shape; the message says where (no peer content)."""
 
 
 def _is_int(v) -> bool:
@@ -421,7 +421,7 @@ def _software_key(row: dict) -> tuple:
 
 
 def _software_order(row: dict) -> tuple:
-    # exporter.census.registry._by_software's order.
+    # exporter.census.readiness.by_software's order.
     return (row.get("software_name") or "", row.get("software_version") or "", row.get("client_id") or "",
             row.get("principal") or "", row["identity_source"])
 

@@ -1,8 +1,10 @@
 """The census: the registry of live connections and clients, and everything it decides.
 
-Owns the connection record and its fields, the registry (events in, under one lock), the series
-budget, the reads (copy, filter, order, census rows, upgrade readiness), client identity (the
-identity basis, fingerprints, sibling inference) and churn. May import `capture.events` and
-capture's public reference tables, and the standard library; never the HTTP, event-log,
-aggregator, service or CLI packages (tests/test_layers.py).
+Owns the connection record and its fields (record.py, fields.py), the registry (registry.py:
+events in, under one lock), the series budget (series.py), the reads (reads.py: copy, filter,
+order, census rows; readiness.py: upgrade readiness), the brokers' answers (brokers.py), client
+identity (basis.py: the identity basis; identity.py: siblings, clients; fingerprint.py), the
+state file's identities (saved.py) and churn (churn.py); the registry's parts never import it.
+May import `capture.events` and capture's public reference tables, and the standard library;
+never the HTTP, event-log, aggregator, service or CLI packages (tests/test_layers.py).
 """

@@ -4,8 +4,8 @@ Owns `CONNECTION_FIELDS` (every field the REST API serves for a connection, and
 `replay --format json` prints, in order: its name, kind, whether it may be null, the
 `ConnectionRecord` slot it is read from, and its documentation) and `ORDER_BY` (the fields a
 listing orders by, in the order the API documents them). Everything else derives from it:
-exporter/census/registry.py's `ORDER_FIELDS` (order_by field -> slot) and which of them order as
-strings, exporter/http/app.py's pydantic `Connection` model (the OpenAPI schema), and
+exporter/census/reads.py's `ORDER_FIELDS` (order_by field -> slot) and which of them order as
+strings, exporter/http/models.py's pydantic `Connection` model (the OpenAPI schema), and
 exporter/aggregator/merge.py's check that a peer's row has the types its merge compares.
 `ConnectionRecord.to_dict` writes the same keys in the same order (tests/test_api.py holds
 it to the model built from here).

@@ -5,9 +5,11 @@ Owns `Observation`, `Inference`, `infer()`, `range_contains()`, `ClientBasis` an
 and the pipeline), the `Fingerprints` table class
 (`TABLE`: the generated one; the leave-one-out evaluation builds others), and `observations_from_events()`,
 the adapter from the capture core's events to Observations (duck-typed on the events' class
-names, so this module needs nothing from capture/). Imports only the standard library and its
-generated table, exporter/census/fingerprint_table.py (`make regen`; tools/gen_fingerprints.py).
-It must not import the registry, the API or capture: exporter/census/registry.py calls `infer()`.
+names). Imports only the standard library, its generated table, exporter/census/fingerprint_table.py
+(`make regen`; tools/gen_fingerprints.py), and the identity basis (exporter/census/basis.py: the
+first requests' bound and the confidence bar, shared with the registry, the event log and the
+pipeline). It must not import the registry, the API or the rest of capture: the registry's
+identity resolver (exporter/census/identity.py) and pipeline/identity.py call `assess()`.
 
 How: every table row is one release (or a group of Java releases with the same vector) with,
 per API, the versions it sends against a broker that does not cap it. A client sends
@@ -31,10 +33,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from exporter.census import fingerprint_table as _table
+from exporter.census.basis import FINGERPRINT_THRESHOLD, MAX_FIRST_REQUESTS
 
 JAVA = "apache-kafka-java"
-THRESHOLD = 0.75  # confidence below this gives no inference
-MAX_FIRST_REQUESTS = 8
 # Points per fact (confidence = 1 - 0.5 ** points): an exact version (below the broker's cap)
 # is one independent fact; a capped one only bounds the client's max from below.
 _EXACT, _OPEN_EXACT, _CAPPED, _NO_BROKER = 1.0, 0.5, 0.25, 0.25
@@ -78,7 +79,7 @@ class Observation:
 class Inference:
     name: str  # library, e.g. "apache-kafka-java", "kafka-python", "sarama"
     version_range: str  # e.g. "2.0.0-2.0.1", ">=3.7.0", ">0.13.0,<0.15.0"; never a false point
-    confidence: float  # 0..1; infer() returns None below THRESHOLD
+    confidence: float  # 0..1; infer() returns None below FINGERPRINT_THRESHOLD
     evidence: tuple[str, ...]
     min_compatible: str | None  # first release of that library compatible with Kafka 4.0; None unknown
 
@@ -252,8 +253,8 @@ class Fingerprints:
         releases = self.releases[library]
         if len(releases) >= 4 and len(set(matched)) * 2 > len(releases):
             confidence *= _WIDE_FACTOR
-        if confidence < THRESHOLD:
-            return Unknown(f"confidence {confidence:.2f} < {THRESHOLD}", self._candidates(by_lib, pairs))
+        if confidence < FINGERPRINT_THRESHOLD:
+            return Unknown(f"confidence {confidence:.2f} < {FINGERPRINT_THRESHOLD}", self._candidates(by_lib, pairs))
         # Open world: the table knows some libraries; a vector is its library's only when it pins
         # more exact versions than an unrecorded library was seen to share (module doc).
         if best[3] < MIN_EXACT and not (cid_lib == library and library != JAVA):

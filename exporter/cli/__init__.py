@@ -12,5 +12,5 @@ registry; everything else in `exporter` takes capture's event types only (tests/
     output     the connection table and the summary line on stderr
     logs       the stderr log format (escaped) and --log-level
     api_table, replay, capture, proxy     the commands
-(`aggregate` and the incident CLI's commands are exporter.cli.aggregate and exporter.incident.tables.)
+(`aggregate` and the incident CLI's commands are exporter.cli.aggregate and exporter.cli.incident.)
 """

@@ -1,14 +1,12 @@
 """`kafka-census aggregate`: one REST API over many kafka-census peers (issue 16).
 
-Owns the command: its flags, the defaults of its settings (exporter.cli.settings declares them,
-with their help), their checks (one clear line, exit 2; a DNS name that does not resolve, a
-token file that cannot be read or a busy port: one line, exit 1), and the wiring of
-exporter.aggregator.app (peers, fan-out, cache, metrics, the app) to uvicorn, with SIGHUP
-re-reading both tokens. The merge is exporter.aggregator.merge.
-The module imports neither capture (it never sees packets) nor the registry (it keeps no store);
-the parser and the command take the CLI's helpers (exporter.cli.settings, exporter.cli.common)
-when they are built and run, inside the CLI that has loaded them anyway. Heavy imports (FastAPI,
-httpx) happen inside the command, so `kafka-census --help` stays fast.
+Owns the command: its flags (each setting declared in exporter.cli.settings, with its help and
+its default from exporter.aggregator.defaults), their checks (one clear line, exit 2; a DNS name
+that does not resolve, a token file that cannot be read or a busy port: one line, exit 1), and
+the wiring of the aggregator (exporter.aggregator: peers, fan-out, caches, metrics, the app) to
+uvicorn, with SIGHUP re-reading both tokens.
+The module imports neither capture (it never sees packets) nor the registry (it keeps no store).
+Heavy imports (FastAPI, httpx) happen inside the command, so `kafka-census --help` stays fast.
 """
 
 from __future__ import annotations
@@ -16,36 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-# Defaults of the command's settings; exporter.cli.settings declares each setting with these
-# (flag, KAFKA_CENSUS_* variable, --config key, help). --http, --api-token-file, --metrics-auth
-# and --log-level are the CLI's settings, shared.
-DEFAULT_PEERS_DNS_INTERVAL = 30.0
-DEFAULT_MAX_PEERS = 100
-DEFAULT_PEER_TIMEOUT = 5.0
-DEFAULT_PEER_MAX_MB = 32
-DEFAULT_PEER_CONCURRENCY = 16
-DEFAULT_PEER_PROBE_INTERVAL = 15.0
-DEFAULT_CACHE_SECONDS = 3.0
-DEFAULT_CACHE_ENTRIES = 128
-# JSON values counted in one peer's answer as it is read (`,` `{` `[` outside strings, an upper
-# bound on the values json would build). The sidecar's 10,000-row connections page (bench's
-# synthetic rows, exporter.http.app's encoding) holds 558,555: 56 a row, at most 89; x 4.5 headroom
-# = 2.5M. Its densest rows run 10-19 bytes an item, so a real answer reaches this only near
-# --peer-max-mb; tiny hostile rows (`{},` 1.5 bytes an item) stop here after ~4 MB, before a
-# parse that would cost up to 300 bytes an item.
-DEFAULT_PEER_MAX_ITEMS = 2_500_000
-# Large answers parsed and merged at once: the parse holds the GIL, so a second slot would hold a
-# second parsed answer in memory without finishing sooner.
-DEFAULT_PEER_PARSE_CONCURRENCY = 1
-DEFAULT_PEER_FAILURE_SECONDS = 3.0  # as --cache-seconds: callers within it share one failure
-DEFAULT_CACHE_MAX_MB = 64  # a whole 10,000-row answer is ~11 MB
+from exporter.cli.common import StartError, UsageError, api_access, bind_http, http_limits
+from exporter.cli.options import add_http_options, add_setting
+from exporter.cli.settings import parse_csv, parse_float, parse_int
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Register the `aggregate` subcommand; the help of every setting is exporter.cli.settings'."""
-    from exporter.cli.options import add_http_options, add_setting
-    from exporter.cli.settings import parse_float, parse_int
-
     p = sub.add_parser("aggregate", help="serve the REST API over many kafka-census peers (sidecars): one answer "
                        "for the whole cluster")
     add_http_options(p, http_help="serve here, e.g. 127.0.0.1:9200; every interface must be written out: "
@@ -92,14 +67,12 @@ def _check(args: argparse.Namespace, usage_error) -> None:
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
     """Serve the REST API over the peers until SIGINT/SIGTERM."""
-    from exporter.cli.common import StartError, UsageError, api_access, bind_http, http_limits
-    from exporter.cli.settings import parse_csv
     from exporter.version import package_version
 
     if not args.http:
         raise UsageError("aggregate needs --http HOST:PORT")
     _check(args, UsageError)
-    from exporter.aggregator.app import parse_dns, parse_peer_url, resolve
+    from exporter.aggregator.peers import parse_dns, parse_peer_url, resolve
 
     static, seen = [], set()
     for item in args.peers or []:
@@ -131,7 +104,8 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     access = api_access(args)
     limits = http_limits(args)[0]["http_limits"]
 
-    from exporter.aggregator.app import Aggregator, Peers, PeerToken
+    from exporter.aggregator.fanout import Aggregator
+    from exporter.aggregator.peers import Peers, PeerToken
     from exporter.http.auth import TokenError
 
     peer_token = None

@@ -149,7 +149,8 @@ def tracker_options(args: argparse.Namespace) -> dict:
 def open_event_log(args: argparse.Namespace):
     if not args.event_log:
         return None
-    from exporter.eventlog.log import MAX_ROLLUP_SECONDS, EventLog, EventLogError, QueuedEventLog
+    from exporter.eventlog.files import EventLogError
+    from exporter.eventlog.writer import MAX_ROLLUP_SECONDS, EventLog, QueuedEventLog
 
     if args.event_log_max_mb < 1 or args.event_log_max_age <= 0:
         raise UsageError("--event-log-max-mb must be at least 1 and --event-log-max-age positive")

@@ -5,7 +5,7 @@ modules), `resolve_settings` (exporter.cli.settings' precedence applied to the p
 exit codes: 0 ok, 1 the input could not be read or something the command needs could not be
 set up (StartError), 2 bad usage (UsageError, argparse), never a traceback. The commands are
 exporter.commands.* (api-table, replay, capture, proxy), exporter.cli.aggregate and
-exporter.incident.tables; `pipeline` is a separate program, started, never imported. Progress and
+exporter.cli.incident; `pipeline` is a separate program, started, never imported. Progress and
 summaries go to stderr, results to stdout. Part of the composition root (exporter.commands).
 """
 
@@ -15,10 +15,9 @@ import argparse
 import os
 import sys
 
-from exporter.cli import aggregate, api_table, capture, proxy, replay, settings
+from exporter.cli import aggregate, api_table, capture, incident, proxy, replay, settings
 from exporter.cli.common import StartError, UsageError
 from exporter.cli.logs import configure_logging
-from exporter.incident import tables as incident
 from exporter.version import package_version
 
 __all__ = ["build_parser", "main", "resolve_settings"]

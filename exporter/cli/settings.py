@@ -9,12 +9,13 @@ one function (`resolve`, which also says where each value came from). A setting 
 YAML's `true` is not an integer and `2.5` not a count.
 
 Each default is imported from the module that owns it (the registry's table bounds from
-exporter.census.registry, the flow table's from capture.flows, the proxy's from capture.proxy, ...);
-tests/test_settings.py checks every one against its owner. Only the CLI's own settings (--http,
---log-level, ...) are declared here with their values. This module is part of the CLI, the
+exporter.census.registry, the sibling window from exporter.census.basis, the flow table's from
+capture.flows, the proxy's from capture.proxy, ...); tests/test_settings.py checks every one
+against its owner. Only the CLI's own settings (--http, --log-level, ...) are declared here with
+their values. This module is part of the CLI, the
 composition root (with exporter/cli/main.py and exporter/cli/): it may import capture. It must
 not import exporter.commands, exporter.cli.main, FastAPI or uvicorn; the modules it takes defaults
-from (exporter.cli.aggregate, exporter.incident.tables) must not import it at module level.
+from (exporter.incident.client) import nothing of the CLI: no import ring.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ from capture import flows as _flows
 from capture import proxy as _proxy
 from capture.listeners import DEFAULT_LISTENER
 from capture.sources import LiveCapture
+from exporter.aggregator import defaults as _aggregator
+from exporter.census import basis as _basis
 from exporter.census import churn as _churn
 from exporter.census import registry as _registry
-from exporter.cli import aggregate as _aggregate
-from exporter.eventlog import log as _eventlog
 from exporter.eventlog import rollup as _rollup
+from exporter.eventlog import writer as _eventlog
 from exporter.http import bounds as _httpbounds
-from exporter.incident import tables as _incident
+from exporter.incident import client as _incident
 from exporter.service import state as _state
 
 ENV_PREFIX = "KAFKA_CENSUS_"
@@ -233,7 +235,7 @@ _CLI_SETTINGS = (
     _S("max_closed_connections", parse_int, _registry.DEFAULT_MAX_CLOSED, "recently closed connections kept for "
        "the REST API; the oldest go first"),
     _S("closed_ttl", parse_float, _registry.DEFAULT_CLOSED_TTL, "how long a closed connection stays listed"),
-    _S("sibling_window", parse_float, _registry.DEFAULT_SIBLING_WINDOW, "a connection that announced its software "
+    _S("sibling_window", parse_float, _basis.DEFAULT_SIBLING_WINDOW, "a connection that announced its software "
        "names the unannounced connections of the same client address and client_id for this long after it was "
        "last seen"),
     # the event log
@@ -288,34 +290,34 @@ _AGGREGATE_SETTINGS = (
     _S("peers", parse_csv, [], "peers: http://HOST:PORT (or HOST:PORT), comma-separated or repeated"),
     _S("peers_dns", parse_str, None, "peers: every A/AAAA address of NAME (a headless Service), on PORT, "
        "re-resolved every --peers-dns-interval"),
-    _S("peers_dns_interval", parse_float, _aggregate.DEFAULT_PEERS_DNS_INTERVAL, "how often --peers-dns is "
+    _S("peers_dns_interval", parse_float, _aggregator.DEFAULT_PEERS_DNS_INTERVAL, "how often --peers-dns is "
        "resolved again; a failed lookup keeps the last peers"),
-    _S("max_peers", parse_int, _aggregate.DEFAULT_MAX_PEERS, "at most this many peers; DNS addresses beyond are "
+    _S("max_peers", parse_int, _aggregator.DEFAULT_MAX_PEERS, "at most this many peers; DNS addresses beyond are "
        "not asked and every answer is partial, naming them"),
     _S("peer_token_file", parse_str, None, "bearer token sent to the peers (their --api-token-file), re-read on "
        "SIGHUP"),
-    _S("peer_timeout", parse_float, _aggregate.DEFAULT_PEER_TIMEOUT, "a peer that has not answered whole within "
+    _S("peer_timeout", parse_float, _aggregator.DEFAULT_PEER_TIMEOUT, "a peer that has not answered whole within "
        "this is missing (kind timeout)"),
-    _S("peer_max_mb", parse_int, _aggregate.DEFAULT_PEER_MAX_MB, "bytes read from one peer's answer; beyond, the "
+    _S("peer_max_mb", parse_int, _aggregator.DEFAULT_PEER_MAX_MB, "bytes read from one peer's answer; beyond, the "
        "answer is dropped (kind too_large) and the bytes counted"),
-    _S("peer_max_items", parse_int, _aggregate.DEFAULT_PEER_MAX_ITEMS, "JSON values in one peer's answer, counted "
+    _S("peer_max_items", parse_int, _aggregator.DEFAULT_PEER_MAX_ITEMS, "JSON values in one peer's answer, counted "
        "as its bytes arrive (a 10,000-row connections page holds ~560,000); beyond, the answer is dropped before "
        "it is parsed (kind too_large) and counted"),
-    _S("peer_concurrency", parse_int, _aggregate.DEFAULT_PEER_CONCURRENCY, "peers asked at once; the answers being "
+    _S("peer_concurrency", parse_int, _aggregator.DEFAULT_PEER_CONCURRENCY, "peers asked at once; the answers being "
        "read hold at most N x --peer-max-mb"),
-    _S("peer_parse_concurrency", parse_int, _aggregate.DEFAULT_PEER_PARSE_CONCURRENCY, "large peer answers "
+    _S("peer_parse_concurrency", parse_int, _aggregator.DEFAULT_PEER_PARSE_CONCURRENCY, "large peer answers "
        "(over 64 KiB) parsed and merged at once; each may hold 8 x --peer-max-mb + 300 bytes x --peer-max-items "
        "(parsing holds Python's interpreter lock: more only hold more)"),
-    _S("peer_failure_seconds", parse_float, _aggregate.DEFAULT_PEER_FAILURE_SECONDS, "a peer that failed is not "
+    _S("peer_failure_seconds", parse_float, _aggregator.DEFAULT_PEER_FAILURE_SECONDS, "a peer that failed is not "
        "asked again for this long: callers get its failure, marked cached (connect, timeout, unauthorized: for "
        "the peer; too_large, invalid, http_status: for that query); 0: always ask"),
-    _S("peer_probe_interval", parse_float, _aggregate.DEFAULT_PEER_PROBE_INTERVAL, "ask every peer this often "
+    _S("peer_probe_interval", parse_float, _aggregator.DEFAULT_PEER_PROBE_INTERVAL, "ask every peer this often "
        "even without callers, so peer_up stays current; 0: never"),
-    _S("cache_seconds", parse_float, _aggregate.DEFAULT_CACHE_SECONDS, "reuse a whole answer for this long "
+    _S("cache_seconds", parse_float, _aggregator.DEFAULT_CACHE_SECONDS, "reuse a whole answer for this long "
        "(partial ones never); 0: no cache"),
-    _S("cache_entries", parse_int, _aggregate.DEFAULT_CACHE_ENTRIES, "answers cached at most, and peer failures "
+    _S("cache_entries", parse_int, _aggregator.DEFAULT_CACHE_ENTRIES, "answers cached at most, and peer failures "
        "cached at most"),
-    _S("cache_max_mb", parse_int, _aggregate.DEFAULT_CACHE_MAX_MB, "bytes of the answers cached at most; the "
+    _S("cache_max_mb", parse_int, _aggregator.DEFAULT_CACHE_MAX_MB, "bytes of the answers cached at most; the "
        "oldest go first, and a larger answer is not cached"),
     _S("allow_unauthenticated", parse_bool, False, "serve without --api-token-file (client ids, addresses and "
        "principals of the whole cluster to anyone who reaches --http); without either the command refuses to "

@@ -1,7 +1,12 @@
 """The event log: what the registry saw, as NDJSON files a pipeline reads.
 
-Owns the record format, the reader, the files (naming, rotation, retention), the writer and its
-queue, and the per-connection rollups. May import `capture.events`, the identity basis
-(`exporter.census.basis`) and the standard library; the pipeline imports its reader
-(tests/test_layers.py).
+    format.py   the record format: encode and decode, schema versions (what a reader accepts)
+    files.py    file names, creating, finishing and recovering files, retention, EventLogError
+    reader.py   list_logs and read_events: the finished files of a directory and their records
+    writer.py   EventLog (buffering, rotation, counters) and QueuedEventLog (its queue and thread)
+    rollup.py   per-connection rollups of request traffic, and `route`: what a writer does with
+                each event
+
+May import `capture.events`, the identity basis (`exporter.census.basis`) and the standard
+library; the pipeline imports its reader and format (tests/test_layers.py).
 """

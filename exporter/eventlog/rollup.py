@@ -4,12 +4,14 @@ request.
 Owns `Rollup` (the accumulator: per connection, per (api_key, api_version), request and response
 counts, bytes and latency buckets, plus Produce acks counts), `record` (one accumulator as a
 `ConnectionRollup` record (plus its connection's latest TrafficUpdate), schema 2, see
-exporter/eventlog/log.py's docstring), `Roller` and `rolled` (an event stream -> the same stream
-with its traffic rolled up, for batch writers: `pipeline.pcaps` and tests) and `TRAFFIC` (the
-event types a rollup absorbs), and each open connection's fingerprint basis (`note`,
-`FingerprintBasis`: its first requests as the registry folds them, carried by the records).
-Imports only `capture.events`, the generated API table and the standard library;
-`exporter.eventlog.log` and `exporter.census.registry` (for `FingerprintBasis`) import it, never the reverse.
+exporter/eventlog/format.py's docstring), `route` (what a writer does with each event: the one
+routing of traffic, for `QueuedEventLog` and `Roller`), `Roller` and `rolled` (an event stream ->
+the same stream with its traffic rolled up, for batch writers: `pipeline.pcaps` and tests) and
+`TRAFFIC` (the event types a rollup absorbs), and each open connection's fingerprint basis (`note`:
+its first requests as the registry folds them, carried by the records and read back as
+`exporter.census.basis.FingerprintBasis`). Imports only `capture.events`, the generated API table,
+the identity basis (`exporter.census.basis`) and the standard library;
+`exporter.eventlog.format` and `exporter.eventlog.writer` import it, never the reverse.
 
 Semantics: a rollup record holds **deltas**: what the connection did since its previous
 `ConnectionRollup` record (or since it opened), never running totals; a reader sums them. An
@@ -40,29 +42,23 @@ per request.
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass
 from operator import add as _add
 from typing import cast, overload
 
 from capture.events import (
     LATENCY_BUCKETS,
-    ApiVersionsAnswer,
     ClientSoftware,
     ConnectionClosed,
     ConnectionOpened,
-    DecodeError,
-    Desync,
     Event,
     ProduceAcks,
     RequestSeen,
     RequestTally,
     ResponseSeen,
-    SaslHandshake,
-    SaslIdentity,
-    TlsDetected,
     TrafficUpdate,
 )
 from capture.kafka.api_table import API_TABLE
+from exporter.census.basis import BASIS_SYNC, MAX_FIRST_REQUESTS, fold_first_requests
 
 ROLLUP_TYPE = "ConnectionRollup"
 ROLLUP_SCHEMA = 2
@@ -84,29 +80,13 @@ _NBUCKETS = len(LATENCY_BUCKETS) + 1
 # What exporter.census.fingerprint.infer() reads of a connection besides its counts: its first
 # MAX_FIRST_REQUESTS distinct (api_key, api_version) pairs and the version of its first
 # ApiVersions request. A rollup loses request order, so the writer keeps them itself, by the
-# registry's own rule (exporter/census/registry.py, ConnectionRecord.first_requests): pairs of the
-# generated API table, first seen between two sync points, folded in key order at the next sync
-# point (BASIS_SYNC: the events at which the registry calls `_sync`, a traffic sweep excluded).
-# tests/test_eventlog_versions.py holds the two equal on a real capture.
-# exporter.census.fingerprint's (the registry imports it from there); restated, not imported, so that no
-# event log writer loads the fingerprint table: tests/test_registry.py holds the two equal.
-MAX_FIRST_REQUESTS = 8
-BASIS_SYNC = frozenset({ClientSoftware, ApiVersionsAnswer, SaslHandshake, SaslIdentity, TlsDetected, DecodeError,
-                        Desync, ConnectionClosed})
+# identity basis the registry folds them by (exporter/census/basis.py: pairs of the generated API
+# table, first seen between two sync points, folded in key order at the next one, BASIS_SYNC),
+# imported from there: it loads neither the fingerprint table nor the registry.
+# tests/test_eventlog_versions.py holds the rollup's bases to the registry's on a real capture.
 NOTED = BASIS_SYNC | {ConnectionOpened}  # the non-traffic events `Rollup.note` reads
 # Each pair of the table as one shared tuple: a basis holds references, not tuples of its own.
 _TABLE_PAIRS = {(s.key, v): (s.key, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1)}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FingerprintBasis(Event):
-    """A connection's fingerprint basis as the event log recorded it (fields `first_requests` and
-    `api_versions_request_version` of a ConnectionRollup record; exporter.eventlog.log.to_events):
-    what a registry rebuilt from a schema 2 log takes as the connection's own, since the
-    rollups it reads lost the order of the requests. Never produced by a capture."""
-
-    first_requests: tuple[tuple[int, int], ...]
-    api_versions_request_version: int | None
 
 
 class _Basis:
@@ -246,10 +226,9 @@ class Rollup:
         pending = basis.pending
         if pending:
             basis.pending = None
-            first = basis.first
-            new = sorted(k for k in pending if k not in first)
-            if new and len(first) < MAX_FIRST_REQUESTS:
-                basis.first = (first + tuple(new))[:MAX_FIRST_REQUESTS]
+            first = fold_first_requests(basis.first, pending)
+            if first is not basis.first:
+                basis.first = first
                 changed = True
         if changed:
             basis.ts = event.ts
@@ -421,6 +400,25 @@ def record(conn_id: str, acc: Accumulator) -> dict | None:
     return rec
 
 
+def route(rollup: Rollup, event: Event) -> tuple[list[tuple[str, Accumulator]] | None, bool]:
+    """Hand one event to `rollup`, as every schema 2 writer does (`QueuedEventLog.write`,
+    `Roller.feed`): traffic (a type in TRAFFIC) is counted into its connection's accumulator and
+    not written itself; any other event is noted for the fingerprint basis (`Rollup.note`) and
+    written, a ConnectionClosed just after its connection's accumulator (`Rollup.pop`). Returns
+    `(ready, write)`: the (conn_id, Accumulator) pairs to write now, before the event (evicted at
+    a bound, or the closing connection's; None when there are none), and whether the event itself
+    is to be written. The caller serialises the calls, as `Rollup` requires."""
+    cls = type(event)
+    if cls in TRAFFIC:
+        return rollup.add(event), False
+    rollup.note(event)
+    if cls is ConnectionClosed:
+        taken = rollup.pop(event.conn_id)
+        if taken is not None:
+            return [taken], True
+    return None, True
+
+
 class Roller:
     """Push-style `rolled`: `feed(event)` returns what to write for it (a list of events and
     `(conn_id, Accumulator)` pairs, in order), `finish()` what is left at the end."""
@@ -441,18 +439,11 @@ class Roller:
             # step back of a whole interval (a clock reset) starts a round early.
             self._last = event.ts
             out.extend(self.rollup.take())
-        cls = type(event)
-        if cls in TRAFFIC:
-            evicted = self.rollup.add(event)
-            if evicted is not None:
-                out.extend(evicted)
-            return out
-        self.rollup.note(event)
-        if cls is ConnectionClosed:
-            taken = self.rollup.pop(event.conn_id)
-            if taken is not None:
-                out.append(taken)
-        out.append(event)
+        ready, write = route(self.rollup, event)
+        if ready is not None:
+            out.extend(ready)
+        if write:
+            out.append(event)
         return out
 
     def finish(self) -> list:

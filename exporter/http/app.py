@@ -1,12 +1,15 @@
 """The read-only REST API: connections, the client census, churning clients, brokers, upgrade readiness.
 
 Owns `create_app`, the FastAPI application served next to `/metrics`, the query strings of its
-listings (`connection_query`, `client_query`: FastAPI dependencies the aggregator's routes take
-too), and the pydantic models that make its OpenAPI schema (at /openapi.json, browsable at
-/docs) describe every response exactly; the `Connection` model is built from the connection
-object's declaration (exporter/census/fields.py). Reads `exporter.census.registry` only through its
-public reading methods (`query` for the connection listing, `clients` for the census); it never
-takes the registry's lock, never writes to the registry and imports nothing from `capture`.
+listings (`connection_query`, `client_query`, `upgrade_target`: FastAPI dependencies the
+aggregator's routes take too), the chunked JSON encoding of its answers within the response
+budget (`BodyBuilder`, `json_body`) and the headers every response gets (`BrowserSafeHeaders`).
+The pydantic models that make its OpenAPI schema (at /openapi.json, browsable at /docs)
+describe every response exactly are exporter.http.models'; the health endpoint's,
+exporter.http.health's. Reads `exporter.census.registry` only through its public reading
+methods (`query` for the connection listing, `clients` for the census); it never takes the
+registry's lock, never writes to the registry and imports nothing from `capture` nor from the
+aggregator (exporter.aggregator imports this module).
 
 A REST request must not stall the capture (issue 13): the registry holds its lock only to copy,
 in chunks, and filters, orders and builds dicts on the copy. `order_by` has at most one term per
@@ -29,34 +32,45 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.datastructures import MutableHeaders
 from starlette.routing import Route
 
-from exporter.census.fields import CONNECTION_FIELDS, ConnectionField
-from exporter.census.registry import ORDER_FIELDS, UPGRADE_TARGETS, ConnectionRegistry
+from capture.kafka.upgrade_targets import UPGRADE_TARGETS
+from exporter.census.reads import ORDER_FIELDS
+from exporter.census.registry import ConnectionRegistry
 from exporter.http.auth import ApiToken, BearerAuth
 from exporter.http.bounds import DEFAULT_HTTP_MAX_RESPONSE_MB, HEADER_CUT, HttpGuard, Pacer, RequestLimiter
 from exporter.http.docs_ui import DOCS_PATHS
 from exporter.http.docs_ui import install as install_docs
 from exporter.http.health import Health, health_body
+from exporter.http.models import (
+    MAX_LIMIT,
+    BrokerList,
+    ChurnList,
+    ClientList,
+    Connection,
+    ConnectionList,
+    Error,
+    IdentitySourceOfRow,
+    Status,
+    UpgradeReadiness,
+)
 from exporter.http.page import PAGE_PATHS
 from exporter.http.page import install as install_page
 from exporter.version import package_version
 
 API_PREFIX = "/api/v1"
 DEFAULT_LIMIT = 1000
-MAX_LIMIT = 10_000  # the page bound: a response never holds more connections than this
 
 
 # --- ordering -------------------------------------------------------------------------------
 
-# ORDER_FIELDS (exporter.census.registry): order_by field -> what it orders by. At most one term per
+# ORDER_FIELDS (exporter.census.reads): order_by field -> what it orders by. At most one term per
 # field: a later term on a field already ordered by cannot change the order.
 MAX_ORDER_TERMS = len(ORDER_FIELDS)
 _FIELD_ALTERNATION = "|".join(ORDER_FIELDS)
@@ -104,9 +118,6 @@ def parse_order_by(value: str) -> list[tuple[str, bool]]:
 # names, types, bounds and help. Optional query strings are typed `str` with a None default,
 # not `str | None`: a query string is never null, and `str | None` would put
 # `anyOf: [string, null]` into the schema.
-
-# How a census row's (or an upgrade-readiness group's) identity is known.
-IdentitySourceOfRow = Literal["announced", "sibling", "fingerprint", "restored_sibling", "restored_fingerprint", "none"]
 
 
 @dataclass(frozen=True)
@@ -309,251 +320,6 @@ def json_body(body: dict, max_bytes: int = DEFAULT_HTTP_MAX_RESPONSE_MB << 20, g
         else:
             out.field(key, value)
     return out.response(guard)
-
-
-# --- response models ------------------------------------------------------------------------
-
-Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"},
-                                 examples=["2025-01-31T12:00:00.123456Z"],
-                                 description="RFC 3339, UTC, microseconds")]
-Count = Annotated[int, Field(ge=0)]
-Port = Annotated[int, Field(ge=0, le=65535)]
-
-
-class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Error(Model):
-    detail: str = Field(description="What was wrong, and the allowed values where there is a list")
-
-
-class Status(Model):
-    status: str = Field(examples=["ok"])
-
-
-class RequestCount(Model):
-    api: str = Field(description="API name; \"unknown\" (one row) for every api key and version outside the "
-                     "API table", examples=["Produce"])
-    api_key: Count | None = Field(description="null in the \"unknown\" row")
-    api_version: Count | None = Field(description="null in the \"unknown\" row")
-    count: Count
-
-
-class RemovedRequest(RequestCount):
-    minimum_version: int | None = Field(
-        description="Lowest version of this API the target broker accepts; null: the target removed the API")
-
-
-class InferredSoftware(Model):
-    """Who a connection that announced no software probably is (issue 15). Never mixed with the
-    KIP-511 fields, which stay what the wire said."""
-
-    name: str = Field(examples=["kafkajs"], description="Library name")
-    version_range: str = Field(examples=["2.2.4", "2.0.0-2.0.1", ">=3.7.0"],
-                               description="A version (sibling) or a range (fingerprint), never a false point")
-    confidence: float = Field(ge=0, le=1)
-    source: Literal["sibling", "fingerprint", "restored_sibling", "restored_fingerprint"] = Field(
-        description="sibling: announced on another connection of the same client address and client_id; "
-                    "fingerprint: inferred from the API versions, request order and client_id this one sent; "
-                    "restored_sibling, restored_fingerprint: inferred so before a restart (--state-file), "
-                    "the connection joined mid-stream since")
-    evidence: list[str] = Field(description="Why, in short human strings. A fingerprint of a client of several "
-                                "connections ends with the line naming them: \"client of N connections from ADDR "
-                                "with client_id 'ID' (ID, ID, … and M more)\" (N counts them all)")
-    min_compatible: str | None = Field(
-        description="First release of this library compatible with Kafka 4.0 (fingerprint only); null: unknown")
-    sibling_connection_id: str | None = Field(description="The connection that announced it (sibling only)")
-    client_connections: list[str] = Field(
-        default_factory=list,
-        description="fingerprint of a client of several connections (same client address, client_id and "
-                    "principal): the connections judged together, at most 8 (the evidence counts them all), "
-                    "each a GET /api/v1/connections/{id}; empty for a connection judged alone (absent from "
-                    "answers of sidecars older than issue 28). The aggregator passes them on as its peer "
-                    "gave them: ask it for PEER/ID, PEER being the connection's peer")
-
-
-class FingerprintUnknown(Model):
-    """Why a fingerprint named no one (issue 26): a vector that libraries the census has no recording of
-    may send too. The candidates are evidence, not a name; they are never counted as an identity."""
-
-    reason: str = Field(examples=["2 exact versions, 4 needed without the library's default client_id"])
-    candidates: list[str] = Field(max_length=4, examples=[["sarama * (api 0 v0, api 3 v0)"]],
-                                  description="Recorded libraries that could have sent this, with what pinned them")
-
-
-class FirstRequest(Model):
-    api: str
-    api_key: Count
-    api_version: Count
-
-
-_KIND_TYPES = {"string": str, "state": Literal["open", "closed"], "timestamp": Timestamp, "port": Port, "count": Count,
-               "seconds": float, "requests": list[RequestCount], "first_requests": list[FirstRequest],
-               "inferred_software": InferredSoftware, "fingerprint_unknown": FingerprintUnknown,
-               "first_request": FirstRequest}
-_KIND_BOUNDS = {"seconds": {"ge": 0}}  # on the field, so that null stays allowed beside the bound
-
-
-def _connection_field(f: ConnectionField) -> tuple:
-    """(annotation, FieldInfo) of one field of CONNECTION_FIELDS for `create_model`."""
-    annotation: Any = _KIND_TYPES[f.kind]
-    if f.nullable:
-        annotation = annotation | None
-    options: dict[str, Any] = dict(_KIND_BOUNDS.get(f.kind, {}))
-    if f.description is not None:
-        options["description"] = f.description
-    if f.examples:
-        options["examples"] = list(f.examples)
-    return annotation, Field(**options) if options else ...
-
-
-# The connection object's fields are declared once, in exporter/census/fields.py: the
-# registry writes them, this model documents them, the aggregator's merge checks them.
-# A type checker sees a Model: its fields exist only once create_model has run.
-if TYPE_CHECKING:
-    class Connection(Model):
-        """One TCP connection to a listener, open or recently closed."""
-else:
-    Connection = create_model("Connection", __base__=Model, __module__=__name__,
-                              __doc__="One TCP connection to a listener, open or recently closed.",
-                              **{f.name: _connection_field(f) for f in CONNECTION_FIELDS})
-
-
-_CUT = Field(None, description="Absent: the answer is whole. Else why its lists are short: the response reached "
-             "--http-max-response-mb (the X-Kafka-Census-Cut header is set too)")
-
-
-class ConnectionList(Model):
-    connections: list[Connection]
-    total: Count = Field(description="Connections matching the filters, before the limit")
-    limit: int = Field(ge=1, le=MAX_LIMIT)
-    cut: str | None = _CUT
-
-
-class Client(Model):
-    """One census row: connections folded by software, client id, principal and listener."""
-
-    client_software_name: str | None
-    client_software_version: str | None
-    client_id: str | None
-    principal: str | None
-    listener: str
-    identity_source: IdentitySourceOfRow = Field(
-        description="announced: the KIP-511 fields name the software; sibling or fingerprint: inferred "
-                    "(inferred_software); restored_sibling or restored_fingerprint: so inferred before a restart; "
-                    "none")
-    inferred_software: InferredSoftware | None = Field(
-        description="The inferred identity the row's connections share (evidence: its first connection's). "
-                    "A fingerprint is its client's, resolved when listed: the connections judged together "
-                    "(client_connections) and the evidence of them all")
-    open_connections: Count
-    total_connections: Count = Field(description="Closed (folded into the census) plus open connections")
-    first_seen: Timestamp
-    last_seen: Timestamp
-    client_addresses: list[str] = Field(description="Distinct client hosts, at most 100 per row")
-    requests: list[RequestCount]
-
-
-class ClientList(Model):
-    clients: list[Client]
-    total: Count
-    census_overflow: Count = Field(
-        description="Closed connections not folded into the census because it was full")
-    cut: str | None = _CUT
-
-
-class Feature(Model):
-    name: str
-    min_version: int
-    max_version: int
-    finalized_min_level: int | None
-    finalized_max_level: int | None
-
-
-class ApiRange(Model):
-    """One api the broker announced (KIP-35)."""
-
-    api_key: int = Field(description="Only keys the API table knows")
-    api: str
-    min_version: int
-    max_version: int
-
-
-class Broker(Model):
-    """A broker's last successful ApiVersionsResponse (KIP-35 ranges, KIP-584 features)."""
-
-    broker: str = Field(examples=["PLAINTEXT:9092"], description="LISTENER:PORT (never an address the wire names)")
-    listener: str
-    seen_at: Timestamp
-    api_ranges: list[ApiRange]
-    features: list[Feature]
-    finalized_features_epoch: int = Field(description="-1: unknown")
-
-
-class BrokerList(Model):
-    brokers: list[Broker]
-
-
-class ConnectionUsingRemoved(Connection):
-    removed_requests: list[RemovedRequest]
-
-
-class ClientUsingRemoved(Client):
-    removed_requests: list[RemovedRequest]
-
-
-class SoftwareUsingRemoved(Model):
-    """Who to upgrade: one (software, version or range, client_id, principal) over listeners."""
-
-    software_name: str | None = Field(description="Announced (KIP-511), else inferred; null: unknown")
-    software_version: str | None = Field(description="Announced version, else the inferred version range")
-    identity_source: IdentitySourceOfRow
-    client_id: str | None
-    principal: str | None
-    listeners: list[str]
-    open_connections: Count
-    total_connections: Count
-    removed_requests: list[RemovedRequest] = Field(
-        description="The removed API versions used, each with the minimum version the target accepts")
-    inferred_software: InferredSoftware | None
-    min_compatible: str | None = Field(
-        description="For an inferred library: its first release compatible with the target (Java: 2.1)")
-    evidence: list[str] = Field(description="Why the inferred identity (empty when announced)")
-
-
-class UpgradeReadiness(Model):
-    target: str
-    ready: bool = Field(description="No connection and no census row used a version the target removes")
-    clients_by_software: list[SoftwareUsingRemoved] = Field(
-        description="The census rows below, grouped by software (announced or inferred), client_id and principal")
-    connections: list[ConnectionUsingRemoved]
-    clients: list[ClientUsingRemoved]
-    cut: str | None = _CUT
-
-
-class ChurningClient(Model):
-    """A client opening connections at or over --churn-threshold-per-minute now (issue 26): a
-    reconnect loop. Keyed by client address and client_id, as the connections named them."""
-
-    client_address: str
-    client_id: str | None = Field(description="null: connections that closed without sending one (TLS hides it, "
-                                  "or no request)")
-    connections_per_minute: float = Field(ge=0, description="Connections opened in the last 60 seconds (a "
-                                          "sliding-window estimate, rounded to 0.1)")
-    connections_total: Count = Field(description="Connections counted since the client was first tracked")
-    first_seen: Timestamp = Field(description="When the first connection counted opened")
-    last_seen: Timestamp = Field(description="When the last connection counted opened")
-
-
-class ChurnList(Model):
-    churning: list[ChurningClient] = Field(description="Highest rate first; at most --max-churn-clients")
-    total: Count = Field(description="Clients churning now")
-    threshold_per_minute: float = Field(gt=0, description="--churn-threshold-per-minute")
-    tracked_clients: Count = Field(description="Clients whose connection rate is tracked")
-    max_tracked_clients: Count = Field(description="--max-churn-clients")
-    evicted: Count = Field(description="Clients forgotten at --max-churn-clients, the least recently seen first")
-    cut: str | None = _CUT
 
 
 # --- headers --------------------------------------------------------------------------------

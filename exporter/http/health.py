@@ -8,27 +8,21 @@ over the peers, each capture source named with its peer). exporter/http/app.py s
 route, exporter/aggregator/app.py the fan-out.
 
 Reads the registry only through `snapshot()` (the copy /metrics is built from: the lock held
-only to copy). Imports pydantic and exporter.aggregator.merge's `InvalidAnswer`, nothing else of
-the project: exporter.http.app imports this module, so this one must not import it (its own model
-base repeats api's `extra="forbid"`).
+only to copy). Imports pydantic and exporter.http.models (`Model`, `Count`, `InvalidAnswer`),
+nothing else of the project: exporter.http.app imports this module, so this one must not import
+it, nor the aggregator, which imports it.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from exporter.aggregator.merge import InvalidAnswer
-
-Count = Annotated[int, Field(ge=0)]
+from exporter.http.models import Count, InvalidAnswer, Model
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class CaptureSource(_Model):
+class CaptureSource(Model):
     """One capture source (interface or file): its last published counters."""
 
     source: str = Field(description="Interface or file name", examples=["eth0"])
@@ -46,7 +40,7 @@ class CaptureSource(_Model):
     kernel_if_dropped: Count | None = Field(description="Packets the interface dropped; null for a file")
 
 
-class DroppedByBound(_Model):
+class DroppedByBound(Model):
     """What a resource bound kept out (each also a /metrics counter)."""
 
     untracked_connections: Count = Field(description="Connections not tracked: the live table was full")
@@ -61,7 +55,7 @@ class DroppedByBound(_Model):
                                          "--max-churn-clients (the least recently seen first)")
 
 
-class HttpHealth(_Model):
+class HttpHealth(Model):
     """This process's HTTP side: what its bounds refused (exporter.http.bounds; each also a
     kafka_census_http_* series in /metrics)."""
 
@@ -79,7 +73,7 @@ class HttpHealth(_Model):
     max_response_bytes: Count
 
 
-class Health(_Model):
+class Health(Model):
     """Capture health: what was read, what was not decoded and why."""
 
     packets: Count = Field(description="Packets read, summed over sources")
@@ -119,7 +113,7 @@ def _totals(sources: list[dict], body: dict) -> None:
 
 
 def health_body(snapshot: Any) -> dict:
-    """GET /api/v1/health from a registry's `snapshot()` (exporter.census.registry.MetricsSnapshot)."""
+    """GET /api/v1/health from a registry's `snapshot()` (exporter.census.series.MetricsSnapshot)."""
     sources = []
     for name, c in sorted(snapshot.capture.items()):
         drops: dict[str, int] = {}

@@ -22,9 +22,9 @@ import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from exporter.census.registry import (
+from capture.events import LATENCY_BUCKETS
+from exporter.census.series import (
     API_VERSIONS_ERRORS,
-    LATENCY_BUCKETS,
     AcksSeries,
     ClosedSeries,
     ConnectionSeries,
@@ -89,7 +89,7 @@ class CensusCollector:
         started = time.perf_counter()
         s = self.registry.snapshot()
 
-        # The label names of a series table are its key type's field names (exporter.census.registry).
+        # The label names of a series table are its key type's field names (exporter.census.series).
         yield _gauge("connections", "Open Kafka connections by listener and client software (KIP-511 "
                      "fields; 'unknown' when the client sent none).", [*ConnectionSeries._fields], s.connections)
         yield _gauge("connections_inferred", "Open connections that announced no software (no KIP-511 fields), by "

@@ -69,11 +69,9 @@ import time
 from dataclasses import fields
 from typing import Any
 
-from exporter.census.registry import (  # MAX_EVIDENCE: evidence strings of an inferred identity
-    MAX_EVIDENCE,
-    SavedIdentity,
-)
-from exporter.eventlog.log import fsync_dir
+from exporter.census.fingerprint import MAX_EVIDENCE  # evidence strings of an inferred identity
+from exporter.census.saved import SavedIdentity
+from exporter.eventlog.files import fsync_dir
 
 FORMAT = "kafka-census-state"
 VERSION = 1
@@ -114,7 +112,7 @@ _INFERRED_SOURCES = frozenset(("sibling", "fingerprint"))
 
 
 def _inferred(value) -> bool:
-    """None, or an inferred identity as `exporter.census.registry.saved_inferred` writes it: exactly its
+    """None, or an inferred identity as `exporter.census.saved.saved_inferred` writes it: exactly its
     keys, each of its type, a source the registry restores, at most MAX_EVIDENCE strings."""
     if value is None:
         return True
