@@ -44,7 +44,8 @@ setup-python: $(VENV)/.installed
 
 # The compiled hot path (setup.py): pip builds it at install; rebuilt in place whenever one of
 # its sources changes, since capture/_native.py runs a module whose source changed as Python.
-NATIVE_SRC := setup.py capture/packets.py capture/flows.py $(addprefix capture/kafka/,readers.py headers.py bodies.py sasl.py connection.py) \
+NATIVE_SRC := setup.py capture/packets.py capture/flows.py \
+	$(addprefix capture/kafka/,readers.py headers.py bodies.py sasl.py states.py resync.py tally.py connection.py) \
 	$(wildcard capture/*.pxd capture/kafka/*.pxd)
 $(VENV)/.native: $(VENV)/.installed $(NATIVE_SRC)
 	$(PY) setup.py --quiet build_ext --inplace
@@ -87,7 +88,8 @@ lint: setup-python
 # The whole suite with the compiled hot path, then the core and capture tests (and the
 # differential ones) once more on the pure-Python reference (KAFKA_CENSUS_PURE_PYTHON=1).
 PURE_TESTS := tests/test_connection.py tests/test_readers.py tests/test_golden.py tests/test_core_properties.py \
-	tests/test_capture_synthetic.py tests/test_hostile.py tests/test_sasl_lost_answer.py tests/test_fuzz.py tests/test_native.py
+	tests/test_capture_synthetic.py tests/test_hostile.py tests/test_sasl_lost_answer.py tests/test_fuzz.py tests/test_native.py \
+	tests/test_core_states.py
 test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 	KAFKA_CENSUS_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_TESTS) $(PYTEST_ARGS)

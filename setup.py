@@ -24,6 +24,9 @@ NATIVE_MODULES = (
     "capture.kafka.headers",
     "capture.kafka.bodies",
     "capture.kafka.sasl",
+    "capture.kafka.states",
+    "capture.kafka.resync",
+    "capture.kafka.tally",
     "capture.kafka.connection",
 )
 

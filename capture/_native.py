@@ -32,6 +32,9 @@ NATIVE_MODULES = (
     "capture.kafka.headers",
     "capture.kafka.bodies",
     "capture.kafka.sasl",
+    "capture.kafka.states",
+    "capture.kafka.resync",
+    "capture.kafka.tally",
     "capture.kafka.connection",
 )
 PURE_ENV = "KAFKA_CENSUS_PURE_PYTHON"

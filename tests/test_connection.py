@@ -589,7 +589,7 @@ def test_response_header_reader_never_runs_past_the_frame():
 def test_a_tally_holds_at_most_four_acks_keys_whatever_acks_the_wire_says():
     """Hostile Produce frames with every int16 acks value in one run of the sweep: the tally's
     acks stay {-1, 0, 1, other} x transactional (the registry's labels), and every request counted."""
-    from capture.kafka.connection import OTHER_ACKS
+    from capture.kafka.tally import OTHER_ACKS
 
     conn = KafkaConnection("t", tally=True)
     values = list(range(-32768, 32768, 7)) + [-1, 0, 1]

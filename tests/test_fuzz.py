@@ -315,7 +315,7 @@ def test_fuzz_core_byte_by_byte_equals_whole_chunks(chunks, limits, mid_stream):
     """h11's three ways: one byte at a time gives the same events as whole chunks, whenever
     the stream kept its frame boundaries (joined at the start, no Desync); never an exception
     either way. While scanning, where frames resume may depend on what the buffer held when a
-    large candidate showed up (connection.py, _scan_step): not compared."""
+    large candidate showed up (resync.py, Resync.scan): not compared."""
     def events(pieces):
         conn = KafkaConnection("fuzz", mid_stream=mid_stream, **limits)
         out = []

@@ -41,6 +41,7 @@ from capture.kafka import (
     Resynced,
 )
 from capture.kafka.connection import DEFAULT_MAX_DECODED_FRAME, DEFAULT_MAX_IN_FLIGHT
+from capture.kafka.resync import Resync
 from capture.listeners import ListenerMap
 from capture.packets import SYN
 from harness.kafka_frames import raw_request, sized
@@ -211,16 +212,19 @@ def test_filler_after_a_desync_is_scanned_in_c(direction, fill):
     Bound: 2 chunks + 64 KiB, 10 s."""
     checked = []
 
-    class Spy(KafkaConnection):  # compiled, KafkaConnection's methods cannot be replaced on an instance
-        def _plausible_request(self, buf, i):
-            checked.append(i)
-            return super()._plausible_request(buf, i)
+    class Spy(Resync):  # compiled, Resync's methods cannot be replaced on an instance
+        def _request_candidates(self, buf, start):
+            for i in super()._request_candidates(buf, start):
+                checked.append(i)
+                yield i
 
-        def _plausible_response(self, buf, i):
-            checked.append(i)
-            return super()._plausible_response(buf, i)
+        def _response_candidates(self, buf, start, in_flight):
+            for i in super()._response_candidates(buf, start, in_flight):
+                checked.append(i)
+                yield i
 
-    conn = Spy("h")
+    conn = KafkaConnection("h")
+    conn._resync = Spy(conn.max_frame_size, conn.max_decoded_frame)  # the scans of this connection, watched
     conn.receive(C, b"".join(metadata_request(corr) for corr in range(0, 300, 3)), 0.0)  # ids 0..297 in flight
     conn.receive(direction, b"\xff" * 8, 0.0)
     assert [e.kind for e in of(conn.events(), Desync)] == [Kind.FRAME_SIZE]
@@ -231,6 +235,10 @@ def test_filler_after_a_desync_is_scanned_in_c(direction, fill):
             conn.receive(direction, filler, 1.0)
             assert not conn.events()
     assert checked == []
+    # The spy sees the scan: the frames that follow are candidates, checked, and resync it.
+    conn.receive(direction, b"".join(metadata_request(corr) if direction == C else opaque_response(corr)
+                                     for corr in (3, 6, 9)), 2.0)
+    assert [type(e) for e in conn.events()][:1] == [Resynced] and checked
 
 
 def test_lookalike_headers_after_a_desync_cost_linear_time():

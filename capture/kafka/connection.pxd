@@ -1,6 +1,6 @@
 # Augmenting declarations (Cython reads them beside connection.py when setup.py compiles it):
 # C types for the framing state and the two frame loops. connection.py stays the one source of
-# every rule; this file adds no logic. Compiled, the three classes are extension types: an
+# every rule; this file adds no logic. Compiled, the four classes are extension types: an
 # attribute not declared here cannot be set, and methods cannot be replaced on an instance
 # (a test that spies on one subclasses instead). Keep it in step with connection.py's
 # attributes (tests/test_differential.py and the core tests fail otherwise).
@@ -18,19 +18,23 @@ from capture.kafka.bodies cimport (
     software_field_valid,
 )
 from capture.kafka.headers cimport request_header_version, skip_response_header
-from capture.kafka.readers cimport int16_at, skip_tagged_fields
+from capture.kafka.readers cimport skip_tagged_fields
+# The transition checks (every change of state goes through one) and tally mode's counting.
+from capture.kafka.states cimport next_sasl_wait_state, next_stream_state
+from capture.kafka.tally cimport TallyRun, new_tally_run
 
-cdef class _Half:
+cdef class _Stream:
     cdef public object direction
     cdef public bytearray buf
     cdef public Py_ssize_t pos
     cdef public Py_ssize_t skip
-    cdef public object state
+    cdef public int state
     cdef public Py_ssize_t scan_skipped
     cdef public Py_ssize_t tokens
     cdef public bytes cid_raw
     cdef public str cid_str
-    cpdef _setup(self, direction, state)
+    cpdef _setup(self, direction, int state)
+    cpdef move(self, int event)
     @cython.locals(n=Py_ssize_t)
     cpdef feed(self, data)
     @cython.locals(end=Py_ssize_t)
@@ -55,7 +59,12 @@ cdef class _EventBuilder:
 # Module constants the frame loops compare with, as C values (not visible to Python importers).
 cdef int PRODUCE, JOIN_GROUP, SASL_HANDSHAKE, SASL_AUTHENTICATE
 cdef int _NO_CLIENT_ID, _NO_ACKS, _KEY_SLOTS, _VERSION_SLOTS
-cdef Py_ssize_t _BATCH, _SCAN_KEEP
+cdef Py_ssize_t _BATCH, SCAN_KEEP
+# The states and events of states.py (the .py imports them), compared and passed as C ints.
+cdef int SYNCED, SCANNING, VERIFYING, SASL_RAW, IGNORED
+cdef int DESYNC, RESYNC, LARGE_CANDIDATE, IMPLAUSIBLE, SASL_V0_ACCEPTED, RAW_DONE, TLS, CLOSE
+cdef int ANSWER_NOT_AWAITED, ANSWER_AWAITED
+cdef int V0_HANDSHAKE_SENT, V0_HANDSHAKE_SENT_UNSYNCED, ANSWER_LOST, ANSWER_READ, KAFKA_RESUMED
 cdef frozenset _DECODED_REQUESTS, _DECODED_RESPONSES
 cdef bytes _HEADER_OF
 cdef bint _COMPILED
@@ -66,10 +75,8 @@ cdef object _spec_of(int api_key)
 cdef Py_ssize_t _int32_at(bytearray buf, Py_ssize_t i) except? -1
 @cython.locals(value=int)
 cdef int _int16_at(bytearray buf, Py_ssize_t i) except? -1
-@cython.locals(patterns=dict)
-cpdef object _request_scan_pattern(Py_ssize_t max_frame_size)
-@cython.locals(half=_Half)
-cdef _Half _new_half(direction, state)
+@cython.locals(stream=_Stream)
+cdef _Stream _new_stream(direction, int state)
 @cython.locals(entry=_InFlight)
 cdef _InFlight _new_in_flight(Py_ssize_t seq, int api_key, int api_version, double ts)
 
@@ -78,8 +85,8 @@ cdef class KafkaConnection:
     cdef public Py_ssize_t max_frame_size
     cdef public Py_ssize_t max_decoded_frame
     cdef public Py_ssize_t max_in_flight
-    cdef public _Half _client
-    cdef public _Half _broker
+    cdef public _Stream _client
+    cdef public _Stream _broker
     cdef public object _input
     cdef public object _active
     cdef public object _events
@@ -89,59 +96,43 @@ cdef class KafkaConnection:
     cdef public Py_ssize_t responses
     cdef public Py_ssize_t held_bytes
     cdef public object _sasl
-    cdef public object _scan
-    cdef public object _response_cover
+    cdef public object _resync
     cdef public bint _first_client_bytes
-    cdef public object _hs0
-    cdef public bint _hs0_lost
-    cdef public Py_ssize_t _uncertain_frames
-    cdef public bint _wake_queued
+    cdef public int _sasl_wait
+    cdef public object _v0_handshake
+    cdef public Py_ssize_t _frames_dropped_unread
     cdef public bint closed
     cdef public bint mid_stream
     cdef public bint tls
     cdef public object identity
     cdef public list refused
     cdef public bint tally
-    cdef public dict _tally_requests
-    cdef public dict _tally_responses
-    cdef public dict _tally_acks
-    cdef public list _response_counts
-    cdef public int _response_api_key
-    cdef public int _response_api_version
-    cdef public object _tally_client_id
-    cdef public double _tally_ts
-    cdef public Py_ssize_t _run_count
-    cdef public Py_ssize_t _run_bytes
-    cdef public int _run_api_key
-    cdef public int _run_api_version
-    cdef public int _run_acks
-    cdef public bint _run_transactional
+    cdef public TallyRun _tally_run
     cdef object __weakref__
 
     cpdef receive(self, direction, data, double ts)
     cpdef list events(self)
-    @cython.locals(half=_Half)
+    @cython.locals(stream=_Stream)
     cpdef bint _pump(self)
-    cpdef bint _step(self, _Half half)
+    cpdef bint _step(self, _Stream stream)
+    @cython.locals(run=TallyRun)
     cpdef _emit(self, event)
-    @cython.locals(requests=dict, responses=dict, acks=dict)
-    cpdef _flush_tally(self)
-    @cython.locals(n=Py_ssize_t)
-    cpdef _fold_run(self)
-    cpdef _desync(self, _Half half, kind, detail)
-    cpdef _decode_error(self, _Half half, kind, api_key, api_version, detail)
+    cpdef _hand_over_tally(self, TallyRun run)
+    cpdef _desync(self, _Stream stream, kind, detail)
+    cpdef _decode_error(self, _Stream stream, kind, api_key, api_version, detail)
     @cython.locals(pos=Py_ssize_t, end=Py_ssize_t, avail=Py_ssize_t, size=Py_ssize_t, frame_end=Py_ssize_t,
                    complete=bint, api_key=int, api_version=int, cid_len=int, body=Py_ssize_t, known=bint,
                    header_version=int, done=Py_ssize_t, max_frame_size=Py_ssize_t, tally=bint, buf=bytearray,
                    max_in_flight=Py_ssize_t, header_of=bytes, specs=list, lim=Py_ssize_t, off=Py_ssize_t,
-                   ts=double, entry=_InFlight, in_flight=dict, acks=int, transactional=bint)
-    cpdef bint _client_frames(self, _Half half)
-    cpdef _request_body(self, _Half half, int api_key, int api_version, int header_version, Py_ssize_t off,
+                   ts=double, entry=_InFlight, in_flight=dict, acks=int, transactional=bint, run=TallyRun)
+    cpdef bint _client_frames(self, _Stream stream)
+    cpdef _move_sasl_wait(self, int event)
+    cpdef _request_body(self, _Stream stream, int api_key, int api_version, int header_version, Py_ssize_t off,
                         Py_ssize_t end)
     @cython.locals(pos=Py_ssize_t, size=Py_ssize_t, frame_end=Py_ssize_t, api_key=int, entry=_InFlight,
-                   buf=bytearray, latency=double, ts=double, decode=bint, counts=list)
-    cpdef bint _broker_frame(self, _Half half)
+                   buf=bytearray, ts=double, decode=bint, run=TallyRun)
+    cpdef bint _broker_frame(self, _Stream stream)
     @cython.locals(in_flight=dict, entry=_InFlight, oldest=_InFlight)
-    cpdef _InFlight _match(self, _Half half, corr)
+    cpdef _InFlight _match(self, _Stream stream, corr)
     @cython.locals(api_key=int, version=int, off=Py_ssize_t, ts=double)
-    cpdef _response_body(self, _Half half, _InFlight entry, Py_ssize_t pos, Py_ssize_t frame_end)
+    cpdef _response_body(self, _Stream stream, _InFlight entry, Py_ssize_t pos, Py_ssize_t frame_end)

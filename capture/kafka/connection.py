@@ -1,10 +1,21 @@
 """`KafkaConnection`: one Kafka TCP connection's two byte streams in, events out.
 
 Owns: framing (size prefix, maximum frame size, skipping bodies without buffering them),
-matching responses to requests by correlation id, the identity rule, SASL raw framing and
-resynchronisation after a desync, and in tally mode the counting of ordinary requests in place
-(`RequestTally`, below). Imports only the other modules of `capture.kafka`:
-no sockets, threads, clocks, logging or third-party packages (a test enforces this).
+matching responses to requests by correlation id, the identity rule, SASL raw framing, and
+when each direction and the SaslHandshake v0 wait change state (the tables below). Its
+siblings own the rest: states.py the states and both tables as data, and the check of every
+change against them; resync.py where frames start again after a desync; tally.py the counting
+of tally mode (`RequestTally`). Imports only the other modules of `capture.kafka`: no sockets,
+threads, clocks, logging or third-party packages (a test enforces this).
+
+Why this module is still about 1,100 lines where the house limit is about 600: what is left
+is one class's state and the code that changes it. Compiled, `KafkaConnection` is one
+extension type whose request and response loops read and write its fields, its streams' and
+its in-flight requests' as C struct members and call its helpers as C functions, on every
+frame; the SASL rules (raw framing, the v0 wait) change the same private fields from inside
+those loops. In another module they would reach into the connection's private attributes
+through Python, or cimport its type, which would import that module back (a cycle). What had
+no such tie has left (the siblings above).
 
 Use (h11's model): `receive(direction, data, ts)` any number of times, then `next_event()`
 until it returns `NEED_DATA`. Bytes are decoded lazily in arrival order across both
@@ -12,38 +23,75 @@ directions, so memory stays bounded by what the caller has fed and not yet drain
 Malformed input never raises: it becomes a `Desync` (frame boundary lost; the direction
 scans for the next plausible frame) or a `DecodeError` (boundary kept, one body unreadable).
 
-States of each direction, and what moves between them:
+States of each direction (`_Stream.state`), and the events that move them. A direction starts
+SYNCED, or SCANNING when the capture joined mid-stream; every change goes through
+`_Stream.move(event)`, checked against states.STREAM_TRANSITIONS (tests/test_core_states.py
+holds that table equal to this one):
 
-    state      meaning                                   leaves on
-    SYNCED     at a frame boundary                        bad size/header, gap -> SCANNING
-    SCANNING   looking for a plausible header whose       verified in the buffer -> SYNCED (Resynced)
-               frame is followed by a plausible header    only a large unverifiable one -> VERIFYING
-    VERIFYING  skipped that large frame unread; the       plausible -> SYNCED (Resynced)
-               next header must be plausible              implausible -> SCANNING
-    SASL_RAW   raw SASL tokens after SaslHandshake v0     token count / a Kafka frame -> SYNCED
-    IGNORED    TLS or closed: bytes are dropped unread    -
+    state      meaning                                        on                   -> next
+    SYNCED     at a frame boundary                            DESYNC               -> SCANNING
+                                                              SASL_V0_ACCEPTED     -> SASL_RAW
+                                                              TLS, CLOSE           -> IGNORED
+    SCANNING   looking for a plausible header whose frame     RESYNC               -> SYNCED
+               is followed by a plausible header              LARGE_CANDIDATE      -> VERIFYING
+                                                              DESYNC               -> SCANNING
+                                                              TLS, CLOSE           -> IGNORED
+    VERIFYING  skipped a large candidate's frame unread;      RESYNC               -> SYNCED
+               the next header must be plausible              IMPLAUSIBLE          -> SCANNING
+                                                              DESYNC               -> SCANNING
+                                                              TLS, CLOSE           -> IGNORED
+    SASL_RAW   raw SASL tokens after SaslHandshake v0         RAW_DONE             -> SYNCED
+                                                              DESYNC               -> SCANNING
+                                                              TLS, CLOSE           -> IGNORED
+    IGNORED    TLS or closed: bytes are dropped unread        CLOSE                -> IGNORED
+
+    DESYNC            a bad size or header, a raw token's bad size, a gap or a dropped buffer (Desync)
+    RESYNC            a candidate header whose next header is plausible too (Resynced)
+    LARGE_CANDIDATE   only a candidate too large to verify in the buffer: its frame is skipped unread
+    IMPLAUSIBLE       the header after that skipped frame is not plausible
+    SASL_V0_ACCEPTED  the broker accepted a SaslHandshake v0 (the client's direction only if SYNCED)
+    RAW_DONE          the raw exchange is over: the mechanism's token count, a Kafka frame, or no SASL
+    TLS               the client's first bytes are a TLS record (both directions)
+    CLOSE             the connection ended
 
 Between a SaslHandshake v0 request and its answer the client's next frames may be raw SASL
 tokens (a PLAIN token read as a header put the password in the client_id). They are never
-read as headers: held while the answer can still come in order (up to one token's size), and
-once it cannot (the broker direction lost bytes or desynced, or the answer was unreadable)
-dropped and counted (SASL_UNCERTAIN) until the answer arrives after all, or a response to a
-request sent after the handshake proves Kafka frames resumed. A frame whose (api_key,
-api_version) is not in the table contributes no string (client_id None, body unread).
+read as headers: held while the answer can still come in order (up to one token's size) and,
+once it cannot, dropped and counted (SASL_UNCERTAIN) until the answer arrives after all or a
+response to a request sent after the handshake proves Kafka frames resumed. That wait is the
+connection's (`_sasl_wait`), whatever state either direction is in; every change goes through
+`_move_sasl_wait(event)`, checked against states.SASL_WAIT_TRANSITIONS (held equal to this):
+
+    answer              the client's frames                  on                          -> next
+    ANSWER_NOT_AWAITED  read as requests (or raw tokens)     V0_HANDSHAKE_SENT           -> ANSWER_AWAITED
+                                                             V0_HANDSHAKE_SENT_UNSYNCED  -> ANSWER_MAYBE_LOST
+                                                             KAFKA_RESUMED               -> ANSWER_NOT_AWAITED
+    ANSWER_AWAITED      held unread, up to one token's size  ANSWER_LOST                 -> ANSWER_MAYBE_LOST
+                                                             ANSWER_READ, KAFKA_RESUMED  -> ANSWER_NOT_AWAITED
+    ANSWER_MAYBE_LOST   dropped unread, counted              ANSWER_READ, KAFKA_RESUMED  -> ANSWER_NOT_AWAITED
+
+    V0_HANDSHAKE_SENT           a SaslHandshake v0 request, the broker direction SYNCED
+    V0_HANDSHAKE_SENT_UNSYNCED  the same, the broker direction not SYNCED: a scan may skip the answer
+    ANSWER_LOST                 the broker direction desynced, the answer was unreadable, the request
+                                was forgotten (its id reused, the table full), or the held bytes
+                                outgrew a token
+    ANSWER_READ                 the answer was read (accepted, it moves the directions to SASL_RAW)
+    KAFKA_RESUMED               a response to a frame dropped unread, in this wait or an earlier one
+
+A frame whose (api_key, api_version) is not in the table contributes no string (client_id
+None, body unread).
 
 Tally mode (`tally=True`): a Produce or Fetch tells the census nothing beyond its (api, version),
 bytes and latency, so instead of a `RequestSeen`, `ResponseSeen` and `ProduceAcks` per request
-the connection counts them in place, per (api_key, api_version) and per (acks, transactional),
-and hands the run over as one `RequestTally` just before any other event (`_emit` is the one
-way out for those), at `flush_tally()` and before `ConnectionClosed`: a consumer reaches the same
-state, in the same order relative to every other event, for a fraction of the objects.
+the connection counts them in place (tally.py's `TallyRun`) and hands the run over as one
+`RequestTally` just before any other event (`_emit` is the one way out for those), at
+`flush_tally()` and before `ConnectionClosed`: a consumer reaches the same state, in the same
+order relative to every other event, for a fraction of the objects.
 """
 
 from __future__ import annotations
 
-import re
 import struct
-from bisect import bisect_left
 from collections import deque
 from dataclasses import fields
 from typing import Any
@@ -62,7 +110,6 @@ from .bodies import (
 )
 from .errors import Kind, ProtocolError
 from .events import (
-    LATENCY_BUCKETS,
     NEED_DATA,
     ApiVersionsAnswer,
     ClientSoftware,
@@ -82,8 +129,35 @@ from .events import (
     positional_maker,
 )
 from .headers import API_VERSIONS, request_header_version, skip_response_header
-from .readers import int16_at, skip_tagged_fields
+from .readers import skip_tagged_fields
+from .resync import FOUND, LARGE, SCAN_KEEP, Resync, plausible_request, plausible_response
 from .sasl import CLIENT_TOKENS, principal_from_first_token
+from .states import (
+    ANSWER_AWAITED,
+    ANSWER_LOST,
+    ANSWER_NOT_AWAITED,
+    ANSWER_READ,
+    CLOSE,
+    DESYNC,
+    IGNORED,
+    IMPLAUSIBLE,
+    KAFKA_RESUMED,
+    LARGE_CANDIDATE,
+    RAW_DONE,
+    RESYNC,
+    SASL_RAW,
+    SASL_V0_ACCEPTED,
+    SCANNING,
+    SYNCED,
+    TLS,
+    V0_HANDSHAKE_SENT,
+    V0_HANDSHAKE_SENT_UNSYNCED,
+    VERIFYING,
+    next_sasl_wait_state,
+    next_stream_state,
+)
+from .tally import NO_ACKS as _NO_ACKS
+from .tally import TallyRun, new_tally_run
 
 # socket.request.max.bytes, the broker's default limit on a request (KafkaConfig).
 DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024
@@ -99,9 +173,6 @@ DEFAULT_MAX_IN_FLIGHT = 1024
 # pipelined requests (14 KB on the wire) hold ~170 KB here, so a flood of such connections must
 # count against the same budget as partial frames do.
 IN_FLIGHT_BYTES = 192
-# A request header up to its client_id length (size, key, version, correlation id, length):
-# what scanning keeps at the end of the buffer, and what a plausibility check reads.
-_SCAN_KEEP = 14
 
 PRODUCE, JOIN_GROUP, SASL_HANDSHAKE, SASL_AUTHENTICATE = 0, 11, 17, 36
 _DECODED_REQUESTS = frozenset((JOIN_GROUP, SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE))
@@ -135,10 +206,6 @@ def _int16_at(buf: bytearray, i: int) -> int:
     value = buf[i] << 8 | buf[i + 1]
     return value - 0x10000 if value >= 0x8000 else value
 _NO_CLIENT_ID = -2  # a client_id length no frame has: the frame is too short to hold one (< -1, refused)
-OTHER_ACKS = 2  # a tally's key for any acks outside {-1, 0, 1}
-_NO_ACKS = -0x10000  # not an int16: the request carries no readable acks (not a Produce, or its prefix is unreadable)
-
-SYNCED, SCANNING, VERIFYING, SASL_RAW, IGNORED = "synced", "scanning", "verifying", "sasl_raw", "ignored"
 
 _OP_DATA, _OP_GAP, _OP_CLOSE, _OP_WAKE = 0, 1, 2, 3
 # The enum's members, looked up once: an attribute of an Enum class costs a metaclass lookup.
@@ -204,91 +271,16 @@ def _spec_of(api_key: int) -> ApiSpec | None:
     return _SPECS[api_key] if 0 <= api_key < _KEY_SLOTS else None
 
 
-_scan_patterns: dict[int, re.Pattern] = {}
-
-
-def _request_scan_pattern(max_frame_size: int) -> re.Pattern:
-    """Candidate request headers, matched at their api_key: api_key and api_version within the
-    table's range, preceded by a size of 10..max_frame_size (checked on its leading bytes), in
-    C. The size is a lookbehind rather than the first item so that zero-filled bytes (padding
-    in record batches) fail in C: as a leading lookahead they matched everywhere and each was
-    rejected in Python (2 MB/s)."""
-    patterns = _scan_patterns  # a local: compiled, typed as a dict (connection.pxd)
-    pattern = patterns.get(max_frame_size)
-    if pattern is None:
-        pattern = patterns[max_frame_size] = _compile_scan_pattern(max_frame_size)
-    return pattern
-
-
-def _compile_scan_pattern(max_frame_size: int) -> re.Pattern:
-    top = min(max_frame_size >> 24, 0x7F)
-    max_key = max(API_TABLE)
-    max_version = max(spec.max_version for spec in API_TABLE.values())
-    assert max_key < 256 and max_version < 256
-    return re.compile(
-        b"\\x00[\\x00-%s]\\x00[\\x00-%s](?<=%s....)"
-        % (_esc(max_key), _esc(max_version), _size_pattern(top, 10)),
-        re.DOTALL,
-    )
-
-
-def _size_pattern(top: int, least: int) -> bytes:
-    """A big-endian int32 size of `least`..(top+1)*2^24-1, from its leading bytes (least < 256)."""
-    size = b"\\x00(?:[\\x01-\\xff]..|\\x00(?:[\\x01-\\xff].|\\x00[%s-\\xff]))" % _esc(least)
-    return b"(?:[\\x01-%s]...|%s)" % (_esc(top), size) if top else size
-
-
-def _esc(byte: int) -> bytes:
-    return re.escape(bytes([byte]))
-
-
-_response_patterns: dict[tuple, re.Pattern] = {}
-# Ids a response pattern covers beyond the highest in flight. Fewer: more compiles (~0.25 ms
-# each) on lossy traffic (produce.pcap with 1 packet in 3 lost: 1183 at 16, 583 at 64, 194 at
-# 256); more: more lookalike ids for Python to reject (8 MiB of "00 00 00 80" repeated after a
-# desync, id 1 in flight: 1.3 s at 256, 0.05 s at 64).
-_IDS_AHEAD = 64
-
-
-def _response_scan_pattern(max_frame_size: int, lo: int, hi: int) -> re.Pattern:
-    """Candidate response headers, matched at their correlation id: one whose big-endian bytes
-    lie in lo..hi (unsigned), preceded by a size of 4..max_frame_size (checked on its leading
-    bytes). The caller checks that the id is in flight: the range is a superset. The id comes
-    first so that re's literal-prefix search skips most bytes (GB/s on random data, where a
-    leading lookahead ran at tens of MB/s)."""
-    key = (max_frame_size, lo, hi)
-    pattern = _response_patterns.get(key)
-    if pattern is None:
-        if len(_response_patterns) >= 256:  # ids move on: forget ranges no longer in use
-            _response_patterns.clear()
-        a, b = lo.to_bytes(4, "big"), hi.to_bytes(4, "big")
-        if a[:2] == b[:2]:  # the usual case, one 65536-id block: exact on the low 16 bits
-            x, y = a[2], b[2]
-            if x == y:
-                low = b"%s[%s-%s]" % (_esc(x), _esc(a[3]), _esc(b[3]))
-            else:
-                low = b"%s[%s-\\xff]" % (_esc(x), _esc(a[3]))
-                if y - x > 1:
-                    low += b"|[%s-%s]." % (_esc(x + 1), _esc(y - 1))
-                low = b"(?:%s|%s[\\x00-%s])" % (low, _esc(y), _esc(b[3]))
-            corr = _esc(a[0]) + _esc(a[1]) + low
-        else:  # across blocks: the first differing byte's range, then any
-            n = 0 if a[0] != b[0] else 1
-            corr = b"".join(_esc(c) for c in a[:n]) + b"[%s-%s]" % (_esc(a[n]), _esc(b[n])) + b"." * (3 - n)
-        top = min(max_frame_size >> 24, 0x7F)
-        pattern = _response_patterns[key] = re.compile(corr + b"(?<=%s....)" % _size_pattern(top, 4), re.DOTALL)
-    return pattern
-
-
-class _Half:
-    """One direction: its buffer, framing state and counters."""
+class _Stream:
+    """One direction of the connection: its unparsed bytes, where its next frame starts, its
+    framing state (module docstring; changed only by `move`) and what it remembers of its frames."""
 
     __slots__ = ("direction", "buf", "pos", "skip", "state", "scan_skipped", "tokens", "cid_raw", "cid_str")
 
-    def __init__(self, direction: Direction, state: str) -> None:
+    def __init__(self, direction: Direction, state: int) -> None:
         self._setup(direction, state)
 
-    def _setup(self, direction: Direction, state: str) -> None:
+    def _setup(self, direction: Direction, state: int) -> None:
         self.direction = direction
         self.buf = bytearray()
         self.pos = 0  # start of the unparsed part of buf
@@ -298,6 +290,11 @@ class _Half:
         self.tokens = 0  # raw SASL tokens seen in this direction
         self.cid_raw = b""  # last client_id bytes and their decoding: ids rarely change
         self.cid_str = ""
+
+    def move(self, event: int) -> None:
+        """The one way the state changes: to what states.STREAM_TRANSITIONS gives for (state,
+        event), or IllegalTransition (a bug) where it gives nothing."""
+        self.state = next_stream_state(self.state, event)
 
     def feed(self, data) -> None:
         n = len(data)
@@ -322,11 +319,11 @@ class _Half:
             self.skip = frame_end - end
 
 
-def _new_half(direction: Direction, state: str) -> _Half:
-    """A _Half without a call to its class (compiled: a C function filling the struct)."""
-    half = _Half.__new__(_Half)
-    half._setup(direction, state)
-    return half
+def _new_stream(direction: Direction, state: int) -> _Stream:
+    """A _Stream without a call to its class (compiled: a C function filling the struct)."""
+    stream = _Stream.__new__(_Stream)
+    stream._setup(direction, state)
+    return stream
 
 
 class _InFlight:
@@ -342,7 +339,7 @@ class _InFlight:
         self.api_key = api_key
         self.api_version = api_version
         self.ts = ts
-        self.unconfirmed = False  # sent while a SaslHandshake v0 answer was unknown (_uncertain_frame)
+        self.unconfirmed = False  # dropped unread while a SaslHandshake v0 answer was unknown
         self.software_name: str | None = None  # ApiVersions v3+: ClientSoftwareName, ClientSoftwareVersion
         self.software_version: str | None = None
         self.mechanism: str | None = None  # SaslHandshake
@@ -392,10 +389,10 @@ class KafkaConnection:
         self.max_decoded_frame = max_decoded_frame
         self.max_in_flight = max_in_flight
         start = SCANNING if mid_stream else SYNCED
-        self._client = _new_half(_FROM_CLIENT, start)
-        self._broker = _new_half(_FROM_BROKER, start)
+        self._client = _new_stream(_FROM_CLIENT, start)
+        self._broker = _new_stream(_FROM_BROKER, start)
         self._input: deque = deque()
-        self._active: _Half | None = None
+        self._active: _Stream | None = None
         self._events: deque = deque()
         self._ts = 0.0
         self._in_flight: dict[int, _InFlight] = {}
@@ -403,39 +400,23 @@ class KafkaConnection:
         self.responses = 0  # responses matched to a request: the connection is a real exchange
         self.held_bytes = 0  # budget_bytes when the queued input was last drained (buffers + requests in flight)
         self._sasl: _Sasl | None = None
-        self._scan = _request_scan_pattern(max_frame_size)
-        self._response_cover: tuple | None = None  # (lo, hi, pattern) of the ids a scan looks for
+        self._resync: Resync | None = None  # made at the first scan: most connections never need one
         self._first_client_bytes = not mid_stream
-        self._hs0: _InFlight | None = None  # a SaslHandshake v0 request whose answer is not known
-        self._hs0_lost = False  # ... and may never be seen (see the module docstring)
-        self._uncertain_frames = 0  # client frames dropped unread since that request
-        self._wake_queued = False  # an _OP_WAKE is at the head of the input
+        # The SaslHandshake v0 wait (module docstring): its state, the request whose answer it
+        # awaits (None while ANSWER_NOT_AWAITED), and the client frames dropped unread meanwhile.
+        self._sasl_wait = ANSWER_NOT_AWAITED
+        self._v0_handshake: _InFlight | None = None
+        self._frames_dropped_unread = 0
         self.closed = False
         # What the connection has told so far, for readers that want state rather than events.
         self.mid_stream = mid_stream
         self.tls = False
         self.identity: ClientSoftware | None = None  # the last accepted ApiVersions exchange
         self.refused: list[ClientSoftware] = []  # offers the broker refused (bounded)
-        # Tally mode (module docstring): the run counted since the last RequestTally. Cleared in
-        # place, never replaced: the request loop holds them in locals across an _emit.
+        # Tally mode (module docstring): what was counted since the last RequestTally. Cleared in
+        # place, never replaced: the request loop holds it in a local across an _emit.
         self.tally = tally
-        self._tally_requests: dict = {}  # (api_key, api_version) -> [count, bytes]
-        # The current run of requests of one (api_key, api_version) (and for Produce, one
-        # (acks, transactional)): counted in these integers, folded into the dicts above when
-        # another kind of request comes or the tally is handed over (_fold_run).
-        self._run_count = 0
-        self._run_bytes = 0
-        self._run_api_key = 0
-        self._run_api_version = 0
-        self._run_acks = _NO_ACKS
-        self._run_transactional = False
-        self._tally_responses: dict = {}  # (api_key, api_version) -> [count, bytes, latency sum, buckets]
-        self._response_counts: list | None = None  # the entry of the last response's (api, version) ...
-        self._response_api_key = 0  # ... which these name; None once the run is handed over
-        self._response_api_version = 0
-        self._tally_acks: dict = {}  # (acks, transactional) -> count
-        self._tally_client_id: str | None = None  # last non-null client_id of the run
-        self._tally_ts = 0.0  # of the last request or response counted
+        self._tally_run: TallyRun | None = new_tally_run() if tally else None
 
     # --- caller API ---------------------------------------------------------------------
 
@@ -467,8 +448,9 @@ class KafkaConnection:
     def flush_tally(self) -> None:
         """Tally mode: end the current run; its `RequestTally`, if it counted anything, is the
         next event `events()` / `next_event()` return after those already decoded."""
-        if self._run_count or self._tally_requests or self._tally_responses:
-            self._flush_tally()
+        run = self._tally_run
+        if run is not None and run.counted():
+            self._hand_over_tally(run)
 
     def next_event(self):
         """The next event, or NEED_DATA when the queued bytes hold no further event."""
@@ -519,132 +501,97 @@ class KafkaConnection:
 
     def _pump(self) -> bool:
         """Do one step of work; False when nothing can progress without more input."""
-        half = self._active
-        if half is not None:
-            if self._step(half):
+        stream = self._active
+        if stream is not None:
+            if self._step(stream):
                 return True
             self._active = None
-            if half.pos:  # give back what was parsed now, not at the next chunk: idle flows hold nothing
-                del half.buf[: half.pos]
-                half.pos = 0
+            if stream.pos:  # give back what was parsed now, not at the next chunk: idle flows hold nothing
+                del stream.buf[: stream.pos]
+                stream.pos = 0
         if not self._input:
-            # Drained: each half holds only unparsed bytes now. Kept as a plain attribute for the
+            # Drained: each stream holds only unparsed bytes now. Kept as a plain attribute for the
             # caller's memory budget (read once per chunk, where a property call cost 3% of a replay).
             self.held_bytes = len(self._client.buf) + len(self._broker.buf) + len(self._in_flight) * IN_FLIGHT_BYTES
             return False
         op, direction, payload, ts = self._input.popleft()
         self._ts = ts
         if op == _OP_DATA:
-            half = self._client if direction == _FROM_CLIENT else self._broker
-            half.feed(payload)
-            self._active = half
+            stream = self._client if direction == _FROM_CLIENT else self._broker
+            stream.feed(payload)
+            self._active = stream
         elif op == _OP_WAKE:  # held client bytes are decided now: decode them before newer input
-            self._wake_queued = False
             self._active = self._client
         elif op == _OP_GAP:
-            half = self._client if direction == _FROM_CLIENT else self._broker
-            if half.state != IGNORED:
-                half.buf = bytearray()  # clear() would keep the allocation
-                half.pos = half.skip = 0
+            stream = self._client if direction == _FROM_CLIENT else self._broker
+            if stream.state != IGNORED:
+                stream.buf = bytearray()  # clear() would keep the allocation
+                stream.pos = stream.skip = 0
                 kind, detail = payload
-                if kind == Kind.BUFFER_BUDGET and half is self._client and self._in_flight:
+                if kind == Kind.BUFFER_BUDGET and stream is self._client and self._in_flight:
                     # The budget wants the memory back: the requests go too; their answers will be
                     # unmatched responses (counted), never a wrong match.
                     detail = f"{detail}; {len(self._in_flight)} requests awaiting an answer forgotten"
                     self._in_flight.clear()
-                    self._response_cover = None
-                self._desync(half, kind, detail)
+                    if self._resync is not None:
+                        self._resync.forget_responses()
+                self._desync(stream, kind, detail)
         else:
             self._finish(payload)
         return True
 
-    def _step(self, half: _Half) -> bool:
-        state = half.state
+    def _step(self, stream: _Stream) -> bool:
+        state = stream.state
         if state == SYNCED:
-            if half is self._client:
-                return self._client_frames(half)
-            return self._broker_frame(half)
+            if stream is self._client:
+                return self._client_frames(stream)
+            return self._broker_frame(stream)
         if state == SCANNING:
-            return self._scan_step(half)
+            return self._scan_step(stream)
         if state == VERIFYING:
-            return self._verify_step(half)
+            return self._verify_step(stream)
         if state == SASL_RAW:
-            return self._sasl_raw_frame(half)
-        half.pos = len(half.buf)  # IGNORED
+            return self._sasl_raw_frame(stream)
+        stream.pos = len(stream.buf)  # IGNORED
         return False
 
     def _emit(self, event) -> None:
-        if self._run_count or self._tally_requests or self._tally_responses:  # a run ends before any other event
-            self._flush_tally()
+        run = self._tally_run
+        if run is not None and run.counted():  # a run ends before any other event
+            self._hand_over_tally(run)
         self._events.append(event)
 
-    def _fold_run(self) -> None:
-        """Add the current run of one kind of request to the tally's dicts."""
-        n = self._run_count
-        if not n:
-            return
-        key = (self._run_api_key, self._run_api_version)
-        counts = self._tally_requests.get(key)
-        if counts is None:
-            self._tally_requests[key] = [n, self._run_bytes]
-        else:
-            counts[0] += n
-            counts[1] += self._run_bytes
-        if self._run_acks != _NO_ACKS:
-            acks = self._run_acks
-            # Bounded whatever the wire says: only -1, 0 and 1 mean something (ProduceRequest.json),
-            # every other int16 is counted under OTHER_ACKS, as the registry labels it "other".
-            key = (acks if -1 <= acks <= 1 else OTHER_ACKS, self._run_transactional)
-            self._tally_acks[key] = self._tally_acks.get(key, 0) + n
-        self._run_count = 0
-        self._run_bytes = 0
+    def _hand_over_tally(self, run: TallyRun) -> None:
+        self._events.append(_make_request_tally(*run.hand_over(self.conn_id)))
 
-    def _flush_tally(self) -> None:
-        self._fold_run()
-        requests, responses, acks = self._tally_requests, self._tally_responses, self._tally_acks
-        # An empty part is () without a sort: a run is often one kind (a handshake's request).
-        self._events.append(_make_request_tally(
-            self.conn_id, self._tally_ts, self._tally_client_id,
-            tuple(sorted([(k[0], k[1], a[0], a[1]) for k, a in requests.items()])) if requests else (),
-            tuple(sorted([(k[0], k[1], a[0], a[1], tuple(a[3]), a[2]) for k, a in responses.items()]))
-            if responses else (),
-            tuple(sorted([(k[0], k[1], n) for k, n in acks.items()])) if acks else ()))
-        if requests:
-            requests.clear()
-        if responses:
-            responses.clear()
-            self._response_counts = None
-        if acks:
-            acks.clear()
-        self._tally_client_id = None
+    def _desync(self, stream: _Stream, kind: str, detail: str) -> None:
+        stream.move(DESYNC)
+        stream.scan_skipped = 0
+        if stream is self._broker and self._sasl_wait == ANSWER_AWAITED:
+            self._answer_maybe_lost()
+        self._emit(Desync(conn_id=self.conn_id, ts=self._ts, direction=stream.direction, kind=kind, detail=detail))
 
-    def _desync(self, half: _Half, kind: str, detail: str) -> None:
-        half.state = SCANNING
-        half.scan_skipped = 0
-        if half is self._broker and self._hs0 is not None:
-            self._lose_hs0()
-        self._emit(Desync(conn_id=self.conn_id, ts=self._ts, direction=half.direction, kind=kind, detail=detail))
-
-    def _decode_error(self, half: _Half, kind: str, api_key, api_version, detail: str) -> None:
-        self._emit(_make_decode_error(self.conn_id, self._ts, half.direction, kind, api_key, api_version, detail))
+    def _decode_error(self, stream: _Stream, kind: str, api_key, api_version, detail: str) -> None:
+        self._emit(_make_decode_error(self.conn_id, self._ts, stream.direction, kind, api_key, api_version, detail))
 
     # --- requests -----------------------------------------------------------------------
 
-    def _client_frames(self, half: _Half) -> bool:
+    def _client_frames(self, stream: _Stream) -> bool:
         """Decode up to _BATCH request frames; False when none could progress."""
-        if self._hs0 is not None:
-            return self._uncertain_frame(half)
-        buf = half.buf
+        if self._sasl_wait != ANSWER_NOT_AWAITED:
+            return self._frame_while_answer_unknown(stream)
+        buf = stream.buf
         if self._first_client_bytes:
-            if len(buf) - half.pos < 3:
+            if len(buf) - stream.pos < 3:
                 return False
             self._first_client_bytes = False
-            pos = half.pos
+            pos = stream.pos
             # A TLS record: ContentType handshake (22), then version major 3 (RFC 8446 5.1).
             # As a Kafka size it would be >= 369 MB, so no valid request starts like this.
             if buf[pos] == 0x16 and buf[pos + 1] == 0x03 and buf[pos + 2] <= 0x04:
                 self.tls = True
-                self._client.state = self._broker.state = IGNORED
+                self._client.move(TLS)
+                self._broker.move(TLS)
                 self._emit(TlsDetected(conn_id=self.conn_id, ts=self._ts))
                 return True
         conn_id = self.conn_id
@@ -653,11 +600,11 @@ class KafkaConnection:
         max_frame_size = self.max_frame_size
         in_flight = self._in_flight
         max_in_flight = self.max_in_flight
-        tally = self.tally
+        run = self._tally_run
         header_of = _HEADER_OF
         specs = _SPECS
         for done in range(_BATCH):
-            pos = half.pos
+            pos = stream.pos
             end = len(buf)
             avail = end - pos
             if avail >= 14:  # the usual case: the header up to client_id's length in one read
@@ -675,7 +622,7 @@ class KafkaConnection:
             else:
                 return done > 0
             if size < 8 or size > max_frame_size:
-                self._desync(half, Kind.FRAME_SIZE, f"request size {size} outside 8..{max_frame_size}")
+                self._desync(stream, Kind.FRAME_SIZE, f"request size {size} outside 8..{max_frame_size}")
                 return True
             frame_end = pos + 4 + size
             complete = frame_end <= end
@@ -704,7 +651,7 @@ class KafkaConnection:
                 client_id = None
                 body = pos + 12
             elif cid_len < -1 or 10 + cid_len > size:  # _NO_CLIENT_ID included
-                self._desync(half, Kind.BAD_HEADER, "client_id length outside the frame")
+                self._desync(stream, Kind.BAD_HEADER, "client_id length outside the frame")
                 return True
             elif not known:
                 # Not a request this table describes, maybe not a request at all (a raw SASL
@@ -718,17 +665,17 @@ class KafkaConnection:
                 # Nothing past the first max_decoded_frame bytes of a frame is read, nor held to
                 # be read, whatever has arrived: the verdict must not depend on the chunking.
                 if body > pos + 4 + self.max_decoded_frame:
-                    self._decode_error(half, Kind.FRAME_TOO_LARGE_TO_DECODE, api_key, api_version,
+                    self._decode_error(stream, Kind.FRAME_TOO_LARGE_TO_DECODE, api_key, api_version,
                                        "client_id longer than the decode limit")
                     client_id = None
                     body = -1
                 elif body > end:
                     return done > 0
-                elif cid_len == len(half.cid_raw) and buf.startswith(half.cid_raw, pos + 14):
-                    client_id = half.cid_str
+                elif cid_len == len(stream.cid_raw) and buf.startswith(stream.cid_raw, pos + 14):
+                    client_id = stream.cid_str
                 else:
-                    half.cid_raw = raw = bytes(buf[pos + 14 : body])
-                    half.cid_str = client_id = raw.decode("utf-8", "replace")
+                    stream.cid_raw = raw = bytes(buf[pos + 14 : body])
+                    stream.cid_str = client_id = raw.decode("utf-8", "replace")
 
             # By api_key: (acks, transactional) of a Produce, else what _request_body returns.
             detail: Any = None
@@ -744,28 +691,29 @@ class KafkaConnection:
                         return done > 0
                     if lim < frame_end and e.kind in (Kind.TRUNCATED, Kind.BAD_LENGTH):
                         e = ProtocolError(Kind.FRAME_TOO_LARGE_TO_DECODE, "produce prefix longer than the decode limit")
-                    self._decode_error(half, e.kind, api_key, api_version, e.message)
+                    self._decode_error(stream, e.kind, api_key, api_version, e.message)
             elif api_key in _DECODED_REQUESTS:
                 if size > self.max_decoded_frame:
-                    self._decode_error(half, Kind.FRAME_TOO_LARGE_TO_DECODE, api_key, api_version,
+                    self._decode_error(stream, Kind.FRAME_TOO_LARGE_TO_DECODE, api_key, api_version,
                                        f"{size}-byte request not decoded")
                 elif not complete:
                     return done > 0  # decoded bodies are buffered whole
                 else:
                     try:
-                        detail = self._request_body(half, api_key, api_version, header_version, body, frame_end)
+                        detail = self._request_body(stream, api_key, api_version, header_version, body, frame_end)
                     except ProtocolError as e:
-                        self._decode_error(half, e.kind, api_key, api_version, e.message)
+                        self._decode_error(stream, e.kind, api_key, api_version, e.message)
                         if api_key == SASL_AUTHENTICATE:
                             # A header misframing the body may have read token bytes as the client_id.
                             client_id = None
-                            half.cid_raw, half.cid_str = b"", ""
+                            stream.cid_raw, stream.cid_str = b"", ""
 
             if not known:
                 if spec is None:
-                    self._decode_error(half, Kind.UNKNOWN_API_KEY, api_key, api_version, "api key not in the table")
+                    self._decode_error(stream, Kind.UNKNOWN_API_KEY, api_key, api_version, "api key not in the table")
                 else:
-                    self._decode_error(half, Kind.UNKNOWN_API_VERSION, api_key, api_version, "version not in the table")
+                    self._decode_error(stream, Kind.UNKNOWN_API_VERSION, api_key, api_version,
+                                       "version not in the table")
             elif (self._sasl is not None and self._sasl.answered and api_key != SASL_HANDSHAKE
                     and api_key != SASL_AUTHENTICATE):
                 self._sasl_done("success", None)  # the broker serves other requests only once authenticated
@@ -775,24 +723,15 @@ class KafkaConnection:
             if api_key == PRODUCE and detail is not None:
                 acks, transactional = detail
                 detail = None  # nothing reads a Produce's detail once it is counted: not kept in flight
-            if tally:  # counted in place (module docstring); _emit above may have ended the run
-                if (api_key != self._run_api_key or api_version != self._run_api_version
-                        or acks != self._run_acks or transactional != self._run_transactional):
-                    self._fold_run()
-                    self._run_api_key, self._run_api_version = api_key, api_version
-                    self._run_acks, self._run_transactional = acks, transactional
-                self._run_count += 1
-                self._run_bytes += size
-                if client_id is not None:
-                    self._tally_client_id = client_id
-                self._tally_ts = ts
+            if run is not None:  # counted in place (module docstring); _emit above may have ended the run
+                run.count_request(api_key, api_version, acks, transactional, size, client_id, ts)
             else:
                 # Positional (the dataclass's field order): compiled, a keyword call builds a dict.
                 emit(_make_request_seen(conn_id, ts, api_key, spec.name if spec is not None else None,
                                         api_version, corr, client_id, size))
                 if acks != _NO_ACKS:
                     emit(_make_produce_acks(conn_id, ts, api_version, corr, acks, transactional))
-            half.consume_frame(frame_end)
+            stream.consume_frame(frame_end)
             if acks == 0:  # no response will come (ProduceRequest.json, Acks)
                 continue
             self._requests += 1
@@ -803,35 +742,35 @@ class KafkaConnection:
                 elif api_key == SASL_HANDSHAKE:
                     entry.mechanism = detail
             if corr in in_flight or len(in_flight) >= max_in_flight:
-                self._track(half, corr, entry)
+                self._track(stream, corr, entry)
             else:
                 in_flight[corr] = entry
             if api_key == SASL_HANDSHAKE and api_version == 0 and known:
-                # Raw tokens may follow: decide each next frame in _uncertain_frame.
-                self._hs0 = entry
-                self._hs0_lost = self._broker.state != SYNCED  # a scan may skip the answer unread
-                self._uncertain_frames = 0
+                # Raw tokens may follow: decide each next frame in _frame_while_answer_unknown.
+                self._v0_handshake = entry
+                self._frames_dropped_unread = 0
+                self._move_sasl_wait(V0_HANDSHAKE_SENT if self._broker.state == SYNCED else V0_HANDSHAKE_SENT_UNSYNCED)
                 return True
         return True
 
-    def _uncertain_frame(self, half: _Half) -> bool:
+    def _frame_while_answer_unknown(self, stream: _Stream) -> bool:
         """A client frame after a SaslHandshake v0 whose answer is not known (module docstring).
         Only its size and header integers are looked at, never its strings."""
-        buf = half.buf
-        pos = half.pos
+        buf = stream.buf
+        pos = stream.pos
         avail = len(buf) - pos
-        if not self._hs0_lost:
-            if avail <= self.max_decoded_frame + _SCAN_KEEP:
+        if self._sasl_wait == ANSWER_AWAITED:
+            if avail <= self.max_decoded_frame + SCAN_KEEP:
                 return False  # the answer may still come in order: a token fits, wait for it
-            self._lose_hs0()
+            self._answer_maybe_lost()
         if avail < 4:
             return False
         size = _SIZE.unpack_from(buf, pos)[0]
         if size < 0 or size > self.max_frame_size:
-            self._desync(half, Kind.FRAME_SIZE, f"frame size {size} outside 0..{self.max_frame_size}")
+            self._desync(stream, Kind.FRAME_SIZE, f"frame size {size} outside 0..{self.max_frame_size}")
             return True
         frame_end = pos + 4 + size
-        verdict = self._plausible_request(buf, pos)
+        verdict = plausible_request(buf, pos, self.max_frame_size)
         if verdict is None and frame_end > len(buf):
             return False
         if verdict:
@@ -840,50 +779,57 @@ class KafkaConnection:
             self._requests += 1
             entry = _InFlight(self._requests, api_key, api_version, self._ts)
             entry.unconfirmed = True  # a response to it proves that Kafka frames resumed
-            self._track(half, corr, entry)
-        self._uncertain_frames += 1
-        self._decode_error(half, Kind.SASL_UNCERTAIN, None, None,
+            self._track(stream, corr, entry)
+        self._frames_dropped_unread += 1
+        self._decode_error(stream, Kind.SASL_UNCERTAIN, None, None,
                            "frame after a SaslHandshake v0 whose answer was not seen: maybe a SASL token, not read")
-        half.consume_frame(frame_end)
+        stream.consume_frame(frame_end)
         return True
 
-    def _lose_hs0(self) -> None:
-        """The SaslHandshake v0 answer may never be seen: held client frames are dropped."""
-        if not self._hs0_lost:
-            self._hs0_lost = True
+    def _move_sasl_wait(self, event: int) -> None:
+        """The one way the SaslHandshake v0 wait changes: to what states.SASL_WAIT_TRANSITIONS
+        gives for (state, event), or IllegalTransition (a bug) where it gives nothing."""
+        self._sasl_wait = next_sasl_wait_state(self._sasl_wait, event)
+
+    def _answer_maybe_lost(self) -> None:
+        """The awaited SaslHandshake v0 answer may never be seen: held client frames are dropped."""
+        if self._sasl_wait == ANSWER_AWAITED:
+            self._move_sasl_wait(ANSWER_LOST)
             self._wake_client()
 
-    def _hs0_settled(self) -> None:
-        """The client's frames are known again to be Kafka requests or raw tokens."""
-        self._hs0 = None
-        self._hs0_lost = False
+    def _answer_settled(self, event: int) -> None:
+        """The client's frames are known again to be Kafka requests or raw tokens (ANSWER_READ,
+        KAFKA_RESUMED)."""
+        self._move_sasl_wait(event)
+        self._v0_handshake = None
         self._wake_client()
 
     def _wake_client(self) -> None:
         """The client's held bytes are decided: step it next, before any newer input (queued as
-        an operation so that the pump pays nothing for it the rest of the time)."""
-        if not self._wake_queued:
-            self._wake_queued = True
-            self._input.appendleft((_OP_WAKE, None, None, self._ts))
+        an operation so that the pump pays nothing for it the rest of the time). Only ever at the
+        head of the input, so one there already will do."""
+        queued = self._input
+        if not queued or queued[0][0] != _OP_WAKE:
+            queued.appendleft((_OP_WAKE, None, None, self._ts))
 
-    def _track(self, half: _Half, corr: int, entry: _InFlight) -> None:
+    def _track(self, stream: _Stream, corr: int, entry: _InFlight) -> None:
         in_flight = self._in_flight
         if corr in in_flight:
-            if in_flight.pop(corr) is self._hs0:  # a reused id: the newer request is the one to be answered
-                self._lose_hs0()
+            if in_flight.pop(corr) is self._v0_handshake:  # a reused id: the newer request is the one to be answered
+                self._answer_maybe_lost()
         elif len(in_flight) >= self.max_in_flight:
             old = next(iter(in_flight))
             dropped = in_flight.pop(old)
-            if dropped is self._hs0:
-                self._lose_hs0()
-            self._decode_error(half, Kind.IN_FLIGHT_OVERFLOW, dropped.api_key, dropped.api_version,
+            if dropped is self._v0_handshake:
+                self._answer_maybe_lost()
+            self._decode_error(stream, Kind.IN_FLIGHT_OVERFLOW, dropped.api_key, dropped.api_version,
                                f"more than {self.max_in_flight} requests in flight")
         in_flight[corr] = entry
 
-    def _request_body(self, half: _Half, api_key: int, api_version: int, header_version: int, off: int, end: int):
+    def _request_body(self, stream: _Stream, api_key: int, api_version: int, header_version: int, off: int, end: int):
         """Decode the body of a request kafka-census reads; `off` is just past client_id.
         Returns the in-flight detail."""
-        buf = half.buf
+        buf = stream.buf
         flexible = header_version == 2  # flexible versions use header v2 and compact bodies
         if flexible:
             off = skip_tagged_fields(buf, off, end)
@@ -915,9 +861,9 @@ class KafkaConnection:
 
     # --- responses ----------------------------------------------------------------------
 
-    def _broker_frame(self, half: _Half) -> bool:
-        buf = half.buf
-        pos = half.pos
+    def _broker_frame(self, stream: _Stream) -> bool:
+        buf = stream.buf
+        pos = stream.pos
         if len(buf) - pos < 8:
             return False
         if _COMPILED:  # the fields of _RESP, as in _client_frames
@@ -926,62 +872,50 @@ class KafkaConnection:
         else:
             size, corr = _read_response_header(buf, pos)
         if size < 4 or size > self.max_frame_size:
-            self._desync(half, Kind.FRAME_SIZE, f"response size {size} outside 4..{self.max_frame_size}")
+            self._desync(stream, Kind.FRAME_SIZE, f"response size {size} outside 4..{self.max_frame_size}")
             return True
         frame_end = pos + 4 + size
         entry = self._in_flight.get(corr)
         if entry is None:
-            self._decode_error(half, Kind.UNMATCHED_RESPONSE, None, None,
+            self._decode_error(stream, Kind.UNMATCHED_RESPONSE, None, None,
                                "no request in flight with this correlation id")
-            half.consume_frame(frame_end)
+            stream.consume_frame(frame_end)
             return True
         if entry.unconfirmed:  # answers a frame dropped unread: Kafka frames resumed
-            self._match(half, corr)
-            self._hs0_settled()
-            half.consume_frame(frame_end)
+            self._match(stream, corr)
+            self._answer_settled(KAFKA_RESUMED)
+            stream.consume_frame(frame_end)
             return True
         api_key = entry.api_key
         decode = api_key in _DECODED_RESPONSES
         if decode and size <= self.max_decoded_frame and frame_end > len(buf):
             return False  # decoded bodies are buffered whole
-        self._match(half, corr)
+        self._match(stream, corr)
         if decode:
             if size > self.max_decoded_frame:
-                self._decode_error(half, Kind.FRAME_TOO_LARGE_TO_DECODE, api_key, entry.api_version,
+                self._decode_error(stream, Kind.FRAME_TOO_LARGE_TO_DECODE, api_key, entry.api_version,
                                    f"{size}-byte response not decoded")
             else:
                 try:
-                    self._response_body(half, entry, pos, frame_end)
+                    self._response_body(stream, entry, pos, frame_end)
                 except ProtocolError as e:
-                    self._decode_error(half, e.kind, api_key, entry.api_version, e.message)
-            if entry is self._hs0:  # answered, but the answer was not readable
-                self._lose_hs0()
+                    self._decode_error(stream, e.kind, api_key, entry.api_version, e.message)
+            if entry is self._v0_handshake:  # answered, but the answer was not readable
+                self._answer_maybe_lost()
         self.responses += 1
-        if self.tally:
+        run = self._tally_run
+        if run is not None:
             ts = self._ts
-            latency = ts - entry.ts
-            counts = self._response_counts  # those of the last response's (api, version), if still in the run
-            if counts is None or api_key != self._response_api_key or entry.api_version != self._response_api_version:
-                key = (api_key, entry.api_version)
-                counts = self._tally_responses.get(key)
-                if counts is None:
-                    counts = self._tally_responses[key] = [0, 0, 0.0, [0] * (len(LATENCY_BUCKETS) + 1)]
-                self._response_counts = counts
-                self._response_api_key, self._response_api_version = api_key, entry.api_version
-            counts[0] += 1
-            counts[1] += size
-            counts[2] += latency
-            counts[3][bisect_left(LATENCY_BUCKETS, latency)] += 1  # le semantics, as the exporter's histogram
-            self._tally_ts = ts
+            run.count_response(api_key, entry.api_version, size, ts - entry.ts, ts)
         else:
             spec = _spec_of(api_key)
             self._events.append(_make_response_seen(  # positional: see _make_request_seen's call
                 self.conn_id, self._ts, api_key, spec.name if spec is not None else None,
                 entry.api_version, corr, size, self._ts - entry.ts))
-        half.consume_frame(frame_end)
+        stream.consume_frame(frame_end)
         return True
 
-    def _match(self, half: _Half, corr: int) -> _InFlight | None:
+    def _match(self, stream: _Stream, corr: int) -> _InFlight | None:
         """Pop the request this response answers. Brokers answer in request order on a
         connection (Kafka protocol guide, "Network"), so requests sent before it will never be
         answered: they are dropped and counted."""
@@ -995,12 +929,12 @@ class KafkaConnection:
             if oldest.seq > entry.seq:
                 break
             del in_flight[older]
-            self._decode_error(half, Kind.UNANSWERED_REQUEST, oldest.api_key, oldest.api_version,
+            self._decode_error(stream, Kind.UNANSWERED_REQUEST, oldest.api_key, oldest.api_version,
                                "a later request was answered first")
         return entry
 
-    def _response_body(self, half: _Half, entry: _InFlight, pos: int, frame_end: int) -> None:
-        buf = half.buf
+    def _response_body(self, stream: _Stream, entry: _InFlight, pos: int, frame_end: int) -> None:
+        buf = stream.buf
         api_key, version = entry.api_key, entry.api_version
         off = skip_response_header(buf, pos + 4, frame_end, api_key, version, _spec_of(api_key))
         ts = self._ts
@@ -1027,18 +961,18 @@ class KafkaConnection:
             self._emit(SaslHandshake(conn_id=self.conn_id, ts=ts, handshake_version=version, mechanism=mechanism,
                                      error_code=error, enabled_mechanisms=mechanisms))
             dropped = 0
-            if entry is self._hs0:
-                dropped, self._uncertain_frames = self._uncertain_frames, 0
-                self._hs0_settled()
+            if entry is self._v0_handshake:
+                dropped, self._frames_dropped_unread = self._frames_dropped_unread, 0
+                self._answer_settled(ANSWER_READ)
             if error == 0:
                 # v0: raw tokens follow without Kafka headers; v1: they ride in SaslAuthenticate.
                 self._sasl = _Sasl(mechanism, "raw" if version == 0 else "SaslAuthenticate")
                 # Tokens dropped unread while the answer was unknown count as sent (no user name).
                 self._client.tokens, self._broker.tokens = dropped, 0
                 if version == 0:
-                    self._broker.state = SASL_RAW
+                    self._broker.move(SASL_V0_ACCEPTED)
                     if self._client.state == SYNCED:  # not mid-scan: raw framing needs a boundary
-                        self._client.state = SASL_RAW
+                        self._client.move(SASL_V0_ACCEPTED)
         else:  # SaslAuthenticate
             error = read_sasl_authenticate_response(buf, off, frame_end, version)
             if self._sasl is not None:
@@ -1049,38 +983,39 @@ class KafkaConnection:
 
     # --- SASL raw framing (after SaslHandshake v0) ----------------------------------------
 
-    def _sasl_raw_frame(self, half: _Half) -> bool:
+    def _sasl_raw_frame(self, stream: _Stream) -> bool:
         """KIP-43: after SaslHandshake v0 the tokens are int32-size-prefixed with no Kafka header."""
-        buf = half.buf
-        pos = half.pos
+        buf = stream.buf
+        pos = stream.pos
         if len(buf) - pos < 4:
             return False
         sasl = self._sasl
         if sasl is None:
-            half.state = SYNCED
+            stream.move(RAW_DONE)
             return True
-        if half is self._client:
+        if stream is self._client:
             expected = CLIENT_TOKENS.get(sasl.mechanism)
-            done = half.tokens >= expected if expected is not None else self._plausible_request(buf, pos) is True
+            done = (stream.tokens >= expected if expected is not None
+                    else plausible_request(buf, pos, self.max_frame_size) is True)
             if done:
-                half.state = SYNCED
+                stream.move(RAW_DONE)
                 return True
         elif len(buf) - pos >= 8 and _RESP.unpack_from(buf, pos)[1] in self._in_flight:
-            half.state = SYNCED  # a response to a Kafka request: the exchange is over
+            stream.move(RAW_DONE)  # a response to a Kafka request: the exchange is over
             return True
         size = _SIZE.unpack_from(buf, pos)[0]
         if size < 0 or size > self.max_decoded_frame:
-            self._desync(half, Kind.SASL_TOKEN, f"raw SASL token size {size}")
+            self._desync(stream, Kind.SASL_TOKEN, f"raw SASL token size {size}")
             return True
         frame_end = pos + 4 + size
         if frame_end > len(buf):
             return False
-        if half is self._client:
+        if stream is self._client:
             self._client_token(buf, pos + 4, frame_end)
         else:
-            half.tokens += 1
+            stream.tokens += 1
             sasl.answered = True
-        half.pos = frame_end
+        stream.pos = frame_end
         return True
 
     def _sasl_done(self, outcome: str, error_code: int | None) -> None:
@@ -1090,154 +1025,69 @@ class KafkaConnection:
         self._emit(SaslIdentity(conn_id=self.conn_id, ts=self._ts, mechanism=sasl.mechanism, principal=sasl.principal,
                                 outcome=outcome, error_code=error_code, framing=sasl.framing))
 
-    # --- resynchronisation --------------------------------------------------------------
+    # --- resynchronisation (resync.py decides where frames start again; this applies it) ---
 
-    def _plausible_request(self, buf, i: int):
-        """True / False / None (need more bytes): does a request header start at i?"""
-        end = len(buf)
-        if end - i < 12:
-            return None
-        size, api_key, api_version, corr = _REQ.unpack_from(buf, i)
-        if size < 10 or size > self.max_frame_size or corr < 0:
-            return False  # clients count correlation ids up from 0 (NetworkClient, librdkafka)
-        spec = API_TABLE.get(api_key)
-        if spec is None or not spec.min_version <= api_version <= spec.max_version:
-            return False
-        if request_header_version(api_key, api_version, spec) == 0:
-            return True  # no client_id to check
-        if end - i < 14:
-            return None
-        cid_len = int16_at(buf, i + 12, end)
-        return -1 <= cid_len <= size - 10
-
-    def _plausible_response(self, buf, i: int):
-        if len(buf) - i < 8:
-            return None
-        size, corr = _RESP.unpack_from(buf, i)
-        return 4 <= size <= self.max_frame_size and corr in self._in_flight
-
-    def _scan_step(self, half: _Half) -> bool:
-        """Find where frames start again. A candidate header is trusted once the header after
-        its frame is plausible too: checked in the buffer when both fit in max_decoded_frame
-        (waiting for bytes if need be), otherwise, for a large frame with no verifiable
-        alternative in the buffer, by skipping it unread and checking the next (VERIFYING)."""
-        buf = half.buf
-        start = half.pos
-        end = len(buf)
-        if half is self._client:
-            candidates = self._request_candidates(buf, start)
-            plausible = self._plausible_request
-        else:
-            candidates = self._response_candidates(buf, start)
-            plausible = self._plausible_response
-        window = self.max_decoded_frame + 4
-        large = None
-        for i in candidates:
-            verdict = plausible(buf, i)
-            if verdict is None:  # the header itself is cut by the end of the buffer
-                return self._scan_wait(half, start, i)
-            if not verdict:
-                continue
-            following = i + 4 + _SIZE.unpack_from(buf, i)[0]
-            if following + _SCAN_KEEP - i > window:  # the frame and the next header must fit
-                if large is None:
-                    large = i
-                continue
-            after = plausible(buf, following) if following <= end else None
-            if after is None:  # verifiable once the rest arrives (within the window)
-                return self._scan_wait(half, start, i)
-            if after:
-                if half is self._broker:
-                    answered = self._in_flight.pop(_RESP.unpack_from(buf, i)[1], None)
-                    if answered is not None and answered.unconfirmed:
-                        self._hs0_settled()  # a verified answer to a frame sent after the handshake
-                half.pos = following
-                self._resynced(half, half.scan_skipped + following - start)
-                return True
-        if large is not None:
-            if half is self._broker:
-                self._in_flight.pop(_RESP.unpack_from(buf, large)[1], None)
-            following = large + 4 + _SIZE.unpack_from(buf, large)[0]
-            half.scan_skipped += following - start
-            half.pos = large
-            half.consume_frame(following)
-            half.state = VERIFYING
+    def _scan_step(self, stream: _Stream) -> bool:
+        resync = self._resync
+        if resync is None:
+            resync = self._resync = Resync(self.max_frame_size, self.max_decoded_frame)
+        start = stream.pos
+        requests = stream is self._client
+        verdict, at, following = resync.scan(stream.buf, start, requests, self._in_flight)
+        if verdict == FOUND:
+            if not requests:
+                answered = self._in_flight.pop(_RESP.unpack_from(stream.buf, at)[1], None)
+                if answered is not None and answered.unconfirmed:
+                    self._answer_settled(KAFKA_RESUMED)  # a verified answer to a frame sent after the handshake
+            stream.pos = following
+            self._resynced(stream, stream.scan_skipped + following - start)
             return True
-        return self._scan_wait(half, start, max(start, end - _SCAN_KEEP))
-
-    def _scan_wait(self, half: _Half, start: int, keep_from: int) -> bool:
-        """Drop the bytes before `keep_from` and wait for more. What is kept is at most one
-        candidate's frame and the next header, so scanning holds <= max_decoded_frame + 4."""
-        half.scan_skipped += keep_from - start
-        half.pos = keep_from
+        if verdict == LARGE:
+            if not requests:
+                self._in_flight.pop(_RESP.unpack_from(stream.buf, at)[1], None)
+            stream.scan_skipped += following - start
+            stream.pos = at
+            stream.consume_frame(following)
+            stream.move(LARGE_CANDIDATE)
+            return True
+        stream.scan_skipped += at - start  # WAIT: drop the bytes before `at`, wait for more
+        stream.pos = at
         return False
 
-    def _resynced(self, half: _Half, skipped: int) -> None:
-        half.state = SYNCED
-        half.scan_skipped = 0
-        self._emit(Resynced(conn_id=self.conn_id, ts=self._ts, direction=half.direction, skipped_bytes=skipped))
-
-    def _request_candidates(self, buf, start: int):
-        """Positions, in order and lazily, of plausible-looking request headers."""
-        search = self._scan.search
-        m = search(buf, start + 4)  # the pattern matches at the api_key; candidates may overlap
-        while m is not None:
-            i = m.start() - 4
-            yield i
-            m = search(buf, i + 5)
-
-    def _response_candidates(self, buf, start: int):
-        """Positions, in order and lazily, of headers answering a request in flight: one pass
-        in C over the buffer whatever the number of ids (one search per id made resync under
-        loss, with the table full of requests whose answers were lost, ~150x slower)."""
-        in_flight = self._in_flight
-        if not in_flight:
-            return
-        lo, hi = min(in_flight), max(in_flight)
-        if lo < 0 <= hi:  # both signs: as unsigned the range wraps, so take every id
-            lo, hi = 0, 0xFFFFFFFF
-        lo, hi = lo & 0xFFFFFFFF, hi & 0xFFFFFFFF
-        cover = self._response_cover
-        if cover is None or lo < cover[0] or hi > cover[1]:
-            # Cover ids still to come too (clients count up, KafkaClient and librdkafka alike): one
-            # pattern serves many scans, where compiling one per scan cost a third of a lossy replay.
-            ahead = min(hi + _IDS_AHEAD, hi | 0xFFFF) if lo >> 16 == hi >> 16 else hi
-            cover = self._response_cover = (lo, ahead, _response_scan_pattern(self.max_frame_size, lo, ahead))
-        search = cover[2].search
-        unpack = _RESP.unpack_from
-        m = search(buf, start + 4)  # the pattern matches at the id; candidates may overlap
-        while m is not None:
-            i = m.start() - 4
-            if unpack(buf, i)[1] in in_flight:
-                yield i
-            m = search(buf, i + 5)
-
-    def _verify_step(self, half: _Half) -> bool:
-        if half.skip:
+    def _verify_step(self, stream: _Stream) -> bool:
+        if stream.skip:
             return False
-        plausible = self._plausible_request if half is self._client else self._plausible_response
-        verdict = plausible(half.buf, half.pos)
+        if stream is self._client:
+            verdict = plausible_request(stream.buf, stream.pos, self.max_frame_size)
+        else:
+            verdict = plausible_response(stream.buf, stream.pos, self.max_frame_size, self._in_flight)
         if verdict is None:
             return False
         if verdict:
-            self._resynced(half, half.scan_skipped)
+            self._resynced(stream, stream.scan_skipped)
         else:
-            half.state = SCANNING
+            stream.move(IMPLAUSIBLE)
         return True
+
+    def _resynced(self, stream: _Stream, skipped: int) -> None:
+        stream.move(RESYNC)
+        stream.scan_skipped = 0
+        self._emit(Resynced(conn_id=self.conn_id, ts=self._ts, direction=stream.direction, skipped_bytes=skipped))
 
     # --- close --------------------------------------------------------------------------
 
     def _finish(self, reason: str) -> None:
-        for half in (self._client, self._broker):
-            if half.state == SYNCED and (half.skip or len(half.buf) > half.pos):
-                if half is self._client and self._hs0 is not None:
-                    self._decode_error(half, Kind.SASL_UNCERTAIN, None, None,
+        for stream in (self._client, self._broker):
+            if stream.state == SYNCED and (stream.skip or len(stream.buf) > stream.pos):
+                if stream is self._client and self._sasl_wait != ANSWER_NOT_AWAITED:
+                    self._decode_error(stream, Kind.SASL_UNCERTAIN, None, None,
                                        "closed with frames held for a SaslHandshake v0 answer: not read")
                 else:
-                    self._decode_error(half, Kind.TRUNCATED_AT_CLOSE, None, None, "connection closed inside a frame")
-            half.state = IGNORED
-            half.buf = bytearray()  # drop everything, SASL remnants included
-            half.pos = half.skip = 0
+                    self._decode_error(stream, Kind.TRUNCATED_AT_CLOSE, None, None,
+                                       "connection closed inside a frame")
+            stream.move(CLOSE)
+            stream.buf = bytearray()  # drop everything, SASL remnants included
+            stream.pos = stream.skip = 0
         if self._sasl is not None:
             self._sasl_done("incomplete", None)
         self._emit(ConnectionClosed(conn_id=self.conn_id, ts=self._ts, reason=reason,
