@@ -1,9 +1,9 @@
 """The aggregator's price: the same REST queries asked of one sidecar directly and of
 `kafka-census aggregate` over three, in the same run.
 
-Three sidecars are bench/exporter.py's server children (the real `Service` app over a registry
-of N synthetic connections built from capture events, each with its own seed, so their rows
-differ); the aggregator is the real command (`kafka-census aggregate --peers ... --cache-seconds
+Three sidecars are bench/exporter/server.py's server children (the real `Service` app over a
+registry of N synthetic connections built from capture events, each with its own seed, so their
+rows differ); the aggregator is the real command (`kafka-census aggregate --peers ... --cache-seconds
 0`, so every answer is a fan-out). Each query is timed over loopback with httpx, a new
 connection per GET, best and median of `--repeat` after a warm-up. The ratio aggregator/sidecar
 is the number to read: the aggregator asks three peers (on the same two cores) and merges.
@@ -21,7 +21,9 @@ import sys
 from pathlib import Path
 
 from bench import machine
-from bench.exporter import ServerChild, rss_bytes, time_http
+from bench.exporter.http_times import time_http
+from bench.exporter.server import ServerChild
+from bench.exporter.timing import rss_bytes
 from harness.census import Census, free_port
 
 QUERIES = [

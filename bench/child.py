@@ -1,8 +1,10 @@
 """A benchmark's child process spoken to in JSON lines: commands on stdin, reports on stdout.
 
-Owns `Child`, shared by bench/live.py (capture and load generator) and bench/exporter.py
-(the HTTP server). The child runs in its own session, so `kill()` takes its whole process
-group; its stdout and stderr are drained on threads, so it never blocks on a full pipe.
+Owns both ends. The parent's: `Child`, shared by bench/live/ (capture and load generators),
+bench/exporter/ (the HTTP server) and bench/proxy/ (the producer). The child runs in its own
+session, so `kill()` takes its whole process group; its stdout and stderr are drained on
+threads, so it never blocks on a full pipe. The child's: `emit_json` (one report line) and
+`wait_for_line` (a command, bounded in time).
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ import contextlib
 import json
 import os
 import queue
+import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -69,3 +73,15 @@ class Child:
                 os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(5)
+
+
+def emit_json(obj) -> None:
+    """Child side: one report line on stdout, flushed (what `Child.read_json` waits for)."""
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def wait_for_line(expected: str, timeout: float) -> bool:
+    """Child side: True when the next line on stdin, within `timeout`, is `expected`."""
+    ready, _, _ = select.select([sys.stdin], [], [], timeout)
+    return bool(ready) and sys.stdin.readline().strip() == expected

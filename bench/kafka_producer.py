@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import re
 import resource
@@ -68,7 +67,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.machine import cpu_seconds, describe
+from bench.census_process import accepts
+from bench.machine import cpu_seconds, describe, load_average
+from bench.runs import med, quiet_note, quiet_rounds, rounds_used, write_result
 from harness.census import Census, free_port, wait_for
 from harness.kafka_broker import HARNESS, classpath, java_binary, kafka_version, start_kafka
 
@@ -102,10 +103,6 @@ def children_cpu_seconds() -> float:
     """CPU of this process's reaped children (getrusage RUSAGE_CHILDREN)."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
-
-
-def load_average() -> float:
-    return os.getloadavg()[0]
 
 
 # =========================================================================== topics
@@ -157,19 +154,11 @@ def start_census(phase: str, cluster, proxy_port: int, log_dir: Path) -> Census 
     census = Census([*args, "--log-level", "warning"], free_port(), ready_timeout=START_TIMEOUT, log_dir=log_dir)
     if phase == "proxy":
         try:
-            wait_for(f"the proxy to accept on {proxy_port}", lambda: _accepts(proxy_port), START_TIMEOUT)
+            wait_for(f"the proxy to accept on {proxy_port}", lambda: accepts(proxy_port), START_TIMEOUT)
         except AssertionError:
             census.stop()
             raise
     return census
-
-
-def _accepts(port: int) -> bool:
-    import socket
-
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1.0):
-        return True
-    return False
 
 
 def census_counters(census: Census) -> dict:
@@ -289,12 +278,27 @@ def one_run(phase: str, label: str, args, cluster, proxy_port: int, topics: Topi
     return row
 
 
+def one_round(r: int, quiet: int, args, cluster, proxy_port: int, topics: Topics, work: Path, jars: str) -> list[dict]:
+    """Round `r` (`quiet` quiet ones before it): every phase once, in the order rotated by r."""
+    order = PHASES[(r - 1) % len(PHASES):] + PHASES[:(r - 1) % len(PHASES)]
+    round_rows = []
+    for phase in order:
+        print(f"  round {r} ({quiet} quiet of {args.rounds}) {phase} ...", file=sys.stderr, flush=True)
+        row = one_run(phase, f"{r}-{phase}", args, cluster, proxy_port, topics, work, jars)
+        row["round"] = r
+        round_rows.append(row)
+        seen = "" if row["census"] is None else (
+            f", census {row['census_cpu_s_per_100k']:.2f} s/100k, saw "
+            f"{row['census']['produce']:,.0f} Produce of {row['census']['requests']:,.0f} requests "
+            f"(producer sent {row['client_requests'] or 0:,.0f})")
+        print(f"  round {r} {phase}: {row['records_per_s']:,.0f} records/s, "
+              f"{row['mb_per_s']:.1f} MB/s, broker {row['broker_cpu_s_per_100k']:.2f} s/100k{seen}, "
+              f"other work {row['other_cores']:.0%} of a core, load {row['load_average'][1]:.1f}",
+              file=sys.stderr, flush=True)
+    return round_rows
+
+
 # =========================================================================== report
-def med(rows: list[dict], key: str) -> float | None:
-    values = [r[key] for r in rows if r.get(key) is not None]
-    return statistics.median(values) if values else None
-
-
 def span(values: list[float], fmt: str) -> str:
     return format(min(values), fmt) if min(values) == max(values) else f"{min(values):{fmt}}-{max(values):{fmt}}"
 
@@ -339,10 +343,7 @@ def print_report(summary: dict, rows: list[dict], every: list[dict], args, machi
     """The table from `rows` (the quiet rounds, or all), the census's checks over `every` row."""
     loads = [x for r in rows for x in r["load_average"]]
     rounds = len({r["round"] for r in rows})
-    ran = len({r["round"] for r in every})
-    quiet = len({r["round"] for r in every if r["quiet_round"]})
-    noise = (f"{quiet} of {ran} rounds quiet (other work at most {args.max_other:g} of a core), the table from "
-             f"{'those' if quiet else 'all of them (none was quiet)'}")
+    noise = quiet_note(every, args.max_other, "the table")
     print(f"\nmachine: {machine}; Apache Kafka {version} (one KRaft node, heap {BROKER_HEAP}, log dir on "
           f"{args.data_dir}); ProducerPerformance {args.records:,} records of {args.record_size:,} B per run, acks=1, "
           f"the Java client's defaults otherwise; phases rotated; medians of {rounds} rounds; {noise}; nothing "
@@ -409,7 +410,6 @@ def main(argv: list[str] | None = None) -> int:
     load_start = os.getloadavg()
     print(f"machine: {machine}; load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}",
           file=sys.stderr)
-    rows: list[dict] = []
     proxy_port = free_port()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kafka-census-bench-", dir=args.data_dir) as data, \
@@ -431,40 +431,15 @@ def main(argv: list[str] | None = None) -> int:
             # A round in which other people's work took more than --max-other cores in any phase is
             # kept in the JSON but run again, at most --rounds extra times; the table uses the quiet
             # rounds (all of them if none was quiet).
-            quiet = 0
-            for r in range(1, 2 * args.rounds + 1):
-                if quiet >= args.rounds:
-                    break
-                order = PHASES[(r - 1) % len(PHASES):] + PHASES[:(r - 1) % len(PHASES)]
-                round_rows = []
-                for phase in order:
-                    print(f"  round {r} ({quiet} quiet of {args.rounds}) {phase} ...", file=sys.stderr, flush=True)
-                    row = one_run(phase, f"{r}-{phase}", args, cluster, proxy_port, topics, work, jars)
-                    row["round"] = r
-                    round_rows.append(row)
-                    seen = "" if row["census"] is None else (
-                        f", census {row['census_cpu_s_per_100k']:.2f} s/100k, saw "
-                        f"{row['census']['produce']:,.0f} Produce of {row['census']['requests']:,.0f} requests "
-                        f"(producer sent {row['client_requests'] or 0:,.0f})")
-                    print(f"  round {r} {phase}: {row['records_per_s']:,.0f} records/s, "
-                          f"{row['mb_per_s']:.1f} MB/s, broker {row['broker_cpu_s_per_100k']:.2f} s/100k{seen}, "
-                          f"other work {row['other_cores']:.0%} of a core, load {row['load_average'][1]:.1f}",
-                          file=sys.stderr, flush=True)
-                noisy = max(x["other_cores"] for x in round_rows) > args.max_other
-                for x in round_rows:
-                    x["quiet_round"] = not noisy
-                rows += round_rows
-                quiet += not noisy
-                if noisy:
-                    print(f"  round {r}: other work above {args.max_other:g} of a core: "
-                          f"{'run again' if r < 2 * args.rounds and quiet < args.rounds else 'no retries left'}",
-                          file=sys.stderr)
+            rows = quiet_rounds(args.rounds, args.max_other,
+                                lambda r, quiet: one_round(r, quiet, args, cluster, proxy_port, topics, work, jars),
+                                lambda x: x["other_cores"])
             topics.close()
         shutil.rmtree(data, ignore_errors=True)
     invalid = [r for r in rows if r["census"] is not None and r["census"]["produce"] <= 0]
     mismatched = [r for r in rows if r["census"] is not None and r["client_requests"] is not None
                   and r["census"]["requests"] != r["client_requests"]]
-    used = [r for r in rows if r["quiet_round"]] or rows
+    used = rounds_used(rows)
     summary = summarize(used)
     print_report(summary, used, rows, args, machine, version)
     for r in mismatched:
@@ -476,9 +451,7 @@ def main(argv: list[str] | None = None) -> int:
               "args": {k: str(v) for k, v in vars(args).items() if k != "out"}, "rows": rows,
               "rounds_used": sorted({r["round"] for r in used}), "summary": summary,
               "valid": not invalid, "requests_match": not mismatched}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}", file=sys.stderr)
+    write_result(args.out, result)
     if invalid:
         for r in invalid:
             print(f"INVALID: round {r['round']} {r['phase']}: the census counted no Produce request "

@@ -33,7 +33,6 @@ bench/results/soak.json. Every loop is bounded in count and time; every child is
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import struct
@@ -44,8 +43,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.machine import describe
-from bench.proxy import CensusProcess, api_versions_v3, free_port, load_average, read_response, tansu
+from bench.census_process import CensusProcess, tansu
+from bench.frames import api_versions_v3, read_response
+from bench.machine import describe, load_average
+from bench.runs import write_result
+from harness.census import free_port
 
 DEFAULT_OUT = Path("bench/results/soak.json")
 SOFTWARE = ("census-soak", "1.0")
@@ -159,7 +161,7 @@ def wait_quiet(exporter: CensusProcess, timeout: float) -> tuple[dict, float]:
     last = None
     m = {}
     while time.monotonic() - t0 < timeout:
-        m = parse_metrics(exporter.http.metrics())
+        m = parse_metrics(exporter.metrics())
         key = (m["opened"], m["closed"], m["live"])
         if m["live"] == 0 and key == last:
             break
@@ -184,7 +186,7 @@ def soak(mode: str, args, tmp: Path) -> dict:
                 target = ("127.0.0.1", listen)
             pid = exporter.pid
             rss_start = status_kib(pid)
-            base = parse_metrics(exporter.http.metrics())  # the readiness probe's connection, for the proxy
+            base = parse_metrics(exporter.metrics())  # the readiness probe's connection, for the proxy
             rate = args.capture_rate if mode == "capture" else args.proxy_rate
             load = Load(*target, cycles=args.cycles, workers=args.workers,
                         deadline=time.monotonic() + args.max_seconds, rate=rate)
@@ -199,7 +201,7 @@ def soak(mode: str, args, tmp: Path) -> dict:
                 if not any(t.is_alive() for t in threads):
                     break
                 time.sleep(1.0)
-                seen = parse_metrics(exporter.http.metrics())["opened"] - base["opened"]
+                seen = parse_metrics(exporter.metrics())["opened"] - base["opened"]
                 now = status_kib(pid)
                 done = load.done
                 samples.append({"t": round(time.monotonic() - t0, 1), "cycles": done, "seen": seen, **now})
@@ -321,9 +323,7 @@ def main(argv=None) -> int:
             print(f"  client errors: {r['errors']}; first: {r['first_error']}")
     result = {"benchmark": "soak", "machine": machine, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "args": {k: v for k, v in vars(args).items() if k != "out"}, "seconds": total, "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}", file=sys.stderr)
+    write_result(args.out, result)
     return 0
 
 

@@ -1,0 +1,1 @@
+"""Tests of the aggregator: peers, fan-out, merge, bounds, and a real cluster behind it."""

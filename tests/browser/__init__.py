@@ -1,0 +1,1 @@
+"""Tests of the incident page and /docs in a real headless Chromium."""
