@@ -53,7 +53,7 @@ RUN python -m venv /opt/kafka-census \
  && /opt/kafka-census/bin/kafka-census --version
 
 # The capture launcher, compiled apart so that the runtime image has no compiler. Same base
-# image, so the same glibc. tests/test_image.py compiles this very source with the same flags.
+# image, so the same glibc. tests/deploy/test_image.py compiles this very source with the same flags.
 FROM python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d AS launcher
 RUN apt-get update \
  && apt-get install --yes --no-install-recommends gcc libc6-dev \

@@ -87,9 +87,9 @@ lint: setup-python
 
 # The whole suite with the compiled hot path, then the core and capture tests (and the
 # differential ones) once more on the pure-Python reference (KAFKA_CENSUS_PURE_PYTHON=1).
-PURE_TESTS := tests/test_connection.py tests/test_readers.py tests/test_golden.py tests/test_core_properties.py \
-	tests/test_capture_synthetic.py tests/test_hostile.py tests/test_sasl_lost_answer.py tests/test_fuzz.py tests/test_native.py \
-	tests/test_core_states.py
+PURE_TESTS := tests/core/test_connection.py tests/core/test_readers.py tests/core/test_golden.py tests/core/test_core_properties.py \
+	tests/capture/test_capture_synthetic.py tests/core/test_hostile.py tests/core/test_sasl_lost_answer.py tests/core/test_fuzz.py tests/core/test_native.py \
+	tests/core/test_core_states.py
 test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 	KAFKA_CENSUS_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_TESTS) $(PYTEST_ARGS)
@@ -107,13 +107,13 @@ test-pure: setup
 # Every fleet job on a real Spark standalone cluster (a master and two workers from the pyspark
 # installation, on loopback), its outputs against local[*]'s; make test runs it too.
 test-spark-cluster: setup
-	$(PY) -m pytest -q tests/test_spark_cluster.py $(PYTEST_ARGS)
+	$(PY) -m pytest -q tests/pipeline/test_spark_cluster.py $(PYTEST_ARGS)
 
 # A long random search with the fuzz harness (make test runs it short and derandomized):
 # FUZZ_EXAMPLES per test, ~15 min at 10000; failures are kept in .hypothesis/ and replayed first.
 FUZZ_EXAMPLES ?= 10000
 fuzz: setup-python
-	KAFKA_CENSUS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/test_fuzz.py -q $(PYTEST_ARGS)
+	KAFKA_CENSUS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/core/test_fuzz.py -q $(PYTEST_ARGS)
 
 # Benchmarks (not tests): each runs kafka-census and a peer in the same run and prints ratios.
 bench: setup bench/data/produce.pcap

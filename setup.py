@@ -16,7 +16,7 @@ import sys
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-# Kept in step with capture._native.NATIVE_MODULES (tests/test_native.py checks it).
+# Kept in step with capture._native.NATIVE_MODULES (tests/core/test_native.py checks it).
 NATIVE_MODULES = (
     "capture.packets",
     "capture.flows",

@@ -8,7 +8,7 @@ setup.py compiles each module's `.py` as it is (the `.py` stays the one source o
 truth) and records the SHA-256 of every source it compiled in `native-build.json` beside the
 extensions. An extension is used only while that record matches the `.py` on disk, so an edited
 source never runs as its stale extension: it runs as Python, and `native_modules()` says why
-(`make test` rebuilds, and tests/test_native.py fails on a stale build). A module compiled
+(`make test` rebuilds, and tests/core/test_native.py fails on a stale build). A module compiled
 against another's C declarations (a `cimport` in its `.pxd`) runs as Python too whenever that
 other does: its extension would refuse the other's Python class ("size changed") at import.
 `KAFKA_CENSUS_PURE_PYTHON=1` forces every module to its `.py` (the reference implementation).
@@ -24,7 +24,7 @@ import os
 import re
 import sys
 
-# Kept in step with setup.py's list (tests/test_native.py checks it).
+# Kept in step with setup.py's list (tests/core/test_native.py checks it).
 NATIVE_MODULES = (
     "capture.packets",
     "capture.flows",

@@ -12,7 +12,7 @@ order) is read in large windows by `os.pread` and its records walked in C
 packet twice (into its buffer, then into pcapy-ng's). libpcap still opens and checks every
 file, reads pcapng and the other variants, and takes over from the first record it would cut
 or refuse (and a damaged tail), so the batches are the ones libpcap gives
-(tests/test_capture_pcapfile.py compares them).
+(tests/capture/test_capture_pcapfile.py compares them).
 
 Live capture: libpcap with a kernel BPF filter built from the listener ports and a large
 kernel buffer. pcapy-ng 2.1.0 does not expose pcap_set_immediate_mode, so a short read

@@ -51,7 +51,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 #: Screenshots and logs of the browser tests (git-ignored: build/ is).
 ARTIFACTS = Path(__file__).resolve().parent.parent / "build" / "test-artifacts" / "browser"
-#: The /30s of the veth pairs: away from the 10.231.7.0/30 of tests/test_capture_real.py.
+#: The /30s of the veth pairs: away from the 10.231.7.0/30 of tests/capture/test_capture_real.py.
 POOL = ipaddress.IPv4Network("10.233.0.0/16")
 #: Public addresses the namespace must not reach (assert_offline).
 PUBLIC = (("1.1.1.1", 80), ("8.8.8.8", 53), ("93.184.215.14", 443), ("2606:4700:4700::1111", 443))

@@ -1,4 +1,4 @@
-"""Load on a kafka-census process's two sides, for tests/test_http_bounds.py and bench/http_flood.py.
+"""Load on a kafka-census process's two sides, for tests/http/test_http_bounds.py and bench/http_flood.py.
 
 Owns: opening many Kafka connections with long client ids through a port (what fills a
 registry: `fill_connections`), idle and slow HTTP connections (`idle_http`, `Slowloris`), a

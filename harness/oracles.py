@@ -1,7 +1,7 @@
 """Independent oracles for the capture layer: tshark (Wireshark's Kafka dissector) to decode a
 pcap, tcpdump to record one, pcapy to count what was recorded.
 
-Usable both from pytest (``tests/test_oracles.py``) and from plain scripts
+Usable both from pytest (``tests/capture/test_oracles.py``) and from plain scripts
 (``bench/record_produce_pcap.py``, ``bench/replay.py``); nothing here imports pytest or the ``capture`` package, so
 the oracles cannot share a bug with the code they check.
 

@@ -1,6 +1,6 @@
 """Real peers for tests and scripts: a Tansu broker and six real Kafka clients.
 
-Usable from pytest (``tests/test_real_clients.py``), from plain scripts
+Usable from pytest (``tests/capture/test_real_clients.py``), from plain scripts
 (``tests/fixtures/record_golden.py``) and from the benchmarks; nothing here imports pytest.
 The clients' scripts live in ``tests/clients``.
 

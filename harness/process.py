@@ -1,5 +1,5 @@
 """Child processes of tests and benchmarks: stop one, read the tail of its log, and make it die
-with the test process. Imports nothing from the project (harness/oracles.py and tests/prom.py,
+with the test process. Imports nothing from the project (harness/oracles.py and harness/prom.py,
 the independent witnesses, use it too).
 """
 

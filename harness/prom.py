@@ -1,6 +1,6 @@
 """A real Prometheus server and promtool, for tests and scripts.
 
-Usable both from pytest (``tests/test_prom.py``) and from plain scripts; nothing here imports
+Usable both from pytest (``tests/http/test_prom.py``) and from plain scripts; nothing here imports
 pytest or the project's packages (harness.net is the suite's, not the product's), so Prometheus
 stays an independent judge of what the exporter serves. Only the standard library is used
 (urllib for the HTTP API).

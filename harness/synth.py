@@ -3,7 +3,7 @@
 Owns: `TcpConversation` (scapy IP/TCP packets with tracked sequence numbers), `frame()` (one IP
 packet inside a link layer), `write_pcap()` (pcap or pcapng with timestamps and snaplen) and
 the bad-file helpers. Imports scapy only, nothing from the project: the capture layer is
-checked against files it did not write, and tests/test_synth.py checks those files with tshark.
+checked against files it did not write, and tests/capture/test_synth.py checks those files with tshark.
 
 Link types and their headers follow https://www.tcpdump.org/linktypes.html. The file headers
 are packed here with struct (pcap: the libpcap file format; pcapng: RFC draft-ietf-opsawg-pcapng)

@@ -11,7 +11,7 @@ line per stage on stderr; Spark's own console progress bar when stderr is a term
 
 The top of `pipeline`: it imports the job modules (events, jobs, identity, pcaps, report,
 ship) and what they share (`pipeline.errors`, `pipeline.files`); none of them imports it
-(tests/test_core_imports.py holds that no import cycle exists in `pipeline/`). Within the
+(tests/layout/test_core_imports.py holds that no import cycle exists in `pipeline/`). Within the
 package only `pipeline.__main__` imports it.
 """
 

@@ -32,7 +32,7 @@ PEER_TIERS = ("e2e", "spark")
 FIXTURE_TIERS = {"spark": "spark", "real_clients_capture": "e2e"}
 
 #: Modules whose pytestmark line is requested but not yet applied (their owners are editing
-#: them). A module here that gets its own pytestmark fails tests/test_tiers.py, so this table
+#: them). A module here that gets its own pytestmark fails tests/layout/test_tiers.py, so this table
 #: only ever shrinks.
 PENDING_TIERS: dict[str, str] = {}
 #: Single tests of those modules (node id suffix -> marker), same rule.

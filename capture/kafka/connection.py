@@ -25,7 +25,7 @@ scans for the next plausible frame) or a `DecodeError` (boundary kept, one body 
 
 States of each direction (`_Stream.state`), and the events that move them. A direction starts
 SYNCED, or SCANNING when the capture joined mid-stream; every change goes through
-`_Stream.move(event)`, checked against states.STREAM_TRANSITIONS (tests/test_core_states.py
+`_Stream.move(event)`, checked against states.STREAM_TRANSITIONS (tests/core/test_core_states.py
 holds that table equal to this one):
 
     state      meaning                                        on                   -> next
@@ -185,7 +185,7 @@ _RESP = struct.Struct(">ii")  # size, correlation_id
 # True when this module runs as its Cython extension (setup.py), whose __file__ is the extension's.
 # The frame loops read the header integers by index when compiled (C reads, where struct's call
 # cost more than the rest of a header) and with struct as Python (one call, where fourteen
-# indexings cost more): the same bytes, the same integers, and tests/test_differential.py
+# indexings cost more): the same bytes, the same integers, and tests/core/test_differential.py
 # replays every corpus through both builds and compares the results.
 _COMPILED = not __file__.endswith(".py")
 # The frame loops' readers as bound methods, looked up once (compiled, an attribute lookup and a

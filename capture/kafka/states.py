@@ -6,7 +6,7 @@ Owns: the states, the events that move them, the two transition tables (`STREAM_
 `SASL_WAIT_TRANSITIONS`: (state, event) -> next state, each declared once, here) and
 `next_stream_state` / `next_sasl_wait_state`, which look a change up and raise
 `IllegalTransition` for one the table does not hold. What each state means and why each event
-happens is connection.py's docstring, whose tables tests/test_core_states.py holds equal to
+happens is connection.py's docstring, whose tables tests/core/test_core_states.py holds equal to
 these. Imports nothing, not even the other modules of `capture.kafka`.
 
 An illegal transition is a bug in the core, never a property of the input: it raises (an

@@ -13,7 +13,7 @@ Its modules, each building only on those above it:
 
 May import `exporter.http` (the sidecar's models, query strings, auth, bounds, health, /docs and
 the page) and the census's connection fields; never the registry, the service or the CLI
-(tests/test_layers.py). The command that runs it is exporter.cli.aggregate.
+(tests/layout/test_layers.py). The command that runs it is exporter.cli.aggregate.
 
 Memory, whatever the peers send (P = --peer-max-mb in bytes, I = --peer-max-items,
 C = --peer-concurrency, S = --peer-parse-concurrency, K = --cache-max-mb in bytes, R = fan-outs
@@ -41,6 +41,6 @@ Nothing outlives its slot: a failure is kept without its traceback, the read's b
 emptied when it fails, and the exchange's httpx.Response is unlinked from its stream (the two
 refer to each other, which kept the socket's read-ahead until the cyclic GC ran).
 
-tests/test_aggregate_bounds.py measures VmHWM against this with a peer that streams tiny rows
+tests/aggregator/test_aggregate_bounds.py measures VmHWM against this with a peer that streams tiny rows
 and one that answers just under the item budget in the costliest shape (docs/aggregator.md).
 """

@@ -6,7 +6,7 @@ headers what did not answer; `/api/v1/peers`; its /metrics, /docs and the incide
 `background` (the DNS re-resolution and the peer probe). The query strings (exporter.http.app's
 `connection_query`, `client_query` and `upgrade_target` dependencies: filters, order_by,
 limit, the upgrade targets), the JSON encoding within the response budget and the security
-headers are the sidecar's, imported, and tests/test_aggregate_peers.py holds the aggregator's
+headers are the sidecar's, imported, and tests/aggregator/test_aggregate_peers.py holds the aggregator's
 OpenAPI parameters to the sidecar's.
 
 Imports FastAPI, exporter.http (app, models, auth, bounds, docs_ui, health, page) and the rest of

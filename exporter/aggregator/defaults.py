@@ -7,7 +7,7 @@ that use them take them as their keyword defaults (exporter.aggregator.peers, .c
 --metrics-auth, --log-level) are the CLI's, shared.
 
 Imports nothing: exporter.cli.settings imports it, and settings loads without FastAPI, uvicorn,
-httpx or pydantic (tests/test_settings.py), which the modules that use these values import.
+httpx or pydantic (tests/cli/test_settings.py), which the modules that use these values import.
 """
 
 # --- the peers (exporter.aggregator.peers) ---------------------------------------------------

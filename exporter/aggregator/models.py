@@ -5,7 +5,7 @@ of exporter.http.models (and exporter.http.health) extended with the peer that r
 (`peer`) or the peers whose rows were merged into it (`peers`), every fan-out answer with what
 did not answer (`partial`, `missing_peers`, `peers_asked`, `peers_answered`); `PeerList`, the
 peers' state; `FANOUT_ERRORS`, the error answers of every fan-out route. As on the sidecar, the
-routes do not validate their answers against these (tests/test_aggregate.py does).
+routes do not validate their answers against these (tests/aggregator/test_aggregate.py does).
 
 Imports pydantic, exporter.http.models, exporter.http.health and exporter.aggregator.peers'
 `ErrorKind`; must not import FastAPI, httpx or the rest of the aggregator.

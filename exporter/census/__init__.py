@@ -6,5 +6,5 @@ order, census rows; readiness.py: upgrade readiness), the brokers' answers (brok
 identity (basis.py: the identity basis; identity.py: siblings, clients; fingerprint.py), the
 state file's identities (saved.py) and churn (churn.py); the registry's parts never import it.
 May import `capture.events` and capture's public reference tables, and the standard library;
-never the HTTP, event-log, aggregator, service or CLI packages (tests/test_layers.py).
+never the HTTP, event-log, aggregator, service or CLI packages (tests/layout/test_layers.py).
 """

@@ -7,7 +7,7 @@ listing orders by, in the order the API documents them). Everything else derives
 exporter/census/reads.py's `ORDER_FIELDS` (order_by field -> slot) and which of them order as
 strings, exporter/http/models.py's pydantic `Connection` model (the OpenAPI schema), and
 exporter/aggregator/merge.py's check that a peer's row has the types its merge compares.
-`ConnectionRecord.to_dict` writes the same keys in the same order (tests/test_api.py holds
+`ConnectionRecord.to_dict` writes the same keys in the same order (tests/http/test_api.py holds
 it to the model built from here).
 
 Imports only the standard library: the registry (which knows nothing about HTTP), the REST API

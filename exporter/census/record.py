@@ -269,7 +269,7 @@ class ConnectionRecord:
 
     def to_dict(self, now: float | None = None) -> dict:
         """The connection object: CONNECTION_FIELDS' keys in their order (a literal, not a loop
-        over them: a listing builds up to 10,000 of these; tests/test_api.py holds it to them)."""
+        over them: a listing builds up to 10,000 of these; tests/http/test_api.py holds it to them)."""
         idle = None  # how long an open connection has been silent; meaningless once closed
         if now is not None and self.closed_at is None:
             idle = round(max(0.0, now - self.last_seen), 6)

@@ -8,5 +8,5 @@
                 each event
 
 May import `capture.events`, the identity basis (`exporter.census.basis`) and the standard
-library; the pipeline imports its reader and format (tests/test_layers.py).
+library; the pipeline imports its reader and format (tests/layout/test_layers.py).
 """

@@ -83,7 +83,7 @@ _NBUCKETS = len(LATENCY_BUCKETS) + 1
 # identity basis the registry folds them by (exporter/census/basis.py: pairs of the generated API
 # table, first seen between two sync points, folded in key order at the next one, BASIS_SYNC),
 # imported from there: it loads neither the fingerprint table nor the registry.
-# tests/test_eventlog_versions.py holds the rollup's bases to the registry's on a real capture.
+# tests/eventlog/test_eventlog_versions.py holds the rollup's bases to the registry's on a real capture.
 NOTED = BASIS_SYNC | {ConnectionOpened}  # the non-traffic events `Rollup.note` reads
 # Each pair of the table as one shared tuple: a basis holds references, not tuples of its own.
 _TABLE_PAIRS = {(s.key, v): (s.key, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1)}

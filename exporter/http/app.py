@@ -16,7 +16,7 @@ in chunks, and filters, orders and builds dicts on the copy. `order_by` has at m
 field (a repeated field is dropped: it cannot change the order; more terms than fields is 422
 before any work). The listings are returned as pre-serialized JSON (`json_body`): the routes keep
 their `response_model` for the OpenAPI document, but FastAPI does not validate every row on every
-request (3-8x the cost of json.dumps at 10k rows); tests/test_api.py holds the registry's
+request (3-8x the cost of json.dumps at 10k rows); tests/http/test_api.py holds the registry's
 objects to the models, field for field, and schemathesis holds the responses to the schema.
 
 Errors: a request that violates the schema's types or ranges (a bad `state`, `limit` out of

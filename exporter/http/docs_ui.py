@@ -41,7 +41,7 @@ DOCS_URL = "/docs"
 PACKAGE = "fastapi-offline"
 #: Its version: in the files' paths, so that a browser may keep them a year (immutable). The pin,
 #: written out: importlib.metadata would cost every command ~20 ms at import
-#: (tests/test_docs_ui.py holds it equal to the installed package and to pyproject.toml's pin).
+#: (tests/http/test_docs_ui.py holds it equal to the installed package and to pyproject.toml's pin).
 PACKAGE_VERSION = "1.7.7"
 _DIR = f"{DOCS_URL}/assets/{PACKAGE}-{PACKAGE_VERSION}"
 #: Swagger UI's files, by the path they are served at: (file in the package, media type).

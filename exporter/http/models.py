@@ -9,7 +9,7 @@ exporter.aggregator.merge, exporter.http.health's `check_health`). The health mo
 exporter.http.health's.
 
 The routes (exporter.http.app) do not validate their answers against these models on every
-request (see its docstring): tests/test_api.py holds the registry's objects to them, field for
+request (see its docstring): tests/http/test_api.py holds the registry's objects to them, field for
 field, and the aggregator (exporter.aggregator.models) extends them with its peers.
 
 Imports pydantic and exporter.census.fields only: no FastAPI, no registry, nothing of this

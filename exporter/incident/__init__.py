@@ -8,5 +8,5 @@
 
 Talks to a sidecar or the aggregator over HTTP only: imports nothing of the census, the service
 or the aggregator, nor of the CLI; its commands (parsers, filters, dispatch) are
-`exporter.cli.incident` (tests/test_layers.py).
+`exporter.cli.incident` (tests/layout/test_layers.py).
 """

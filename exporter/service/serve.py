@@ -108,7 +108,7 @@ def guarded_protocol(guard: HttpGuard) -> type:
     connect or from the first byte after idling (a slowloris never completes its head), the
     idle keep-alive timeout, and a send timeout (a client that reads nothing of its answer for
     the idle timeout is closed, and its request's slot freed). Pinned to uvicorn's h11
-    implementation (pyproject.toml); tests/test_http_bounds.py holds each bound on a real
+    implementation (pyproject.toml); tests/http/test_http_bounds.py holds each bound on a real
     server."""
     limits = guard.limits
 

@@ -2,7 +2,7 @@
 
 The real `kafka-census aggregate` command (a subprocess) in front of:
 - sidecars: the real REST app (exporter.http.app.create_app over a registry fed with the capture
-  events of tests/test_api.py), served by uvicorn on a loopback port in this process;
+  events of tests/http/test_api.py), served by uvicorn on a loopback port in this process;
 - hostile peers: a small local TCP server started by the test (`Hostile`), which answers
   garbage that is not HTTP, a body past --peer-max-mb (streamed, or declared in
   Content-Length), nothing at all (slow), text that is not JSON, JSON nested past the parser's
@@ -38,8 +38,8 @@ from exporter.http.auth import ApiToken
 from exporter.http.models import InvalidAnswer
 from harness.census import CENSUS, Census, wait_for
 from harness.peers import free_port
-from tests.test_aggregate import conforms
-from tests.test_api import build_registry
+from tests.aggregator.test_aggregate import conforms
+from tests.http.test_api import build_registry
 
 pytestmark = pytest.mark.e2e  # kafka-census sidecars/aggregator (and Tansu)
 

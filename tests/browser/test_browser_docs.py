@@ -24,7 +24,7 @@ pytestmark = pytest.mark.e2e
 
 #: A real client's conversation with a real broker, and the broker's port in it
 #: (tests/fixtures/fingerprints/MANIFEST.json).
-RECORDINGS = Path(__file__).parent / "fixtures" / "fingerprints"
+RECORDINGS = Path(__file__).resolve().parents[1] / "fixtures" / "fingerprints"
 RECORDING = json.loads((RECORDINGS / "MANIFEST.json").read_text())["recordings"]["confluent-kafka-python-2.10.1"]
 PCAP = RECORDINGS / RECORDING["file"]
 REPLAY = ["replay", PCAP, "--listener", f"PLAINTEXT={RECORDING['port']}", "--serve"]

@@ -2,7 +2,7 @@
 namespace whose only route is to the census under test (harness/browser.py), against the real
 `kafka-census replay --serve` of recorded captures (tests/fixtures/fingerprints: seven client
 libraries' real traffic, one listener per recording) plus one synthetic connection whose
-client_id is `<script>alert(1)</script>` (tests/synth.py; no real client sends that), and the
+client_id is `<script>alert(1)</script>` (harness/synth.py; no real client sends that), and the
 real `kafka-census aggregate` in front of it.
 
 What is checked, on the page's DOM against the REST API's own answers: the census and the
@@ -36,13 +36,13 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 from scapy.utils import RawPcapReader
 
+from harness import synth
 from harness.browser import offline_browser
 from harness.kafka_frames import request_frame, response_frame
-from tests import synth
 
 pytestmark = pytest.mark.e2e  # Chromium, chromedriver and kafka-census processes
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "fingerprints"
 RECORDINGS = ("kafka-go-0.2.1", "aiokafka-0.7.2", "confluent-kafka-python-1.8.2", "kafka-python-1.4.7",
               "sarama-1.22.1", "kafkajs-1.12.0", "apache-kafka-java-2.0.1-kafka3.9")
 HOSTILE = "<script>alert(1)</script>"

@@ -15,13 +15,14 @@ from __future__ import annotations
 import pytest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 
-from capture.flows import BUFFER_BUDGET, DEFAULT_MAX_BUFFER_BYTES, FlowTracker
+from capture.buffer_budget import BUFFER_BUDGET, DEFAULT_MAX_BUFFER_BYTES
+from capture.flows import FlowTracker
 from capture.kafka import Desync, Kind, RequestSeen
 from capture.kafka.connection import DEFAULT_MAX_DECODED_FRAME
 from capture.listeners import ListenerMap
 from capture.packets import ACK, SYN
 from harness.kafka_frames import request_frame
-from tests.test_hostile import Budget
+from tests.core.test_hostile import Budget
 
 pytestmark = pytest.mark.slow  # fills the buffer budget with thousands of flows (a minute on 2 cores)
 

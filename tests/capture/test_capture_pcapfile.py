@@ -13,7 +13,7 @@ import pytest
 
 from capture.packets import MAX_SNAPLEN, pcap_records
 from capture.sources import PcapFile
-from tests.synth import TcpConversation, frame, truncate_file, write_pcap, write_records
+from harness.synth import TcpConversation, frame, truncate_file, write_pcap, write_records
 
 
 def _packets(source: PcapFile) -> list[tuple[int, int, int, bytes]]:

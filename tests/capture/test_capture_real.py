@@ -4,7 +4,7 @@ Tansu and the six real clients (tests/clients/) run while kafka-census's own liv
 (libpcap through pcapy-ng, writing what it saw to a pcap) and tcpdump capture the same
 loopback port (Tansu, not Apache Kafka: only the bytes on the wire and their
 delivery matter here, and it starts in a second; identity against Apache Kafka is
-tests/test_broker_view.py's). Then:
+tests/census/test_broker_view.py's). Then:
 - the live capture missed no packet that tcpdump saw, and saw each packet once;
 - replaying either pcap gives, per connection, the requests (api key, version, correlation
   id, client id) and client software fields that tshark decodes from that pcap;
@@ -42,11 +42,11 @@ from capture.sources import LiveCapture
 from exporter.census.registry import ConnectionRegistry
 from harness import oracles, peers
 from harness.census import wait_for
-from tests.test_golden import EXPECTED_IDENTITY
+from tests.core.test_golden import EXPECTED_IDENTITY
 
 pytestmark = pytest.mark.e2e  # real traffic, witnessed by tcpdump and tshark
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 API_VERSIONS = 18
 
 

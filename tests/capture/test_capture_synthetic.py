@@ -1,5 +1,5 @@
 """The capture layer (packets, flows, sources, replay) and the connection registry against
-synthetic pcaps from tests/synth.py, whose framing tests/test_synth.py checks with tshark.
+synthetic pcaps from harness/synth.py, whose framing tests/capture/test_synth.py checks with tshark.
 
 Each TCP situation the flow tracker must handle (reordering, retransmission, overlap, loss,
 joining mid-stream, wrap-around, the three ways a connection ends) and each link layer gets a
@@ -37,7 +37,7 @@ from capture.replay import replay
 from capture.sources import CaptureError
 from exporter.census.registry import ConnectionRegistry
 from harness.kafka_frames import request_frame, response_frame, sized
-from tests.synth import (
+from harness.synth import (
     AF_INET,
     BROKER,
     CLIENT,

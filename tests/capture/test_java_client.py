@@ -25,7 +25,7 @@ from harness import java_client  # noqa: E402
 from harness.kafka_broker import HARNESS, USERS, KafkaError, Tls, software_gauge, start_kafka  # noqa: E402
 from harness.net import wait_for  # noqa: E402
 from harness.peers import MESSAGES, PeerError, parse_report  # noqa: E402
-from tests.tls_certs import make_pki  # noqa: E402
+from harness.tls_certs import make_pki  # noqa: E402
 
 
 def _require_java_client() -> None:

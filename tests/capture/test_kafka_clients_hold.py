@@ -1,7 +1,7 @@
 """The six real clients against a real Apache Kafka 4 broker: held open all at once, with SASL, with TLS.
 
 One broker for the module (harness.kafka_broker, listeners PLAINTEXT, SASL_PLAINTEXT and SSL with
-client certificates required). The clients are those of tests/test_real_clients.py
+client certificates required). The clients are those of tests/capture/test_real_clients.py
 (tests/clients/), here run with `--hold` (harness.peers.holding_clients): each does its script
 (produce 5, consume 5 in a fresh group, metadata) and stays connected until released, so that
 what is seen of live connections can be compared with the broker's own view. That view is the
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e  # Apache Kafka 4 and the six real clients
 from harness import peers  # noqa: E402
 from harness.kafka_broker import HARNESS, KafkaError, Tls, software_gauge, start_kafka  # noqa: E402
 from harness.net import wait_for  # noqa: E402
-from tests.tls_certs import make_pki  # noqa: E402
+from harness.tls_certs import make_pki  # noqa: E402
 
 #: The KIP-511 name each announcing client gives (docs/fingerprints.md, "What the six real clients
 #: announce"). aiokafka (ApiVersions v0) and kafkajs (v2) announce nothing: the broker counts them

@@ -19,7 +19,7 @@ import pytest
 
 pytestmark = pytest.mark.e2e  # runs tshark and tcpdump, the oracles themselves
 
-TESTS_DIR = Path(__file__).resolve().parent
+TESTS_DIR = Path(__file__).resolve().parents[1]
 if str(TESTS_DIR.parent) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR.parent))
 

@@ -9,7 +9,7 @@ Per connection (keyed by client port), against the lossless replay of the same f
   whose dropped packet carried bytes that later bytes or a FIN of the same direction follow
   (so the hole is visible on the wire) has a gap counted in that direction.
 
-Needs root (tcpdump on lo), like tests/test_capture_real.py.
+Needs root (tcpdump on lo), like tests/capture/test_capture_real.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from capture.packets import FIN, segment_parser
 from capture.replay import replay
 from exporter.census.registry import ConnectionRegistry
 from harness.kafka_frames import raw_request, sized
-from tests.synth import TcpConversation, write_pcap
+from harness.synth import TcpConversation, write_pcap
 
 IDENTITY = ("client_id", "client_software_name", "client_software_version")
 

@@ -35,7 +35,8 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from capture.events import ConnectionOpened
-from capture.proxy import Proxy, Route, subject_name
+from capture.proxy import Proxy, Route
+from capture.proxy_tls import subject_name
 from exporter.census.registry import ConnectionRegistry
 from exporter.eventlog.reader import list_logs, read_events
 from harness import peers
@@ -44,7 +45,7 @@ from harness.java_client import JAVA_CLIENT_VERSION, SOFTWARE_NAME, run_java_cli
 from harness.kafka_broker import start_kafka
 from harness.kafka_frames import request_frame
 from harness.oracles import tcpdump_capture, tshark_streams
-from tests.test_golden import EXPECTED_IDENTITY
+from tests.core.test_golden import EXPECTED_IDENTITY
 
 pytestmark = pytest.mark.e2e  # Apache Kafka, Tansu and kafka-census proxy
 
@@ -414,7 +415,7 @@ def test_bytes_and_fin_before_the_upstream_is_there_get_their_answer(proxy_loop,
     """The client's bytes and FIN are in the proxy's socket before the proxy starts connecting
     upstream: its loop is held in the ConnectionOpened event until the client has sent them.
     asyncio leaves them in the socket (the proxy paused it); uvloop reads them at once, which
-    once closed the client before the answer (capture/proxy.py, _accept)."""
+    once closed the client before the answer (capture/proxy.py, accept_plaintext)."""
     sent = threading.Event()
     payload = os.urandom(size)
     with tcp_server(answer_after_eof) as port, running(port, event_loop=proxy_loop) as r:
@@ -520,7 +521,7 @@ def test_partial_frames_on_many_connections_stay_within_the_buffer_budget(proxy_
                 s.sendall(frame[:-1])
             # At most one ~1 MiB buffer fits under 7/8 of 8/9 of the budget after a drop.
             r.wait(lambda: r.proxy.drops["buffer_budget"] >= 7, timeout=60)
-            assert r.proxy._buffered <= budget * 8 // 9
+            assert r.proxy.decoder_total <= budget * 8 // 9
             desyncs = r.registry.snapshot().desyncs
             assert desyncs.get("buffer_budget", 0) >= 7, desyncs
             assert len(r.rows("open")) == 8  # every connection still open through the proxy

@@ -13,7 +13,7 @@ proxy accepts and refuses, and needs only an answer to one ApiVersions request, 
 gives in a second where a broker of its own in Kafka would take six (and it runs once per event
 loop). SIGHUP reload and the start-up errors need no broker.
 
-Certificates are made by tests/tls_certs.py into temporary directories. Oracles: the clients'
+Certificates are made by harness/tls_certs.py into temporary directories. Oracles: the clients'
 own TLS stacks (OpenSSL in Python, librdkafka and Node.js), `cryptography` for the RFC 4514
 form of a subject, tcpdump + scapy for what crosses each hop (TLS records or plaintext Kafka)
 and tshark for the Kafka requests on the plaintext hop.
@@ -41,8 +41,8 @@ from exporter.census.record import iso_time
 from harness import oracles, peers
 from harness.census import CENSUS, Census, wait_for
 from harness.kafka_broker import KafkaCluster, KafkaError, Tls, start_kafka
-from tests.test_golden import EXPECTED_IDENTITY
-from tests.tls_certs import Issued, make_pki
+from harness.tls_certs import Issued, make_pki
+from tests.core.test_golden import EXPECTED_IDENTITY
 
 pytestmark = pytest.mark.e2e  # kafka-census proxy terminating TLS in front of Apache Kafka (and Tansu)
 
@@ -408,7 +408,7 @@ def test_upstream_tls_chain(pki, kafka, tmp_path):
     """client -> proxy A (plaintext in, TLS out) -> proxy B (terminates TLS, and speaks TLS to
     the broker) -> Kafka 4's SSL listener: the client works; every hop after A is TLS; A trusting
     the wrong CA refuses to forward. (A client speaking TLS to one proxy in front of the SSL
-    listener is tests/test_broker_view.py's.)"""
+    listener is tests/census/test_broker_view.py's.)"""
     _require("confluent-kafka")
     port_a, port_b, port_a_wrong = kafka.front["CHAIN"], peers.free_port(), peers.free_port()
     ssl_port = kafka.port("CHAIN")
@@ -566,11 +566,11 @@ def test_start_up_errors(pki, tmp_path, case):
 def test_tls_connections_over_the_limit_are_refused_and_counted(pki, loop):
     """A TLS route accepts its sockets itself (capture/proxy.py, _accept_tls), so it keeps the
     connection bound itself: with room for one, a served TLS client stays served and the next
-    connection is closed before any handshake, and counted. In-process, as tests/test_proxy.py.
+    connection is closed before any handshake, and counted. In-process, as tests/capture/test_proxy.py.
     On Tansu, as that module's fault tests and for their reason: only the proxy's sockets are
     checked, and any broker's answer to one ApiVersions request will do."""
-    from capture.proxy import TlsSettings
-    from tests.test_proxy import running
+    from capture.proxy_tls import TlsSettings
+    from tests.capture.test_proxy import running
 
     tls = TlsSettings(cert=str(pki.server.cert_path), key=str(pki.server.key_path))
     ctx = ssl.create_default_context(cafile=str(pki.ca.ca_path))

@@ -3,7 +3,7 @@
 Each client (three Python, three Node.js: tests/clients/) produces 5 messages to a fresh topic
 and consumes them back with a fresh consumer group. Tansu is the broker the golden fixtures were
 recorded against, so a live re-recording compares like with like; the same clients against
-Apache Kafka 4, held equal to its own KIP-511 gauge, are tests/test_broker_view.py's. A missing
+Apache Kafka 4, held equal to its own KIP-511 gauge, are tests/census/test_broker_view.py's. A missing
 client or broker is a failure with an install hint, never a skip: `make setup` installs all of them.
 """
 
@@ -20,10 +20,10 @@ pytestmark = pytest.mark.e2e  # Tansu and the six real clients
 
 from harness import peers  # noqa: E402
 
-TESTS_DIR = Path(__file__).resolve().parent
+TESTS_DIR = Path(__file__).resolve().parents[1]
 
 from capture.kafka import ClientSoftware, DecodeError, Desync  # noqa: E402
-from tests.test_golden import EXPECTED_IDENTITY, decode  # noqa: E402
+from tests.core.test_golden import EXPECTED_IDENTITY, decode  # noqa: E402
 
 
 def _load_recorder():

@@ -1,4 +1,4 @@
-"""tests/synth.py checked against tshark: every link kind, pcap and pcapng, sequence numbers
+"""harness/synth.py checked against tshark: every link kind, pcap and pcapng, sequence numbers
 (handshake, wrap-around, retransmission, out-of-order, loss, FIN/RST), snaplen, timestamps and
 the bad-file helpers. If tshark reads our files as we meant them, capture tests built on them
 test the capture layer and not the builder."""
@@ -14,7 +14,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 
 from harness.kafka_frames import request_frame, sized
-from tests.synth import (
+from harness.synth import (
     BROKER,
     CLIENT,
     LINKS,

@@ -1,6 +1,6 @@
 """The fingerprint recordings (tests/fixtures/fingerprints, MANIFEST.json) replayed through the
-registry, for the tests of what the census makes of them (tests/test_java_recordings.py,
-tests/test_go_recordings.py): each recording's events (checked clean), the registry after them,
+registry, for the tests of what the census makes of them (tests/census/test_java_recordings.py,
+tests/census/test_go_recordings.py): each recording's events (checked clean), the registry after them,
 its connections, and the verdict on a client that announces nothing. Imports the project's
 capture and registry, and pytest nothing."""
 
@@ -17,7 +17,7 @@ from capture.replay import replay
 from exporter.census.fingerprint import range_contains
 from exporter.census.registry import ConnectionRegistry
 
-HERE = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
+HERE = Path(__file__).resolve().parents[1] / "fixtures" / "fingerprints"
 RECORDINGS: dict[str, dict] = json.loads((HERE / "MANIFEST.json").read_text())["recordings"]
 
 

@@ -57,7 +57,7 @@ EXPECTED = {"confluent-kafka-python", "kafka-python", "platformatic-kafka", "kaf
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     from harness.kafka_broker import Tls
-    from tests.tls_certs import make_pki
+    from harness.tls_certs import make_pki
 
     pki = make_pki(tmp_path_factory.mktemp("pki"))
     plain, tls = free_port(), free_port()

@@ -34,7 +34,7 @@ from harness import oracles
 
 pytestmark = pytest.mark.e2e  # tshark decodes every recording
 
-HERE = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
+HERE = Path(__file__).resolve().parents[1] / "fixtures" / "fingerprints"
 MANIFEST = json.loads((HERE / "MANIFEST.json").read_text())
 RECORDINGS = MANIFEST["recordings"]
 LIBRARIES = {"kafka-python", "aiokafka", "confluent-kafka-python", "librdkafka", "kafkajs", "kafka-node",

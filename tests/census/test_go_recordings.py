@@ -6,7 +6,7 @@ go.mod and go.sum of <program>/<module version>/) and recorded them against a fr
 3.9.2, and those that do their whole script there against 4.4.0 too: in one pcap each, a run with
 the library's default client id, then one with ``-client-id census-go-app``. Here the pcaps are
 replayed in-process into the registry, as `kafka-census replay` does (no broker, no Go, no
-network; tests/test_fingerprint_recordings.py checks replay against tshark's decode), and:
+network; tests/census/test_fingerprint_recordings.py checks replay against tshark's decode), and:
 
 - the recordings are the ones the issue names, each pinned by a committed go.mod that requires
   exactly its module version, and every run did its script (2 produced, 2 consumed, no error);
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.recordings import HERE, connections, silent_verdicts
-from tests.recordings import RECORDINGS as MANIFEST
+from tests.census.recordings import HERE, connections, silent_verdicts
+from tests.census.recordings import RECORDINGS as MANIFEST
 
 GOMOD = HERE / "clients" / "gomod"
 RECORDINGS = {name: e for name, e in MANIFEST.items() if e["installed"]["method"] == "gomod"}

@@ -33,7 +33,7 @@ from exporter.census.registry import ConnectionRegistry
 from exporter.eventlog import rollup
 from exporter.eventlog.rollup import Rollup
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # The basis's names, and the names its restatements had (the pipeline's, the fingerprint's).
 BASIS_NAMES = {"MAX_FIRST_REQUESTS", "BASIS_SYNC", "DEFAULT_SIBLING_WINDOW", "SIBLING_CONFIDENCE",
                "FINGERPRINT_THRESHOLD", "THRESHOLD", "DEFAULT_WINDOW", "ANNOUNCED_SIBLING_CONFIDENCE"}

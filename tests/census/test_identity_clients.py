@@ -25,9 +25,9 @@ from exporter.aggregator import merge
 from exporter.census.registry import ConnectionRegistry
 from exporter.http.app import create_app
 from exporter.http.models import InvalidAnswer
-from tests.recordings import census
+from tests.census.recordings import census
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "fingerprints"
 # recording -> {client_id: (library, connections in the client)}
 CLIENTS = {
     "kafkajs-2.1.0": {"kafkajs": ("kafkajs", 3)},

@@ -33,7 +33,7 @@ from exporter.census.fingerprint import (
 )
 from tools import gen_fingerprints as gen
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = os.environ.get(gen.FINGERPRINTS.env)
 TSV = Path(REFERENCE) / gen.JAVA_TSV if REFERENCE else None
 needs_reference = pytest.mark.skipif(

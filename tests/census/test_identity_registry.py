@@ -1,7 +1,7 @@
 """The registry's side of fingerprints (issue 15 part 1): what it hands exporter.census.fingerprint.infer()
 and when, where the inference shows (connections, census, the inferred gauge, upgrade readiness),
 and its bounds. infer() is replaced by a recording stub, so these tests hold the registry's
-contract whatever the fingerprint table says (tests/test_fingerprint.py tests the table)."""
+contract whatever the fingerprint table says (tests/census/test_identity_fingerprints.py tests the table)."""
 
 from __future__ import annotations
 

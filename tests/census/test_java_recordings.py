@@ -6,7 +6,7 @@ Kafka 3.9.2, and those from 2.1 on against 4.4.0 too: in one pcap each, a run wi
 client.id then one with ``--client-id census-java-app``, each held open while the broker's own
 KIP-511 gauge was read into MANIFEST.json with the wall-clock moments of the reads. Here the
 pcaps are replayed in-process into the registry, as `kafka-census replay` does (no broker, no
-tshark: tests/test_fingerprint_recordings.py checks replay against tshark's decode), and:
+tshark: tests/census/test_fingerprint_recordings.py checks replay against tshark's decode), and:
 
 - 2.4 and later announce ``apache-kafka-java`` and their exact version on every connection (each
   opens with ApiVersions v3+), with no inference beside it;
@@ -30,8 +30,8 @@ import pytest
 
 from exporter.census import fingerprint_table as table
 from exporter.census.fingerprint import JAVA
-from tests.recordings import RECORDINGS as MANIFEST
-from tests.recordings import census, connections, silent_verdicts
+from tests.census.recordings import RECORDINGS as MANIFEST
+from tests.census.recordings import census, connections, silent_verdicts
 from tools import gen_fingerprints as gen
 
 RECORDINGS = {name: e for name, e in MANIFEST.items() if e["library"] == JAVA}

@@ -30,7 +30,7 @@ from capture.listeners import ListenerMap
 from capture.replay import replay
 from exporter.census.registry import UNSUPPORTED_VERSION, ConnectionRegistry
 
-HERE = Path(__file__).resolve().parent / "fixtures" / "kafka4"
+HERE = Path(__file__).resolve().parents[1] / "fixtures" / "kafka4"
 MANIFEST = json.loads((HERE / "MANIFEST.json").read_text())
 RECORDINGS = MANIFEST["recordings"]
 OLD, NEW = "3.9.2", "4.4.0"

@@ -18,7 +18,7 @@ from pathlib import Path
 from capture.listeners import ListenerMap
 from capture.replay import replay
 from exporter.census.registry import ConnectionRegistry
-from tests.test_differential import GOLDEN, PORT, golden_flows, write_flows
+from tests.core.test_differential import GOLDEN, PORT, golden_flows, write_flows
 
 STORM = 1000
 

@@ -1,1 +1,3 @@
-"""Tests of the command line: the console script, settings, the packet commands' output, the incident CLI, escaping."""
+"""Tests of the command line: the console script, settings, the packet commands' output, the
+incident CLI, escaping.
+"""

@@ -12,8 +12,8 @@ import pytest
 
 from capture.listeners import ListenerMap
 from capture.replay import replay
-from tests import synth
-from tests.test_capture_synthetic import full_conversation
+from harness import synth
+from tests.capture.test_capture_synthetic import full_conversation
 
 pytestmark = pytest.mark.e2e  # runs the kafka-census command
 

@@ -3,7 +3,7 @@ as a real subprocess. Settings resolve flags > KAFKA_CENSUS_* environment > --co
 defaults; every bad setting is one `kafka-census: error:` line and exit 2, never a traceback;
 `replay --serve` serves what the file contained until SIGTERM, then exits 0; the proxy warns
 about a --max-connections the operator gave (flag, variable or YAML) that the open-files limit
-cannot hold, and bounds the default silently. exporter.cli.settings itself: tests/test_settings.py."""
+cannot hold, and bounds the default silently. exporter.cli.settings itself: tests/cli/test_settings.py."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from harness import synth
 from harness.census import CENSUS, Census
 from harness.net import free_port
-from tests import synth
-from tests.test_capture_synthetic import full_conversation
+from tests.capture.test_capture_synthetic import full_conversation
 
 pytestmark = pytest.mark.e2e  # runs the kafka-census command
 

@@ -11,7 +11,7 @@ Against the real `kafka-census aggregate` in front of two real sidecars (`replay
 recorded real clients): the PEER column, and a real partial answer once one sidecar is stopped.
 Where no real peer can produce the case -- a partial answer told only by its header, an
 aggregator none of whose peers answered, a server that answers garbage, one that never answers --
-a small local HTTP server stands in (said at each test); tests/test_aggregate.py covers the
+a small local HTTP server stands in (said at each test); tests/aggregator/test_aggregate.py covers the
 aggregator's answers themselves.
 
 Needs root (live capture), as `make test` has on CI.
@@ -530,7 +530,7 @@ def test_a_bad_answer_is_exit_1_in_one_line(status, body, extra, message):
 # real client, so no capture is needed): the PEER column, and a real partial answer ------------
 
 RECORDINGS = {"kafkajs-2.0.0.pcap": 45369, "confluent-kafka-python-2.3.0.pcap": 58823}  # file: Tansu's port
-FINGERPRINTS = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
+FINGERPRINTS = Path(__file__).resolve().parents[1] / "fixtures" / "fingerprints"
 
 
 class Replay(Census):

@@ -2,7 +2,7 @@
 owner's constant, the help of every flag says the declared default, one function decides flag >
 environment > YAML > default and says which won, and the rules the proxy and the HTTP server
 shared twice (HOST:PORT, listening sockets, a listener's protocol) are capture.listeners' once.
-In-process: no kafka-census is started here (tests/test_cli_settings.py runs the real command)."""
+In-process: no kafka-census is started here (tests/cli/test_cli_settings.py runs the real command)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from capture import flows, proxy
+from capture import buffer_budget, flows, proxy, proxy_tls
 from capture.listeners import (
     DEFAULT_LISTENER,
     ListenError,
@@ -59,7 +59,7 @@ OWNED = {
     "listener": [DEFAULT_LISTENER],
     "idle_timeout": flows.DEFAULT_IDLE_TIMEOUT,
     "max_flows": flows.DEFAULT_MAX_FLOWS,
-    "max_buffer_mb": flows.DEFAULT_MAX_BUFFER_BYTES // MiB,
+    "max_buffer_mb": buffer_budget.DEFAULT_MAX_BUFFER_BYTES // MiB,
     "buffer_mb": inspect.signature(__import__("capture.sources", fromlist=["LiveCapture"]).LiveCapture)
     .parameters["buffer_mb"].default,
     "state_interval": state.DEFAULT_INTERVAL,
@@ -343,7 +343,7 @@ def test_a_busy_port_is_one_message_for_the_proxy_and_for_http():
             listen_socket("127.0.0.1", port, backlog=8)
         assert str(info.value) == expected
         p = proxy.Proxy([proxy.Route("127.0.0.1", port, "127.0.0.1", 9, "PLAINTEXT", "PLAINTEXT")], lambda ev: None)
-        with pytest.raises(proxy.ProxyError) as info:
+        with pytest.raises(proxy_tls.ProxyError) as info:
             p.bind()
         assert str(info.value) == expected
         from exporter.cli.common import StartError, bind_http

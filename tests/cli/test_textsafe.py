@@ -26,17 +26,16 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
 from capture.events import ClientSoftware, ConnectionOpened, RequestSeen, SaslIdentity, TlsSession
-from capture.proxy import subject_name
+from capture.proxy_tls import subject_name
 from exporter.census.registry import ConnectionRegistry
 from exporter.cli.logs import configure_logging
 from exporter.cli.output import print_connections
 from exporter.textsafe import visible
-from harness import peers
+from harness import peers, synth
 from harness.census import Census
 from harness.kafka_frames import request_frame, response_frame
-from tests import synth
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # What a hostile peer puts in a string: a newline and a forged record, a carriage return that
 # rewinds the line, an ANSI colour, a Unicode line separator, NEL (C1), a right-to-left override.

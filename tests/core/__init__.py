@@ -1,1 +1,3 @@
-"""Tests of the sans-IO protocol core (capture/kafka): framing, states, readers, golden frames, properties, fuzzing, the compiled hot path, the API table."""
+"""Tests of the sans-IO protocol core (capture/kafka): framing, states, readers, golden frames,
+properties, fuzzing, the compiled hot path, the API table.
+"""

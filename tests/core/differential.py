@@ -1,10 +1,10 @@
 """Differential harness: the census of a set of pcaps, as one implementation computes it.
 
-`python -m tests.differential OUT.json PCAP=PORT ...` replays each pcap through the flow tracker
+`python -m tests.core.differential OUT.json PCAP=PORT ...` replays each pcap through the flow tracker
 into a fresh ConnectionRegistry twice, once per request event (`tally=False`, the reference)
 and once in tally mode (the serving commands' path), and writes per pcap and mode what an
 operator can see: every REST listing, the /metrics exposition and the capture's counters.
-tests/test_differential.py runs it with the compiled hot path and with
+tests/core/test_differential.py runs it with the compiled hot path and with
 KAFKA_CENSUS_PURE_PYTHON=1 and asserts all four results equal. Imports the project the way
 the CLI does (capture -> exporter), nothing from other tests.
 """

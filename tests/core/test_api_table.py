@@ -19,7 +19,7 @@ import pytest
 
 from tools import gen_apis
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 API_TABLE_PATH = REPO_ROOT / "capture" / "kafka" / "api_table.py"
 
 
@@ -337,7 +337,7 @@ def test_table_is_self_consistent():
 
 
 def test_the_upgrade_targets_are_not_the_schemas_but_the_brokers():
-    # What each release removed comes from real brokers (tests/test_upgrade_targets.py): the table
+    # What each release removed comes from real brokers (tests/core/test_upgrade_targets.py): the table
     # keeps the KIP-896 list of the schemas, which the deprecated-request counters read.
     assert not hasattr(api_table, "UPGRADE_TARGETS")
     assert (api_table.REMOVED_IN_KAFKA4[0], api_table.REMOVED_IN_KAFKA4[1]) == ((0, 1, 2), (0, 1, 2, 3))

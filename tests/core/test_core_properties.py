@@ -2,7 +2,7 @@
 
 a. Chunking invariance: how a connection's bytes are cut into chunks never changes the events.
 b. The buffer bound (`memory_bound`) and the cases that pinned it. The fuzzing of whole
-   connections, this transcript and BIG_FRAMES among its seeds, is tests/test_fuzz.py's (a.),
+   connections, this transcript and BIG_FRAMES among its seeds, is tests/core/test_fuzz.py's (a.),
    which checks this bound before every event.
 c. Fuzz: the body, header, SASL and primitive readers return or raise `ProtocolError`, nothing else.
 d. Hostile size prefixes desync the direction, which then resyncs on the frames that follow.
@@ -271,7 +271,7 @@ def test_chunking_with_frames_larger_than_the_limits():
 
 # --------------------------------------------------------------------------- b. the buffer bound
 # The fuzzing of the whole connection (arbitrary and mutated streams, this transcript among the
-# seeds) is tests/test_fuzz.py's, which checks this bound at every step.
+# seeds) is tests/core/test_fuzz.py's, which checks this bound at every step.
 
 
 # The buffer bound. Each direction holds at most one incomplete frame that it will decode

@@ -22,7 +22,7 @@ from capture.kafka import ConnectionClosed, DecodeError, Desync, Direction, Kafk
 from capture.kafka import states as st
 from harness.kafka_frames import raw_request, request_frame, response_frame, sized
 
-CORE = pathlib.Path(__file__).resolve().parent.parent / "capture" / "kafka"
+CORE = pathlib.Path(__file__).resolve().parents[2] / "capture" / "kafka"
 C, B = Direction.FROM_CLIENT, Direction.FROM_BROKER
 
 

@@ -1,7 +1,7 @@
 """The compiled hot path and the pure-Python reference give the same census, and so do tally
 mode and one event per request (issue 14: "one source of protocol truth").
 
-Every corpus is a pcap replayed by tests/differential.py in two subprocesses, one with the
+Every corpus is a pcap replayed by tests/core/differential.py in two subprocesses, one with the
 compiled extensions and one with KAFKA_CENSUS_PURE_PYTHON=1; each replays every pcap per
 request event and in tally mode. The four results (REST listings, /metrics, capture counters)
 must be equal. Corpora:
@@ -31,10 +31,10 @@ from capture.flows import FlowTracker
 from capture.listeners import ListenerMap
 from capture.sources import PcapFile
 from harness.kafka_frames import raw_request, sized
-from tests.synth import TcpConversation, write_pcap
-from tests.test_packet_loss import drop_every
+from harness.synth import TcpConversation, write_pcap
+from tests.capture.test_packet_loss import drop_every
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = sorted((ROOT / "tests" / "fixtures" / "golden").glob("*.json"))
 PORT = 9092
 
@@ -140,7 +140,7 @@ def run_harness(tmp: Path, cases: list[str], *, pure: bool) -> dict:
     if pure:
         env["KAFKA_CENSUS_PURE_PYTHON"] = "1"
     out = tmp / ("pure.json" if pure else "compiled.json")
-    proc = subprocess.run([sys.executable, "-m", "tests.differential", str(out), *cases], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "tests.core.differential", str(out), *cases], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text())

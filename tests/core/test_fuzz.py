@@ -2,8 +2,8 @@
 
 a. the protocol core, `capture.kafka.KafkaConnection`: both byte streams of a connection,
    mutated, cut into random chunks, with gaps and an early or late close; arbitrary bytes with
-   no seed; the kio transcript of tests/test_core_properties.py (with its large frames) cut
-   every way. (One harness: tests/test_core_properties.py keeps the chunking invariance, the
+   no seed; the kio transcript of tests/core/test_core_properties.py (with its large frames) cut
+   every way. (One harness: tests/core/test_core_properties.py keeps the chunking invariance, the
    buffer bound's definition and its pinned cases, the readers' fuzz and the hostile sizes);
 b. TCP reassembly, `capture.flows.FlowTracker`: segments of up to three connections at once,
    dropped, duplicated, reordered, with wrapped sequence numbers, garbled flags, seq and ack,
@@ -19,14 +19,14 @@ exactly once, last; every table and buffer stays within its bound; the tracemall
 example stays within a bound stated next to each test.
 
 Seed corpus: the frames real clients exchanged with Tansu (tests/fixtures/golden/*.json), a few
-SASL exchanges built with kio, tests/test_core_properties.py's kio transcript, and synthetic
-pcaps of the golden conversations written by tests/synth.py in several link types, pcap and
+SASL exchanges built with kio, tests/core/test_core_properties.py's kio transcript, and synthetic
+pcaps of the golden conversations written by harness/synth.py in several link types, pcap and
 pcapng.
 
 Runs: `make test` runs each test with the example count given here, derandomized and without
 the example database (`kafka-census-fuzz` profile), ~60-90 s in all: the same inputs every
 time, so a failure reproduces. A long random search: `make fuzz`, or
-`KAFKA_CENSUS_FUZZ_EXAMPLES=20000 pytest tests/test_fuzz.py` (profile `kafka-census-fuzz-long`:
+`KAFKA_CENSUS_FUZZ_EXAMPLES=20000 pytest tests/core/test_fuzz.py` (profile `kafka-census-fuzz-long`:
 that many examples per test, random, failures saved in .hypothesis/ and replayed first on the
 next run, each printed with a @reproduce_failure blob); pin its seed with --hypothesis-seed=N.
 """
@@ -72,12 +72,12 @@ from capture.packets import ACK, DROP_REASONS, FIN, PSH, RST, SYN
 from capture.replay import replay
 from capture.sources import CaptureError, PcapFile
 from harness.kafka_frames import request_frame, response_frame, sized
-from tests.synth import TcpConversation, write_pcap, write_records
-from tests.test_core_properties import BIG_FRAMES, TRANSCRIPT, cut, memory_bound, runs
+from harness.synth import TcpConversation, write_pcap, write_records
+from tests.core.test_core_properties import BIG_FRAMES, TRANSCRIPT, cut, memory_bound, runs
 
 C, B = Direction.FROM_CLIENT, Direction.FROM_BROKER
 KiB = 1024
-GOLDEN = pathlib.Path(__file__).parent / "fixtures" / "golden"
+GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 LISTENERS = ListenerMap.parse(["PLAINTEXT=9092", "SSL=9093"])
 
 # --- profiles --------------------------------------------------------------------------------
@@ -88,7 +88,7 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 settings.register_profile(
     "kafka-census-fuzz-long", settings.get_profile("kafka-census-fuzz"), derandomize=False,
-    database=DirectoryBasedExampleDatabase(pathlib.Path(__file__).parent.parent / ".hypothesis" / "examples"))
+    database=DirectoryBasedExampleDatabase(pathlib.Path(__file__).resolve().parents[2] / ".hypothesis" / "examples"))
 # Applied per test, never loaded globally: other test modules keep hypothesis' defaults.
 PROFILE = settings.get_profile("kafka-census-fuzz-long" if EXAMPLES else "kafka-census-fuzz")
 
@@ -148,7 +148,7 @@ def _sasl_seeds() -> list[tuple[str, tuple[tuple[Direction, bytes], ...]]]:
     return [("sasl-v0-plain", plain), ("sasl-v0-scram", scram), ("sasl-v1-plain", auth)]
 
 
-# The kio-built transcript of tests/test_core_properties.py too: versions and APIs the golden
+# The kio-built transcript of tests/core/test_core_properties.py too: versions and APIs the golden
 # clients do not send (Produce v3/v9 with transactional ids, JoinGroup v5/v6, flexible headers).
 CORPUS = _golden() + _sasl_seeds() + [("kio-transcript", tuple(TRANSCRIPT))]
 CORPUS_NAMES = [name for name, _ in CORPUS]
@@ -173,7 +173,7 @@ HOSTILE_INT32 = [2**31 - 1, -1, -(2**31), 0, 3, 7, 8, 10, 4097, 65537, 2**24, 10
 INTERESTING_BYTES = [0x00, 0x01, 0x7F, 0x80, 0xFF]
 OVERLONG_VARINT = b"\xff\xff\xff\xff\xff\x01"
 SMALL_LIMITS = dict(max_decoded_frame=4096, max_frame_size=65536, max_in_flight=8)
-#: tests/test_core_properties.py's: small frames, the default in-flight bound.
+#: tests/core/test_core_properties.py's: small frames, the default in-flight bound.
 SMALL_FRAMES = dict(max_decoded_frame=4096, max_frame_size=65536)
 
 
@@ -261,7 +261,7 @@ def core_runs(draw):
 
 def run_core(ops, options) -> tuple[int, int]:
     """Feed the ops, draining with next_event after each; check every event, and the buffer
-    bound (tests/test_core_properties.py, `memory_bound`) before every next_event. Returns
+    bound (tests/core/test_core_properties.py, `memory_bound`) before every next_event. Returns
     (events, bytes fed)."""
     conn = KafkaConnection("fuzz", **options)
     fed = largest = count = 0
@@ -334,7 +334,7 @@ def test_fuzz_core_byte_by_byte_equals_whole_chunks(chunks, limits, mid_stream):
             assert by_byte == whole
 
 
-# From tests/test_core_properties.py (merged here: one core harness, one profile): arbitrary
+# From tests/core/test_core_properties.py (merged here: one core harness, one profile): arbitrary
 # bytes with no seed, and the kio transcript mutated (hostile size prefixes among the rest) and
 # cut every way: whole, byte by byte, fixed or random pieces, in order or the two directions
 # interleaved.
@@ -402,10 +402,10 @@ def test_fuzz_core_kio_transcript_cut_every_way(data, limits, mid_stream):
     run_core([("data", d, c) for d, c in chunks], dict(limits, mid_stream=mid_stream))
 
 
-# Large frames (tests/test_core_properties.py, BIG_FRAMES) around the small limits: a bounded
+# Large frames (tests/core/test_core_properties.py, BIG_FRAMES) around the small limits: a bounded
 # buffer must stream them through. Shrinking a failure on these 200 KB transcripts takes
 # hypothesis minutes; this random search found, among others, the unbounded client_id wait
-# pinned in tests/test_core_properties.py.
+# pinned in tests/core/test_core_properties.py.
 @pytest.mark.slow  # 200 KB transcripts: make test and make fuzz, not the edit loop
 @fuzz(120)
 @given(st.data(), st.booleans())

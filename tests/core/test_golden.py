@@ -29,7 +29,7 @@ from capture.kafka import (
     ResponseSeen,
 )
 
-GOLDEN = pathlib.Path(__file__).parent / "fixtures" / "golden"
+GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 
 # What each client announces (KIP-511), as its own code says, not as our decoder says:
 # (ApiVersions request version, ClientSoftwareName, ClientSoftwareVersion). Sources:

@@ -3,7 +3,7 @@
 Each case states a memory bound and a wall-time bound and asserts both: memory is the peak of
 what the code under test allocated while it ran (tracemalloc; inputs built before the
 measurement are not counted), time is wall time (bounds are loose: CI machines are shared).
-Each case prints its figures (`pytest -s tests/test_hostile.py` shows them).
+Each case prints its figures (`pytest -s tests/core/test_hostile.py` shows them).
 
 Floods (1M frames, 200k SYNs) run too slowly under tracemalloc (x7-x14) to trace whole: they are
 traced over a head window that takes every table to its bound, then untraced, then over a tail
@@ -45,7 +45,7 @@ from capture.kafka.resync import Resync
 from capture.listeners import ListenerMap
 from capture.packets import SYN
 from harness.kafka_frames import raw_request, sized
-from tests.synth import TcpConversation, frame
+from harness.synth import TcpConversation, frame
 
 C, B = Direction.FROM_CLIENT, Direction.FROM_BROKER
 KiB, MiB = 1024, 1024 * 1024

@@ -247,7 +247,7 @@ def table_versions(api: str, key: int) -> list:
     spec = API_TABLE[key]
     have = set(kio_versions(api))
     return [v if v in have else pytest.param(v, marks=pytest.mark.skip(
-        reason=f"kio has no {spec.name} v{v}; tests/test_connection.py decodes it from bytes packed by hand "
+        reason=f"kio has no {spec.name} v{v}; tests/core/test_connection.py decodes it from bytes packed by hand "
         "from Apache Kafka 4.4.0's schema")) for v in range(spec.min_version, spec.max_version + 1)]
 
 

@@ -1,6 +1,6 @@
 """The compiled hot path's loader (capture/_native.py): which module runs compiled, and why not.
 
-The equality of the two implementations is tests/test_differential.py's; here: the module
+The equality of the two implementations is tests/core/test_differential.py's; here: the module
 lists agree, the test environment runs what it says, a stale or missing extension falls back
 to the source, and KAFKA_CENSUS_PURE_PYTHON=1 forces the source.
 """
@@ -21,7 +21,7 @@ import pytest
 import capture
 from capture import _native
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FORCED_PURE = os.environ.get(_native.PURE_ENV, "") not in ("", "0")
 
 

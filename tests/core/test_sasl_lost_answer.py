@@ -37,8 +37,8 @@ from capture.listeners import ListenerMap
 from capture.replay import replay
 from exporter.census.registry import ConnectionRegistry
 from exporter.http.metrics import CensusCollector
+from harness import synth
 from harness.kafka_frames import request_frame, response_frame, sized
-from tests import synth
 
 C, B = Direction.FROM_CLIENT, Direction.FROM_BROKER
 SCRIPT = Path(sys.executable).parent / "kafka-census"

@@ -51,7 +51,7 @@ from capture.events import (
 from exporter.census.registry import ConnectionRegistry
 from exporter.http.metrics import CensusCollector
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GENERATOR = ROOT / "dashboards" / "generate.py"
 ALERTS = ROOT / "dashboards" / "alerts.yaml"
 ALERT_TESTS = ROOT / "tests" / "fixtures" / "alerts-test.yaml"

@@ -27,7 +27,7 @@ from harness import java_client, peers
 
 pytestmark = pytest.mark.e2e  # the demo: Kafka brokers, sidecars, the aggregator, real clients
 
-DEMO = pathlib.Path(__file__).with_name("demo.py")
+DEMO = pathlib.Path(__file__).resolve().parents[1] / "demo.py"
 CLIENTS = ("java", "kafka-python", "kafkajs", "platformatic", "aiokafka")  # bootstrapping from b1, b2, b1...
 LINE = re.compile(r"^    (?P<peer>b\d)  (?P<address>\S+) -> (?P<port>\d+)\s+(?P<software>.+?)\s+"
                   r"(?P<source>api_versions_v\d+|sibling|fingerprint|none|mid_stream|proxy|restored)\s+"

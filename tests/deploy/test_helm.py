@@ -1,5 +1,5 @@
 """The Helm chart (helm/kafka-census), checked offline with real tools (the image it runs:
-tests/test_image.py).
+tests/deploy/test_image.py).
 
 - Helm: helm-python-sdk embeds Helm v4 (no binary). `render()` below calls the SDK's native
   `helm_render` with the options `helm template --kube-version --api-versions` passes
@@ -48,9 +48,9 @@ from capture.listeners import ListenerMap
 from exporter.cli.common import parse_http
 from exporter.cli.main import build_parser
 from harness.census import Census, free_port
-from tests.test_table_memory import FLOW_BYTES, RECORD_BYTES
+from tests.capture.test_table_memory import FLOW_BYTES, RECORD_BYTES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "kafka-census"
 CI_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
 DOCKERFILE = ROOT / "Dockerfile"
@@ -304,7 +304,7 @@ def check_capture_container(c: dict, *, interface: str, listeners: list[str]) ->
     sc = c["securityContext"]
     assert sc["capabilities"] == {"drop": ["ALL"], "add": ["NET_RAW"]}
     # no_new_privs: the launcher's file capability still works within the added NET_RAW
-    # (tests/test_image.py runs it so)
+    # (tests/deploy/test_image.py runs it so)
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 10001 and sc["readOnlyRootFilesystem"] is True
     args = parse_cli(c["args"])
@@ -821,7 +821,7 @@ def tables_room(limit_mib: int, *, kernel: int = 64, budget: int, queue: int = 0
 
 
 def derived_tables(limit_mib: int, *, closed: int = 10_000, **room) -> int:
-    """The chart's rule, from the constants tests/test_table_memory.py asserts: an equal number
+    """The chart's rule, from the constants tests/capture/test_table_memory.py asserts: an equal number
     of flows and records in what is left beside the closed records, in thousands."""
     left = tables_room(limit_mib, **room) - closed * RECORD_BYTES
     return left // (FLOW_BYTES + RECORD_BYTES) // 1000 * 1000

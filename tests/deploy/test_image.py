@@ -38,7 +38,7 @@ import yaml
 
 pytestmark = pytest.mark.e2e  # builds the launcher with cc and runs kafka-census through it
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 CHART = ROOT / "helm" / "kafka-census"
 LAUNCHER = "/opt/kafka-census/bin/kafka-census-capture"

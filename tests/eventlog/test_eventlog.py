@@ -27,7 +27,7 @@ from exporter.eventlog.format import ENVELOPE, SCHEMA_VERSION, encode, parse_lin
 from exporter.eventlog.reader import list_logs, read_events
 from exporter.eventlog.writer import EventLog
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 T0 = 1795299780.25  # 2026-11-21T22:23:00.25Z
 STAMP0 = "20261121T222300Z"
 

@@ -27,7 +27,7 @@ from exporter.eventlog.reader import list_logs, read_events
 from exporter.eventlog.rollup import Rollup, rolled
 from exporter.eventlog.writer import EventLog, QueuedEventLog
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "fingerprints"
 MANIFEST = json.loads((FIXTURES / "MANIFEST.json").read_text())["recordings"]
 # aiokafka: ApiVersions v0, named by fingerprint; kafkajs: fingerprinted, its fetch connections
 # unknown; kafka-python 2.1.6: announces (v4) on one connection, its others by sibling;

@@ -21,10 +21,10 @@ from exporter.http import auth
 from exporter.http.app import create_app
 from exporter.http.auth import ApiToken, TokenError, bearer_token, read_token
 from exporter.service.serve import Service
+from harness import synth
 from harness.census import Census, free_port
-from tests import synth
-from tests.test_capture_synthetic import full_conversation
-from tests.test_cli_settings import assert_usage_error, clean_env, run
+from tests.capture.test_capture_synthetic import full_conversation
+from tests.cli.test_cli_settings import assert_usage_error, clean_env, run
 
 TOKEN = "s3cr3t-Token_1+/="
 NEW_TOKEN = "0ther-t0ken-2"

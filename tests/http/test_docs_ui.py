@@ -5,7 +5,7 @@ the pinned package, with its media type and the strict CSP; source maps and ReDo
 served; FastAPI's CDN page and its OAuth2 redirect page are gone. With --api-token-file the page,
 its files and the OpenAPI document load without the token (a browser navigation sends no
 header) while every operation still asks for it, and the document tells Swagger UI's Authorize
-button to send it as a bearer header. The same in a real Chromium: tests/test_browser_docs.py.
+button to send it as a bearer header. The same in a real Chromium: tests/browser/test_browser_docs.py.
 """
 
 from __future__ import annotations
@@ -123,7 +123,8 @@ def test_the_versioned_paths_name_the_installed_package():
     import tomllib
     from pathlib import Path
     assert docs_ui.PACKAGE_VERSION == importlib.metadata.version(docs_ui.PACKAGE)
-    pins = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]["dependencies"]
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    pins = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
     assert f"{docs_ui.PACKAGE}=={docs_ui.PACKAGE_VERSION}" in [p.split(" ")[0] for p in pins]
 
 

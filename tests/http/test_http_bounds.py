@@ -6,7 +6,7 @@ bounds, every flood is bounded in count and time, and the assertions are on what
 counted (/metrics, /api/v1/health), on what the clients got, and on /proc, never on a wall clock
 (a probe's own timeout aside: answering within it is the requirement).
 
-The in-process half (the cut, the 503s, the pacer, the open-files split): tests/test_http_limits.py.
+The in-process half (the cut, the 503s, the pacer, the open-files split): tests/http/test_http_limits.py.
 """
 
 from __future__ import annotations
@@ -216,8 +216,8 @@ def test_the_aggregator_says_its_peers_cuts_and_cuts_at_its_own_budget():
     own in `cut`, sets X-Kafka-Census-Cut, and the aggregator counts its own cut."""
     from exporter.http.app import create_app
     from exporter.http.bounds import HttpGuard, HttpLimits
-    from tests.test_aggregate_peers import Agg, Served
-    from tests.test_http_limits import big_registry
+    from tests.aggregator.test_aggregate_peers import Agg, Served
+    from tests.http.test_http_limits import big_registry
 
     sidecars = [Served(create_app(big_registry(3000), guard=HttpGuard(HttpLimits(max_response_bytes=MiB))))
                 for _ in range(2)]

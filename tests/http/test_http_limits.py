@@ -1,7 +1,7 @@
 """The HTTP side's bounds in process (issue 25): the response budget cuts a listing and says so,
 requests past a cap are answered 503 with Retry-After and counted while the probes pass, the
 pacer keeps API work to its share, the open-files split. The same bounds against a real server
-and a real proxy: tests/test_http_bounds.py.
+and a real proxy: tests/http/test_http_bounds.py.
 """
 
 from __future__ import annotations

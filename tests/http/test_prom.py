@@ -1,4 +1,4 @@
-"""The Prometheus test peer itself (tests/prom.py): a real Prometheus scrapes a tiny
+"""The Prometheus test peer itself (harness/prom.py): a real Prometheus scrapes a tiny
 prometheus_client exporter and answers PromQL with the labelled values it served, and a real
 promtool accepts good exposition text and rejects bad text with a useful message.
 
@@ -17,12 +17,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 pytestmark = pytest.mark.e2e  # a real Prometheus server
 
-TESTS_DIR = Path(__file__).resolve().parent
+TESTS_DIR = Path(__file__).resolve().parents[1]
 if str(TESTS_DIR.parent) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR.parent))
 
-from harness import peers  # noqa: E402
-from tests import prom  # noqa: E402
+from harness import peers, prom  # noqa: E402
 
 
 def _require(binary) -> None:

@@ -5,7 +5,7 @@ The page: `/`, `/ui/app.js` and `/ui/app.css` on both applications, with their m
 the page's strict Content-Security-Policy; no file names another origin, runs inline script or
 style, or writes markup from data (the script inserts text only); every element the script looks
 up exists in the page; with --api-token-file the three files load without the token (they hold
-no data) while every /api/v1 answer stays 401. tests/test_browser_page.py drives the page itself
+no data) while every /api/v1 answer stays 401. tests/browser/test_browser_page.py drives the page itself
 in a real Chromium.
 
 The health endpoint: a registry fed capture events gives exactly its counters (the same ones
@@ -36,11 +36,10 @@ from exporter.http.app import create_app
 from exporter.http.auth import ApiToken
 from exporter.http.health import Health, HealthMerger, check_health, health_body
 from exporter.http.models import InvalidAnswer
-from harness import peers
+from harness import peers, synth
 from harness.census import Census
-from tests import synth
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WEB = ROOT / "exporter" / "http" / "web"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")

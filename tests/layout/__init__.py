@@ -1,1 +1,2 @@
-"""Tests of the repository's own rules: imports and layers, test tiers, the docs against the code."""
+"""Tests of the repository's own rules: imports and layers, test tiers, the docs against the code.
+"""

@@ -3,7 +3,7 @@
 import ast
 import pathlib
 
-CORE = pathlib.Path(__file__).resolve().parent.parent / "capture" / "kafka"
+CORE = pathlib.Path(__file__).resolve().parents[2] / "capture" / "kafka"
 ALLOWED = {"__future__", "bisect", "collections", "dataclasses", "enum", "re", "struct", "typing"}
 
 

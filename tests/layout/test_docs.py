@@ -16,7 +16,7 @@ This module owns the checks that keep the prose honest where a machine can check
   directory, its design and style notes).
 
 Regenerate the reference blocks after changing a setting or a metric:
-`.venv/bin/python tests/test_docs.py --write`. It imports pytest only under test.
+`.venv/bin/python tests/layout/test_docs.py --write`. It imports pytest only under test.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script: `python tests/test_docs.py --write`
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script: `python tests/layout/test_docs.py --write`
     sys.path.insert(0, str(ROOT))
 
 README = ROOT / "README.md"
@@ -147,7 +147,7 @@ def write_block(path: Path, name: str, content: str) -> None:
 
 def test_settings_reference_is_generated():
     assert block(SETTINGS_DOC, "settings") == settings_reference(), (
-        "docs/settings.md is stale: run .venv/bin/python tests/test_docs.py --write")
+        "docs/settings.md is stale: run .venv/bin/python tests/layout/test_docs.py --write")
 
 
 def test_settings_module_prints_the_same_table():
@@ -158,7 +158,7 @@ def test_settings_module_prints_the_same_table():
 
 def test_metrics_reference_is_generated():
     assert block(METRICS_DOC, "metrics") == metrics_reference(), (
-        "docs/metrics.md is stale: run .venv/bin/python tests/test_docs.py --write")
+        "docs/metrics.md is stale: run .venv/bin/python tests/layout/test_docs.py --write")
 
 
 def test_the_curated_metrics_table_names_real_series():
@@ -184,7 +184,7 @@ def test_the_curated_metrics_table_names_real_series():
 
 def test_rest_reference_is_generated():
     assert block(REST_DOC, "rest") == rest_reference(), (
-        "docs/rest-api.md is stale: run .venv/bin/python tests/test_docs.py --write")
+        "docs/rest-api.md is stale: run .venv/bin/python tests/layout/test_docs.py --write")
 
 
 def test_every_metric_named_in_the_docs_exists():
@@ -238,7 +238,7 @@ GENERATED = ("bench/results/", "bench/data/")
 
 def test_paths_the_docs_name_exist():
     """A path into the repository written in README.md or docs/ (e.g. `exporter/census/registry.py`,
-    tests/test_fuzz.py) names a file or directory that exists; globs and {a,b} lists are skipped."""
+    tests/core/test_fuzz.py) names a file or directory that exists; globs and {a,b} lists are skipped."""
     top = "capture|exporter|pipeline|tests|harness|bench|tools|dashboards|helm|docs"
     pattern = re.compile(rf"(?<![\w/.])((?:{top})/[A-Za-z0-9_./-]*[A-Za-z0-9_/])")
     checked = 0
@@ -344,7 +344,7 @@ def test_nothing_refers_to_files_outside_the_repository():
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python tests/test_docs.py --write   (rewrites the generated blocks of docs/)")
+        sys.exit("usage: python tests/layout/test_docs.py --write   (rewrites the generated blocks of docs/)")
     write_block(SETTINGS_DOC, "settings", settings_reference())
     write_block(METRICS_DOC, "metrics", metrics_reference())
     write_block(REST_DOC, "rest", rest_reference())

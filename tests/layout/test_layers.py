@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import pathlib
 
-from tests.test_core_imports import _cycles, _import_graph, _project_imports
+from tests.layout.test_core_imports import _cycles, _import_graph, _project_imports
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 LEAVES = {"exporter.version", "exporter.textsafe", "exporter"}
 # layer -> the exporter modules or packages (prefixes) it may import besides its own and the leaves
 MAY_IMPORT = {

@@ -1,1 +1,3 @@
-"""Tests of the fleet pipeline on Spark: jobs, pcap decoding, windows, the report, a standalone cluster."""
+"""Tests of the fleet pipeline on Spark: jobs, pcap decoding, windows, the report, a standalone
+cluster.
+"""

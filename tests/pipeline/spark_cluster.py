@@ -4,7 +4,7 @@
 `bin/spark-class` (`org.apache.spark.deploy.master.Master` / `...worker.Worker`), waits until
 every worker has registered (polling the master's JSON status page), yields the master URL and
 stops every process on exit, even on failure. No fixed ports: each listens on a free loopback
-port; the master's REST submission server stays off. Used by tests/test_spark_cluster.py and
+port; the master's REST submission server stays off. Used by tests/pipeline/test_spark_cluster.py and
 `make test-spark-cluster`.
 """
 

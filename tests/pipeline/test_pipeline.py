@@ -48,7 +48,7 @@ from exporter.eventlog.reader import read_events
 from exporter.eventlog.writer import EventLog, QueuedEventLog
 from harness import peers
 from harness.census import Census
-from tests.test_exporter_e2e import old_and_odd_clients
+from tests.system.test_exporter_e2e import old_and_odd_clients
 
 pytestmark = pytest.mark.spark
 

@@ -232,7 +232,7 @@ from capture.replay import replay  # noqa: E402
 from exporter.census.registry import ConnectionRegistry  # noqa: E402
 from exporter.eventlog.writer import QueuedEventLog  # noqa: E402
 
-FINGERPRINTS = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
+FINGERPRINTS = Path(__file__).resolve().parents[1] / "fixtures" / "fingerprints"
 INFERRED_RECORDINGS = ("kafka-node-5.0.0", "sarama-1.22.1", "kafkajs-2.1.0", "kafka-python-2.1.6")
 
 
@@ -333,7 +333,7 @@ def test_the_pipeline_names_clients_without_the_registry():
     registry: the executors rebuild nothing of the exporter's state."""
     import ast
 
-    root = Path(__file__).resolve().parent.parent / "pipeline"
+    root = Path(__file__).resolve().parents[2] / "pipeline"
     for path in root.glob("*.py"):
         tree = ast.parse(path.read_text())
         mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}

@@ -1,5 +1,5 @@
 """The fleet jobs on a real Spark standalone cluster (issue 17): a master and two workers
-started from the pyspark installation on loopback (tests/spark_cluster.py), each job submitted
+started from the pyspark installation on loopback (tests/pipeline/spark_cluster.py), each job submitted
 with `--master spark://...`, its outputs equal to `local[*]`'s.
 
 The executors run a Python interpreter with nothing of kafka-census (nor pyspark: Spark puts its
@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark_cluster import standalone_cluster
-from tests.test_pipeline import CliRun, write_fleet
+from tests.pipeline.spark_cluster import standalone_cluster
+from tests.pipeline.test_pipeline import CliRun, write_fleet
 
 pytestmark = pytest.mark.spark  # and a standalone cluster
 
 CENSUS = Path(sys.executable).parent / "kafka-census"
 BARE_PYTHON = getattr(sys, "_base_executable", None) or sys.executable
-FINGERPRINT_PCAPS = Path(__file__).resolve().parent / "fixtures" / "fingerprints"
+FINGERPRINT_PCAPS = Path(__file__).resolve().parents[1] / "fixtures" / "fingerprints"
 TABLE_JOBS = ("inventory", "adoption", "api-usage", "upgrade-readiness")
 
 

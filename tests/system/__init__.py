@@ -1,1 +1,3 @@
-"""Tests of the whole sidecar end to end with real brokers and clients: every output, and secrets never in one."""
+"""Tests of the whole sidecar end to end with real brokers and clients: every output, and secrets
+never in one.
+"""

@@ -27,13 +27,12 @@ import yaml
 
 from exporter.eventlog.format import SCHEMA_VERSION
 from exporter.eventlog.reader import list_logs, read_events
-from harness import peers
+from harness import peers, prom
 from harness.census import Census, wait_for
 from harness.java_client import JAVA_CLIENT_VERSION, SOFTWARE_NAME, run_java_client
 from harness.kafka_broker import USERS, start_kafka
 from harness.kafka_frames import produce_v0_2, raw_request
-from tests import prom
-from tests.test_golden import EXPECTED_IDENTITY
+from tests.core.test_golden import EXPECTED_IDENTITY
 
 pytestmark = pytest.mark.e2e  # Apache Kafka, the real clients, kafka-census and Prometheus
 
@@ -296,7 +295,7 @@ def test_a_real_prometheus_scrapes_per_version_counts(run, prometheus):
     assert up and up[0][1] == 1
 
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # Grafana's variables, as the dashboards use them (dashboards/README.md).
 SUBSTITUTIONS = {"$listener": ".*", "$__rate_interval": "1m", "$__range": "1h"}
 # Panels that cannot have data in this run, and why. Every other panel must return data, the

@@ -16,7 +16,7 @@ holds them never enters the repo):
   is 0.11 sends it directly.
 - The relay stays where only a pre-1.0 broker could choose the framing: librdkafka sends raw
   tokens only when the ApiVersions answer offers SaslHandshake v0 alone, and every Kafka from 1.0
-  offers v1. So confluent-kafka's raw runs go through `tests.sasl_peers.HandshakeV0Relay`, which
+  offers v1. So confluent-kafka's raw runs go through `tests.system.sasl_peers.HandshakeV0Relay`, which
   passes every byte to Kafka but that one field of the ApiVersions answer; the authentication,
   accepted or refused, is still Kafka's. Kafka 4.4.0 serves the same runs the same way (tried by
   hand: SaslHandshake v0 is still in 4.x), but the decoder's SASL does not depend on the broker's
@@ -46,7 +46,7 @@ module found: a damaged PLAIN token whose NULs framed the password as the princi
 client_id length reaching into the AuthBytes that made token bytes the client_id.
 
 Needs root (live capture), the Kafka jars (`make setup-kafka`) and Java 17 (the broker and the
-pipeline), as tests/test_broker_view.py and tests/test_pipeline.py do.
+pipeline), as tests/census/test_broker_view.py and tests/pipeline/test_pipeline.py do.
 """
 
 from __future__ import annotations
@@ -77,11 +77,11 @@ from capture.kafka.sasl import principal_from_first_token
 from harness.census import CENSUS, Census
 from harness.kafka_broker import KafkaCluster, start_kafka
 from harness.net import free_port, wait_for
-from tests.sasl_peers import HandshakeV0Relay, alter_user_scram, run_client, scram_derived
+from tests.system.sasl_peers import HandshakeV0Relay, alter_user_scram, run_client, scram_derived
 
 pytestmark = pytest.mark.e2e  # Apache Kafka, SASL clients and kafka-census capture and proxy
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
