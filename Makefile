@@ -87,9 +87,9 @@ lint: setup-python
 
 # The whole suite with the compiled hot path, then the core and capture tests (and the
 # differential ones) once more on the pure-Python reference (KAFKA_CENSUS_PURE_PYTHON=1).
-PURE_TESTS := tests/core/test_connection.py tests/core/test_readers.py tests/core/test_golden.py tests/core/test_core_properties.py \
-	tests/capture/test_capture_synthetic.py tests/core/test_hostile.py tests/core/test_sasl_lost_answer.py tests/core/test_fuzz.py tests/core/test_native.py \
-	tests/core/test_core_states.py
+PURE_TESTS := $(addprefix tests/core/,test_connection.py test_core_states.py test_readers.py test_golden.py \
+	test_core_properties.py test_hostile.py test_sasl_lost_answer.py test_fuzz.py test_native.py) \
+	tests/capture/test_capture_synthetic.py
 test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 	KAFKA_CENSUS_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_TESTS) $(PYTEST_ARGS)
