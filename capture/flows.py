@@ -7,15 +7,15 @@ handed to the core as lost bytes, never zero-filled), closes flows on FIN from b
 an idle timeout or eviction from the bounded flow table, and counts every packet it does not
 pass on, by reason. Time is the packets' own timestamps, so a replay behaves like the live
 capture it came from. Imports `capture.kafka`, `capture.packets`, `capture.events` and
-`capture.listeners`; never a packet source, so it runs on any bytes.
+`capture.buffer_budget` (the listener map it is given is capture.listeners'); never a packet
+source, so it runs on any bytes, and never the proxy.
 
 Memory: one budget (`max_buffer_bytes`) covers every flow's decoder buffers and held
 out-of-order segments, kept as a running total adjusted when a flow's buffers change (by
-length, held to 8/9 of the budget: a bytearray grown by appends allocates up to 1/8 more). Past
-it the largest buffers are dropped until the total is back under 7/8 of that (the margin
-makes each walk over the flows free an eighth of the budget): that direction continues after a
-gap (a Desync of kind "buffer_budget"), and each dropped buffer is counted in `drops`
-("buffer_budget").
+length). Past the budget's limit the largest buffers are dropped until the total is back under
+its target (capture.buffer_budget: the rule and its two fractions, which the proxy keeps too):
+that direction continues after a gap (a Desync of kind "buffer_budget"), and each dropped buffer
+is counted in `drops` ("buffer_budget").
 
 At `max_flows` a new flow evicts the least recently active flow not yet proven real (no
 response of the broker's matched to a request: data-only and SYN-only flows cost an attacker
@@ -25,6 +25,11 @@ Not tracked: a pure ACK, FIN or RST of a flow not already tracked (counted as
 "untracked_control": it has nothing to decode); segments of a flow closed less than
 `TOMBSTONE_SECONDS` ago (late data is counted as "after_close"; without this, data in flight
 after an RST would open a ghost "mid-stream" connection; the closing ACKs are not counted).
+
+One module past 600 lines, on purpose: `_feed_batch`, the compiled fast lane, restates
+`segment()`'s and `_data()`'s rules for in-order segments and must change with them, so it stays
+beside them; moved out, it would take `_Flow` and `_Stream` (C structs in flows.pxd) to a third
+compiled module too, one state machine spread over three files.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import socket
 from collections import Counter, OrderedDict
 
 from capture import packets
+from capture.buffer_budget import BUFFER_BUDGET, DEFAULT_MAX_BUFFER_BYTES, budget_limit, budget_target
 from capture.events import (
     CaptureStats,
     ConnectionClosed,
@@ -52,9 +58,6 @@ DEFAULT_IDLE_TIMEOUT = 660.0
 DEFAULT_MAX_FLOWS = 100_000
 DEFAULT_MAX_OOO_BYTES = 1 << 20  # per direction
 DEFAULT_MAX_OOO_TOTAL = 256 << 20  # all flows together
-# Decoder buffers and held segments of all flows together. A flow may hold ~1 MiB per direction
-# (max_decoded_frame) plus its held segments, so 250 flows with partial frames filled a 512 MiB pod.
-DEFAULT_MAX_BUFFER_BYTES = 128 << 20
 MAX_OOO_SEGMENTS = 256  # per direction: keeps the held-segment bookkeeping cheap
 TOMBSTONE_SECONDS = 120.0  # Linux TIME_WAIT is 60 s
 MAX_TOMBSTONES = 65_536
@@ -64,7 +67,6 @@ RETRANSMISSION = "retransmission"
 AFTER_CLOSE = "after_close"
 NO_FLOW = "untracked_control"  # ACK/FIN/RST without payload for a flow we do not track
 OUT_OF_WINDOW = "out_of_window"
-BUFFER_BUDGET = "buffer_budget"  # a buffer dropped because all of them together passed the budget
 
 _SLOW_FLAGS = SYN | FIN | RST
 _MAX_AHEAD = 1 << 30  # a segment this far past the expected sequence is garbage, not reordering
@@ -263,8 +265,7 @@ class FlowTracker:
         self.max_ooo_bytes = max_ooo_bytes
         self.max_ooo_total = max_ooo_total
         self.max_buffer_bytes = max_buffer_bytes
-        # Buffers are counted by length; a bytearray grown by appends allocates up to 1/8 more.
-        self._buffer_limit = max_buffer_bytes * 8 // 9
+        self._buffer_limit = budget_limit(max_buffer_bytes)  # lengths: see capture.buffer_budget
         self.update_interval = update_interval
         self.source = source
         self.name = name
@@ -481,7 +482,7 @@ class FlowTracker:
         return self._decoder_total + self._held_total
 
     def _enforce_budget(self, ts: float) -> None:
-        """Drop the largest buffers until the total is under 7/8 of the budget (module docstring)."""
+        """Drop the largest buffers until the total is under the budget's target (module docstring)."""
         if self._enforcing:
             return
         self._enforcing = True
@@ -496,7 +497,7 @@ class FlowTracker:
                         if n:
                             buffers.append((n, False, flow, s))
             buffers.sort(key=lambda b: b[0], reverse=True)
-            target = self._buffer_limit - (self._buffer_limit >> 3)
+            target = budget_target(self._buffer_limit)
             for n, held, flow, s in buffers:
                 if self._decoder_total + self._held_total <= target:
                     break

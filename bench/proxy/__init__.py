@@ -6,7 +6,7 @@ The broker is Tansu (in-memory storage). The proxy is the real CLI,
 run to check that it decoded every Produce request librdkafka says it sent, with no decode error
 or desync. The peer in the same run, besides the direct path: a bare asyncio forwarder
 (`--forwarder`, bench/proxy/middles.py: the same event loop, Protocol callbacks, TCP_NODELAY and
-write-buffer backpressure as capture/proxy.py, and no decoding), so that what the proxy costs
+write-buffer backpressure as capture/proxy_relay.py, and no decoding), so that what the proxy costs
 beyond any Python asyncio hop shows. Each run gets a fresh broker, advertising its own address (direct) or
 the proxy's, so that every connection the producer makes goes through the proxy.
 

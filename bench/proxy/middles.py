@@ -80,7 +80,7 @@ class ForwarderProcess:
 def forwarder_main(listen_port: int, upstream: str, loop_name: str = "asyncio") -> int:
     """Child: the least a Python asyncio proxy does. Same event loop (asyncio's or uvloop, as the
     proxy row it is the peer of), same Protocol callbacks, TCP_NODELAY, half-close and
-    write-buffer backpressure as capture/proxy.py, and no Kafka decoding, no registry, no HTTP
+    write-buffer backpressure as capture/proxy_relay.py, and no Kafka decoding, no registry, no HTTP
     server: what the proxy costs beyond this is kafka-census."""
     import asyncio
 

@@ -88,7 +88,7 @@ def routes(args: argparse.Namespace) -> list:
 
 
 def tls_settings(args: argparse.Namespace):
-    from capture.proxy import TlsSettings
+    from capture.proxy_tls import TlsSettings
 
     if bool(args.tls_cert) != bool(args.tls_key):
         raise UsageError("--tls-cert and --tls-key go together")
@@ -127,7 +127,8 @@ def proxied_bound(args: argparse.Namespace) -> tuple[int, dict]:
 def run(args: argparse.Namespace) -> int:
     """Proxy clients to the brokers, decoding both directions. With --http: serve /metrics and
     the REST API until SIGINT/SIGTERM. Without: until Ctrl-C, then list every connection."""
-    from capture.proxy import Proxy, ProxyError
+    from capture.proxy import Proxy
+    from capture.proxy_tls import ProxyError
 
     proxy_routes = routes(args)
     tls = tls_settings(args)

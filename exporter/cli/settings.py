@@ -10,9 +10,9 @@ YAML's `true` is not an integer and `2.5` not a count.
 
 Each default is imported from the module that owns it (the registry's table bounds from
 exporter.census.registry, the sibling window from exporter.census.basis, the flow table's from
-capture.flows, the proxy's from capture.proxy, ...); tests/test_settings.py checks every one
-against its owner. Only the CLI's own settings (--http, --log-level, ...) are declared here with
-their values. This module is part of the CLI, the
+capture.flows, the decoders' buffer budget from capture.buffer_budget, the proxy's from
+capture.proxy, ...); tests/cli/test_settings.py checks every one against its owner. Only the CLI's
+own settings (--http, --log-level, ...) are declared here with their values. This module is part of the CLI, the
 composition root (with exporter/cli/main.py and exporter/cli/): it may import capture. It must
 not import exporter.commands, exporter.cli.main, FastAPI or uvicorn; the modules it takes defaults
 from (exporter.incident.client) import nothing of the CLI: no import ring.
@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from capture import buffer_budget as _buffer_budget
 from capture import flows as _flows
 from capture import proxy as _proxy
 from capture.listeners import DEFAULT_LISTENER
@@ -258,8 +259,8 @@ _CLI_SETTINGS = (
     _S("idle_timeout", parse_float, _flows.DEFAULT_IDLE_TIMEOUT, "close a connection silent this long (default "
        "{default}: the broker's 10 min idle close + 1)"),
     _S("max_flows", parse_int, _flows.DEFAULT_MAX_FLOWS, "bound of the TCP flow table"),
-    _S("max_buffer_mb", parse_int, _flows.DEFAULT_MAX_BUFFER_BYTES // _MiB, "one budget for the decoder buffers, "
-       "requests awaiting answers and held out-of-order segments of all connections; past it the largest are "
+    _S("max_buffer_mb", parse_int, _buffer_budget.DEFAULT_MAX_BUFFER_BYTES // _MiB, "one budget for the decoder "
+       "buffers, requests awaiting answers and held out-of-order segments of all connections; past it the largest are "
        "dropped and counted (drops reason buffer_budget)"),
     _S("buffer_mb", parse_int, keyword_default(LiveCapture.__init__, "buffer_mb"), "kernel capture buffer "
        "(default {default} MiB)"),
