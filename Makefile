@@ -75,9 +75,9 @@ build/java-client/.installed: $(JAVA_CLIENT_SRC) harness/java_client.py
 	@touch $@
 setup-java-client: build/java-client/.installed
 
-# Apache Kafka 4 with two brokers, a capture sidecar each, the aggregator in front, seven real clients (tests/demo.py).
+# Apache Kafka 4 with two brokers, a capture sidecar each, the aggregator in front, seven real clients (tests/deploy/demo.py).
 demo: setup
-	$(PY) tests/demo.py
+	$(PY) tests/deploy/demo.py
 
 # Lint and types, first in make test and make test-fast (seconds): ruff over the repository and
 # mypy over capture/, exporter/ and tools/, configured in pyproject.toml ([tool.ruff], [tool.mypy]).

@@ -18,8 +18,8 @@ fails them is quarantined with its file, reason and text. Spark's reader is more
 Python's json in two ways (a number or object where text belongs reads as its JSON text; text
 after the closing brace is ignored), and names no field when a value has the wrong type.
 
-Both schema versions are read, and give the same tables for the same traffic (tests/
-test_eventlog_versions.py): requests are counted from a schema 1 log's RequestSeen lines (one
+Both schema versions are read, and give the same tables for the same traffic
+(tests/eventlog/test_eventlog_versions.py): requests are counted from a schema 1 log's RequestSeen lines (one
 per request) or RequestTally runs (what the serving commands wrote in tally mode), and from a
 schema 2 log's ConnectionRollup deltas. A connection's last_seen is its latest record of a used
 type, traffic included (a ResponseSeen, a tally's or rollup's `ts`: the latest request or

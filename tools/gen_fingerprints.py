@@ -39,7 +39,7 @@ is no other default (docs/dependencies.md names the input and its version), and 
 the generator says so, naming the variable and what DIR must hold.
 ``--check`` regenerates in memory and compares with the committed file (exit 1 and a diff on
 drift); input errors print one line and exit 2. ``--exclude`` leaves recordings out (the
-leave-one-out evaluation, bench/fingerprint_eval.py, calls ``build_rows`` directly).
+leave-one-out evaluation, bench/fingerprint_eval/, calls ``build_rows`` directly).
 """
 
 from __future__ import annotations
@@ -544,7 +544,7 @@ def render(rows: list[Row], provenance: list[str]) -> str:
 
 
 def fingerprints_dir() -> Path:
-    """The reference directory from $KAFKA_FINGERPRINTS_DIR (bench/fingerprint_eval.py's way in);
+    """The reference directory from $KAFKA_FINGERPRINTS_DIR (bench/fingerprint_eval/'s way in);
     GenError, naming the variable, when it is unset or missing."""
     return regen.input_dir(None, FINGERPRINTS)
 

@@ -65,7 +65,7 @@ killed if it does not stop) before the next size.
 
 The package: `__main__` (the command line, one run per size, the targets, the results file; the
 server child's entry too, `--serve-child`); `workload` (the synthetic registry, `build_registry`,
-re-exported here: tests/test_aggregate_bounds.py and bench/aggregate.py build their rows with
+re-exported here: tests/aggregator/test_aggregate_bounds.py and bench/aggregate.py build their rows with
 it); `server` (the server child and the peer's instruments); `in_process` (memory under
 tracemalloc, the in-process timings); `http_times` (the timed GETs and the exposition check);
 `rest` (REST requests under capture, also alone with `--rest-only`); `timing` (timers, the

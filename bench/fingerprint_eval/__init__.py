@@ -38,7 +38,7 @@ Not a speed benchmark: no timing, nothing to compare against a peer.
 
 The package: `evaluation` (the tables left out, the connections and clients of a recording,
 their verdicts and tallies; `evaluate`, `tally` and `library_out` are re-exported here for
-tests/test_fingerprint.py), `tables` (the Markdown, "What `unknown` still means" included) and
+tests/census/test_identity_fingerprints.py), `tables` (the Markdown, "What `unknown` still means" included) and
 `__main__` (the command line).
 """
 

@@ -52,8 +52,8 @@ time; every child (brokers, proxies, producers) is stopped, or killed, at the en
 The package, in the order a run uses it: `__main__` (the command line, the rounds and the ping
 layouts, the results file); `middles` (what sits between client and broker: kafka-census proxy
 and the bare forwarder, whose child is `--forwarder`; the TLS certificates); `producer` (the
-librdkafka producer child, `--producer`, and one throughput row); `pingpong` (one request at a
-time on one socket per path); `report` (the tables and the targets). Shared with other
+librdkafka producer child, `--producer`, and one throughput row); `measure` (one throughput row;
+`pingpong`, one request at a time on one socket per path); `report` (the tables and the targets). Shared with other
 benchmarks: bench/census_process.py (kafka-census and Tansu pinned), bench/frames.py (the ping
 requests), bench/machine.py (CPU from /proc), bench/runs.py (quiet rounds, medians, the file).
 """

@@ -3,7 +3,7 @@
 # every rule; this file adds no logic. Compiled, the four classes are extension types: an
 # attribute not declared here cannot be set, and methods cannot be replaced on an instance
 # (a test that spies on one subclasses instead). Keep it in step with connection.py's
-# attributes (tests/test_differential.py and the core tests fail otherwise).
+# attributes (tests/core/test_differential.py and the core tests fail otherwise).
 cimport cython
 # C calls into the rules the frame loops apply per frame (the .py imports the same names itself).
 from capture.kafka.bodies cimport (
@@ -122,7 +122,7 @@ cdef class KafkaConnection:
     cpdef _decode_error(self, _Stream stream, kind, api_key, api_version, detail)
     @cython.locals(pos=Py_ssize_t, end=Py_ssize_t, avail=Py_ssize_t, size=Py_ssize_t, frame_end=Py_ssize_t,
                    complete=bint, api_key=int, api_version=int, cid_len=int, body=Py_ssize_t, known=bint,
-                   header_version=int, done=Py_ssize_t, max_frame_size=Py_ssize_t, tally=bint, buf=bytearray,
+                   header_version=int, done=Py_ssize_t, max_frame_size=Py_ssize_t, buf=bytearray,
                    max_in_flight=Py_ssize_t, header_of=bytes, specs=list, lim=Py_ssize_t, off=Py_ssize_t,
                    ts=double, entry=_InFlight, in_flight=dict, acks=int, transactional=bint, run=TallyRun)
     cpdef bint _client_frames(self, _Stream stream)

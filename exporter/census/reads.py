@@ -10,7 +10,7 @@ is inferred to be when listed).
 
 Readers hold the registry's lock only to copy, a bounded chunk of records per hold; filtering,
 ordering and building dicts happen on the copies. The chunk sizes keep one hold near a
-millisecond at 100k connections (bench/exporter.py measures the longest), and no step of the
+millisecond at 100k connections (bench/exporter/ measures the longest), and no step of the
 work done outside the lock is one long C call: CPython's GIL would stall the capture thread just
 the same. The chunked copy itself is the registry's (`ConnectionRegistry._copied`, passed in as
 `copied`: it alone knows its lock).

@@ -5,7 +5,7 @@ capture.listeners' `HOST:PORT` rule and listening socket, the proxy's own), the 
 bounds and the open-files split they are checked against (`http_limits`), the announcement of
 what is served, `--api-token-file`/`--metrics-auth` as `Service` arguments, and the registry,
 flow-tracker options, event log and state file of a command, each checked value one clear
-UsageError. Part of the composition root (see exporter.commands); imports capture.listeners.
+UsageError. Part of the composition root (exporter.cli); imports capture.listeners.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ Owns `main` (the console script), `build_parser` (every command's subparser, fro
 modules), `resolve_settings` (exporter.cli.settings' precedence applied to the parsed flags) and the
 exit codes: 0 ok, 1 the input could not be read or something the command needs could not be
 set up (StartError), 2 bad usage (UsageError, argparse), never a traceback. The commands are
-exporter.commands.* (api-table, replay, capture, proxy), exporter.cli.aggregate and
+exporter.cli.{api_table,replay,capture,proxy}, exporter.cli.aggregate and
 exporter.cli.incident; `pipeline` is a separate program, started, never imported. Progress and
-summaries go to stderr, results to stdout. Part of the composition root (exporter.commands).
+summaries go to stderr, results to stdout. Part of the composition root (exporter.cli).
 """
 
 from __future__ import annotations

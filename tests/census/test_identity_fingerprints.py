@@ -368,7 +368,7 @@ def test_recording_is_never_named_wrong_and_named_where_its_vector_is_its_own(re
 
 @needs_reference
 def test_leave_one_release_out_never_names_a_wrong_library_and_clients_name_more():
-    """bench/fingerprint_eval.py's evaluation: every recording of a release against a table built
+    """bench/fingerprint_eval/'s evaluation: every recording of a release against a table built
     without them, each unannounced connection judged alone and with its client's."""
     from bench.fingerprint_eval import evaluate, tally
 

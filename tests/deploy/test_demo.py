@@ -1,4 +1,4 @@
-"""`make demo` runs tests/demo.py: one round of five real clients (the Java client among them) on
+"""`make demo` runs tests/deploy/demo.py: one round of five real clients (the Java client among them) on
 Apache Kafka 4 with two brokers, each broker captured by its own kafka-census sidecar, read
 through `kafka-census aggregate`.
 
@@ -27,7 +27,7 @@ from harness import java_client, peers
 
 pytestmark = pytest.mark.e2e  # the demo: Kafka brokers, sidecars, the aggregator, real clients
 
-DEMO = pathlib.Path(__file__).resolve().parents[1] / "demo.py"
+DEMO = pathlib.Path(__file__).with_name("demo.py")
 CLIENTS = ("java", "kafka-python", "kafkajs", "platformatic", "aiokafka")  # bootstrapping from b1, b2, b1...
 LINE = re.compile(r"^    (?P<peer>b\d)  (?P<address>\S+) -> (?P<port>\d+)\s+(?P<software>.+?)\s+"
                   r"(?P<source>api_versions_v\d+|sibling|fingerprint|none|mid_stream|proxy|restored)\s+"

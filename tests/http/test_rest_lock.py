@@ -149,7 +149,7 @@ def test_worst_rest_requests_never_make_an_apply_wait_50ms():
         # The cyclic collector stops every thread, whoever holds the lock, for a time that grows
         # with the heap (0.1-0.3 s here at 12k connections), not with REST requests: it would
         # land in whichever lock hold it interrupts. Off while measuring what REST costs the
-        # capture through the lock (bench/exporter.py reports collector pauses apart).
+        # capture through the lock (bench/exporter/ reports collector pauses apart).
         gc.collect()
         gc.disable()
         capture_thread.start()

@@ -251,6 +251,38 @@ def test_paths_the_docs_name_exist():
     assert checked > 50
 
 
+
+def _names_a_file(name: str) -> bool:
+    """`name` exists, or names a module (capture/flows), a module's attribute
+    (capture/_native.NATIVE_MODULES) or a placeholder (exporter/http/web/NAME)."""
+    base, _, last = name.rpartition("/")
+    return ((ROOT / name).exists() or (ROOT / f"{name}.py").exists()
+            or (ROOT / f"{name.split('.', 1)[0]}.py").exists() or (ROOT / name.split(".", 1)[0]).is_dir()
+            or (last.isupper() and (ROOT / base).is_dir()))
+
+
+def test_paths_the_code_names_exist():
+    """The same for the paths the code's comments and docstrings name (a module moved, its
+    readers' pointers follow): every tracked source, build and chart file."""
+    top = "capture|exporter|pipeline|tests|harness|bench|tools|dashboards|helm|docs"
+    pattern = re.compile(rf"(?<![\w/.])((?:{top})/[A-Za-z0-9_./-]*[A-Za-z0-9_/])")
+    tracked = subprocess.run(["git", "ls-files"], capture_output=True, text=True, cwd=ROOT, check=True).stdout.split()
+    sources = [ROOT / f for f in tracked if f.endswith((".py", ".pxd", ".tpl", ".yaml", ".yml", ".toml", ".sh"))
+               or f in ("Makefile", "Dockerfile", ".ci/run")]
+    checked = 0
+    missing = []
+    for path in sources:
+        if not path.is_file():  # deleted in the work tree, not yet in the index
+            continue
+        for name in pattern.findall(path.read_text()):
+            if name.startswith(GENERATED):
+                continue
+            checked += 1
+            if not _names_a_file(name):
+                missing.append((str(path.relative_to(ROOT)), name))
+    assert missing == []
+    assert checked > 200
+
 # Flags the docs quote of other programs: helm, the benchmarks, the demo, the fixture recorder,
 # pytest/hypothesis, Tansu, the test clients and this file. Anything else spelled --like-this must be
 # kafka-census's.

@@ -128,3 +128,25 @@ def test_inside_a_package_each_module_imports_only_the_modules_its_docstring_nam
         package = module.rsplit(".", 1)[0]
         own = {d for d in graph[module] if d.startswith(package + ".")}
         assert own <= allowed, (module, sorted(own - allowed))
+
+
+PROJECT_PACKAGES = {"capture", "exporter", "pipeline", "harness", "tools", "bench", "tests"}
+
+
+def hidden_by_neighbours(script: pathlib.Path) -> set[str]:
+    """The packages beside `script` that would hide another when it runs as `python SCRIPT` (its
+    directory comes first on sys.path): a standard-library module (tests/http would hide `http`,
+    which urllib imports) or a package of the project (tests/capture would hide `capture`)."""
+    import sys
+
+    beside = {p.name for p in script.parent.iterdir() if (p / "__init__.py").exists()}
+    return beside & (set(sys.stdlib_module_names) | PROJECT_PACKAGES)
+
+
+def test_no_script_of_the_suite_sits_beside_a_package_that_hides_another():
+    """tests/ has packages named like the code's (tests/http, tests/capture, ...): a script run
+    from tests/ itself would import them in place of the standard library's or the project's."""
+    scripts = [p for p in (ROOT / "tests").rglob("*.py") if '__name__ == "__main__"' in p.read_text()]
+    assert any(p.name == "demo.py" for p in scripts), "the walk missed the demo"
+    assert {str(p.relative_to(ROOT)): hidden_by_neighbours(p) for p in scripts if hidden_by_neighbours(p)} == {}
+    assert hidden_by_neighbours(ROOT / "tests" / "conftest.py") >= {"http", "capture"}  # the check sees them

@@ -37,7 +37,7 @@ from tests.core.test_golden import EXPECTED_IDENTITY
 pytestmark = pytest.mark.e2e  # Apache Kafka, the real clients, kafka-census and Prometheus
 
 # What each client announces (ApiVersions version, name, version). The six recorded against Tansu
-# (tests/test_golden) announce the same to Kafka 4.4.0: each opens with the ApiVersions version
+# (tests/core/test_golden.py) announce the same to Kafka 4.4.0: each opens with the ApiVersions version
 # it sent to Tansu (v0 to v4), Kafka 4.4.0 accepts every one, so none retries lower. The Java
 # client (run with client.id census-java) announces its kafka-clients version in v5, the newest
 # version, which kafka-clients 4.4.0 sends and Kafka 4.4.0 accepts.

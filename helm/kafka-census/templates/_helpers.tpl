@@ -175,7 +175,7 @@ the decoder and reassembly budget (kafka-census.maxBufferMB) and, with the event
 write queue (the CLI's --event-log-queue-mb, 16) and its rollup state (200,000 entries, ~56 MiB):
 72. Each tracked flow costs at most 5632 bytes,
 each registry record (open, or one of the capture.maxClosedConnections closed ones, CLI default
-10000) 2176: tests/test_table_memory.py measures ~4.2 KB and ~1.6 KB and asserts these. A
+10000) 2176: tests/capture/test_table_memory.py measures ~4.2 KB and ~1.6 KB and asserts these. A
 derived count takes an equal share per flow and record, in thousands; values that cannot fit, or
 a limit that leaves fewer than 1000, fail the release. Empty dict values: the CLI defaults (no
 memory limit). Returns YAML: {flows: N, connections: N}.

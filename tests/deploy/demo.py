@@ -20,7 +20,7 @@ inferred from a sibling connection or a fingerprint marked "(inferred)"); after 
 aggregator's count beside each sidecar's own. Ctrl-C (or --rounds) stops the clients, the
 aggregator, the sidecars and the brokers.
 
-    .venv/bin/python tests/demo.py [--rounds N] [--clients a,b,...] [--http HOST:PORT]
+    .venv/bin/python tests/deploy/demo.py [--rounds N] [--clients a,b,...] [--http HOST:PORT]
 
 Everything listens on 127.0.0.1 without tokens (the aggregator with its explicit
 --allow-unauthenticated); in a cluster the chart wires the tokens (helm/kafka-census README,
@@ -46,7 +46,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest  # noqa: E402
 from kio.schema.find_coordinator.v1.response import FindCoordinatorResponse  # noqa: E402
@@ -58,7 +58,7 @@ from harness import java_client, kafka_broker, peers  # noqa: E402
 from harness.census import CENSUS, Census, free_port, wait_for  # noqa: E402
 from harness.kafka_frames import request_frame  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ALL = "/api/v1/connections?" + urllib.parse.urlencode({"state": "all", "order_by": "first_seen", "limit": 10000})
 KAFKA_LINE = "4"  # the newest pinned 4.x (harness/kafka_broker.py KAFKA_VERSIONS)
 BROKERS = 2
