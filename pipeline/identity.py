@@ -24,9 +24,9 @@ with the same constants (the identity basis, exporter/census/basis.py):
   connection joined mid-stream;
 - `none`.
 
-Imports pyspark, the generated API table, the identity basis (`exporter.census.basis`) and
-`exporter.census.fingerprint` (a pure module: the table and infer(); shipped to the executors with
-the rest of the sources), never the registry.
+Imports pyspark, the identity basis (`exporter.census.basis`, with the generated API table's
+pairs) and `exporter.census.fingerprint` (a pure module: the table and infer(); shipped to the
+executors with the rest of the sources), never the registry.
 """
 
 from __future__ import annotations
@@ -35,11 +35,8 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from capture.kafka.api_table import API_TABLE
-from exporter.census.basis import DEFAULT_SIBLING_WINDOW, SIBLING_CONFIDENCE
+from exporter.census.basis import CANONICAL_PAIR, DEFAULT_SIBLING_WINDOW, SIBLING_CONFIDENCE
 from pipeline.events import connection_facts, requests
-
-_TABLE_PAIRS = frozenset((s.key, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1))
 
 INFERENCE = T.StructType([
     T.StructField("name", T.StringType()),
@@ -54,7 +51,7 @@ def _pairs(logged_first, seen) -> list:
     """Every (api_key, api_version) a connection used that the API table knows: its logged first
     requests and all it was seen sending, as the registry folds its request counts."""
     pairs = {(k, v) for k, v in logged_first or ()} | {(k, v) for _, k, v in seen or ()}
-    return sorted(p for p in pairs if p in _TABLE_PAIRS)
+    return sorted(p for p in pairs if p in CANONICAL_PAIR)
 
 
 def infer_client(client_address, client_id, members):

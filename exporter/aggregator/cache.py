@@ -9,8 +9,9 @@ cached: exporter.aggregator.fanout clears the answer cache when a peer is seen m
 the peers asked change. Each bound hit is counted here (exporter.aggregator.collector exposes
 the counts) and logged the first time.
 
-Imports the standard library and exporter.aggregator.peers (`Peer`, `PeerFailure`); must not
-import httpx, FastAPI or the fan-out, which holds these caches.
+Imports the standard library, exporter.aggregator.defaults, exporter.aggregator.peers (`Peer`,
+`PeerFailure`) and exporter.textsafe (`visible`); must not import httpx, FastAPI or the fan-out,
+which holds these caches.
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ recursion limit (1,000) it raises RecursionError, an `invalid` answer, and each 
 An error message never quotes a peer's bytes unescaped, nor the peer token. Nothing outlives
 its slot (the package's docstring has the memory bound this keeps).
 
-Imports httpx, the aggregator's peers, caches and defaults, and exporter.http.models'
-`InvalidAnswer`; must not import FastAPI, the aggregator's app or models: it serves nothing.
+Imports httpx, prometheus_client (`Histogram`), the aggregator's peers, caches and defaults,
+exporter.http.models' `InvalidAnswer` and exporter.textsafe (`visible`); must not import FastAPI,
+the aggregator's app or models: it serves nothing.
 """
 
 from __future__ import annotations

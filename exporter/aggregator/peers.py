@@ -9,9 +9,10 @@ token of --peer-token-file (`PeerToken`, re-read on SIGHUP, never formatted into
 the ways a peer fails: `PeerFailure` of an `ErrorKind`, and the bounds an answer is refused by
 (`REFUSAL_BOUNDS`).
 
-Imports the standard library and exporter.http.auth (itself standard library only); must not
-import httpx, FastAPI or pydantic, nor the rest of the aggregator: every other module of it
-builds on this one.
+Imports the standard library, exporter.http.auth (itself standard library only) and of the
+aggregator only exporter.aggregator.defaults (which imports nothing); must not import httpx,
+FastAPI or pydantic, nor the rest of the aggregator: cache, fanout, collector, models and app
+build on this one.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The identity basis: what an unannounced connection's identity is inferred from, and its constants.
 
 Owns the rule of a connection's first requests (`MAX_FIRST_REQUESTS` and
-`fold_first_requests`: pairs of the generated API table first seen between two sync points,
-folded in key order at the next one, `BASIS_SYNC`), `FingerprintBasis` (the event that carries
-them from an event log back into a registry) and the constants of an inferred identity: the
+`fold_first_requests`: pairs of the generated API table, `CANONICAL_PAIR`, first seen between
+two sync points, folded in key order at the next one, `BASIS_SYNC`), `FingerprintBasis` (the
+event that carries them from an event log back into a registry) and the constants of an inferred identity: the
 sibling window (`DEFAULT_SIBLING_WINDOW`), an announced sibling's confidence
 (`SIBLING_CONFIDENCE`) and the fingerprint's bar (`FINGERPRINT_THRESHOLD`).
 
@@ -11,9 +11,10 @@ Written once, here, for everything that infers or records identity: the registry
 (exporter/census/registry.py and its identity resolver, exporter/census/identity.py), the
 fingerprint (exporter/census/fingerprint.py), the event log's rollup (exporter/eventlog/rollup.py,
 which keeps each connection's basis as the registry folds it) and the pipeline
-(pipeline/identity.py). Imports only `capture.events` (the event contract) and the standard
-library: an event log writer and a Spark executor load nothing else of the census for it (never
-the fingerprint table, never the registry).
+(pipeline/identity.py). Imports only `capture.events` (the event contract), the generated API
+table (`capture.kafka.api_table`, reference data) and the standard library: an event log writer
+and a Spark executor load nothing else of the census for it (never the fingerprint table, never
+the registry).
 """
 
 from __future__ import annotations
@@ -32,12 +33,18 @@ from capture.events import (
     SaslIdentity,
     TlsDetected,
 )
+from capture.kafka.api_table import API_TABLE
 
 # A connection's first requests: the first MAX_FIRST_REQUESTS distinct (api_key, api_version)
 # pairs of the generated API table it sent, in wire order as far as a tally lets it be known
 # (ConnectionRecord.first_requests; the fingerprint reads them with the version of its first
 # ApiVersions request).
 MAX_FIRST_REQUESTS = 8
+# Every (api_key, api_version) pair of the generated API table -> one tuple of it, shared: the
+# registry's first_requests and the rollup's bases hold references, not tuples of their own; a
+# pair outside the table is not a key (the pipeline's test of a pair).
+CANONICAL_PAIR: dict[tuple[int, ...], tuple[int, int]] = {
+    pair: pair for pair in ((s.key, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1))}
 # The events at which the pairs first seen since the previous one are folded into the first
 # requests (sync points): every connection event but requests, responses, acks and traffic
 # sweeps. Tally mode hands a connection's run over just before each of them

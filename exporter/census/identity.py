@@ -3,14 +3,14 @@
 Owns `IdentityResolver`, called by the registry (exporter/census/registry.py) under its lock at
 each sync point of a connection (`at_sync_point`: the events of exporter.census.basis.BASIS_SYNC
 and the traffic sweeps), when one announces its software (`announce`) and at its close
-(`closed`). It keeps identity apart from the KIP-511 fields, in the record's `inferred`
+(`connection_closed`). It keeps identity apart from the KIP-511 fields, in the record's `inferred`
 (an `InferredIdentity`; REST `inferred_software`) and its own gauge (`inferred_gauge`):
 
 - "sibling": the software a connection of the same client address and client_id announced
   (`announced`, open, or seen within `sibling_window` seconds before this one opened);
 - else "fingerprint": exporter.census.fingerprint.assess() on what its client sent. A client
-  (`record.Client`, the table `clients`) is the connections of one client address, client_id and
-  principal (once settled) within `sibling_window`; each folds the versions it sent into the
+  (`record.ClientRecord`, the table `clients`) is the connections of one client address,
+  client_id and principal (once settled) within `sibling_window`; each folds the versions it sent into the
   client's bounded `ClientBasis`, which is judged again only when it gains a fact, and every
   unannounced connection of the client shows that one inference (`ConnectionRecord.view`), open
   or closed, so a later connection refines it for all and a replay of an event log, whose
@@ -42,16 +42,15 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from itertools import islice
 
-from exporter.census.basis import SIBLING_CONFIDENCE, fold_first_requests
+from exporter.census.basis import CANONICAL_PAIR, SIBLING_CONFIDENCE, fold_first_requests
 from exporter.census.fingerprint import MAX_CANDIDATES, ClientBasis, Inference, Unknown, client_evidence
 from exporter.census.fingerprint import assess as _assess
 from exporter.census.record import (
     API_VERSIONS,
-    CANONICAL_PAIR,
     MAX_WIRE_STRING,
     UNKNOWN,
     UNKNOWN_REQUEST,
-    Client,
+    ClientRecord,
     ConnectionRecord,
     InferredIdentity,
 )
@@ -111,7 +110,7 @@ class IdentityResolver:
         # connections fold into (`_client_of`); at most `max_open`, the least recently joined
         # forgotten first, one whose connections all closed if one of the oldest is (counted: its
         # open connections keep folding into it; a new connection of the key starts a client anew).
-        self.clients: OrderedDict[tuple, Client] = OrderedDict()
+        self.clients: OrderedDict[tuple, ClientRecord] = OrderedDict()
         self.clients_evicted = 0
         self.client_facts_dropped = 0  # facts a full client basis did not keep (MAX_CLIENT_PAIRS)
         self.infer_calls = 0  # fingerprint.infer() calls, all connections (each bounded by MAX_INFER_CALLS + 1)
@@ -183,7 +182,7 @@ class IdentityResolver:
                                                      (rec.listener, *labels))
         self.inferred_gauge[key] += 1
 
-    def closed(self, rec: ConnectionRecord) -> None:
+    def connection_closed(self, rec: ConnectionRecord) -> None:
         """`rec` closed (after its last sync point): it leaves its client, the waiting list and the
         inferred gauge."""
         client = rec.client
@@ -198,6 +197,12 @@ class IdentityResolver:
         if rec.inferred_labels is not None:
             self.inferred_gauge[rec.inferred_labels] -= 1
         self._unview_gauge(rec)
+
+    def totals(self) -> dict:
+        """Its counts, as `MetricsSnapshot`'s fingerprint_* fields (plain copies, for `snapshot`)."""
+        return dict(fingerprint_calls=self.infer_calls, fingerprint_skipped=dict(self.fingerprint_skipped),
+                    fingerprint_clients=len(self.clients), fingerprint_clients_evicted=self.clients_evicted,
+                    fingerprint_facts_dropped=self.client_facts_dropped)
 
     # --- siblings ---------------------------------------------------------------------------
 
@@ -386,7 +391,7 @@ class IdentityResolver:
 
     # --- clients ----------------------------------------------------------------------------
 
-    def _client_of(self, rec: ConnectionRecord, closing: bool) -> Client | None:
+    def _client_of(self, rec: ConnectionRecord, closing: bool) -> ClientRecord | None:
         """The client `rec` folds into, joining it (or a new one) at the first call that can tell
         the client: a client_id, and the principal settled (none asked, or authenticated, or the
         connection closing). A client whose connections all closed more than `sibling_window`
@@ -406,7 +411,7 @@ class IdentityResolver:
         if client is not None and client.open_count == 0 and rec.first_seen - client.last_seen > self.sibling_window:
             client = None
         if client is None:
-            client = clients[key] = Client(key)
+            client = clients[key] = ClientRecord(key)
             if len(clients) > self.max_open:
                 # the least recently joined, preferring one whose connections have all closed
                 victim = next((k for k in islice(clients, _EVICTION_SCAN) if clients[k].open_count == 0 and k != key),
@@ -444,7 +449,7 @@ class IdentityResolver:
         if key is not None:
             self.inferred_gauge[key] -= 1
 
-    def _move_client_gauge(self, client: Client, inferred: InferredIdentity | None) -> None:
+    def _move_client_gauge(self, client: ClientRecord, inferred: InferredIdentity | None) -> None:
         """The client's inference changed: its open viewers move in the inferred gauge together
         (work per listener, not per connection)."""
         gauge = self.inferred_gauge

@@ -1,10 +1,11 @@
 """Upgrade readiness: which connections and clients use API versions a target broker removes.
 
 Owns `report` (REST GET /api/v1/upgrade-readiness: the offending connections, census rows and
-their grouping by software, `by_software`) and `offenders_copy` (what is copied of a record under
-the registry's lock: only an offender's slots). The targets (`UPGRADE_TARGETS`: the versions
-each Kafka release removed and the first version each API accepts) are generated from what real
-brokers accepted (capture/kafka/upgrade_targets.py), which the pipeline reads too.
+their grouping by software, `by_software`), whose copy function (`copy`, nested in it: what is
+copied of a record under the registry's lock) takes only an offender's slots. The targets
+(`UPGRADE_TARGETS`: the versions each Kafka release removed and the first version each API
+accepts) are generated from what real brokers accepted (capture/kafka/upgrade_targets.py), which
+the pipeline reads too.
 
 Imports only the upgrade targets, `exporter.census.record` and `exporter.census.reads`; the
 registry's chunked copy, its references and its census listing are passed in. Never imports the

@@ -2,8 +2,8 @@
 
 Owns what a REST read does with the records it copies (issue 13: a REST request must not stall
 the capture): what is copied of a record per lock hold (`column_chunk`, `record_copy`,
-`census_part`, `census_copy`), the listing's filters and order (`QUERY_FILTERS`, `ORDER_FIELDS`,
-`listing`), and the census (`CensusRow`: closed connections folded into one row per software
+`open_census_part`, `census_copy`), the listing's filters and order (`QUERY_FILTERS`,
+`ORDER_FIELDS`, `listing`), and the census (`CensusRow`: closed connections folded into one row per software
 name, version, client id, principal and listener, so batch clients that came and went an hour
 ago still count; `census_rows` adds the open ones and resolves a client's row to what the client
 is inferred to be when listed).
@@ -31,7 +31,7 @@ from operator import attrgetter
 from exporter.census.fields import FIELDS, ORDER_BY, STRING_ORDER
 from exporter.census.record import (
     CLIENT_ROW,
-    Client,
+    ClientRecord,
     ConnectionRecord,
     InferredIdentity,
     detached,
@@ -213,18 +213,36 @@ class CensusRow:
     inferred: InferredIdentity | None = None
     # A client's row (issue 28): the latest client of the key, whose inference the row shows as
     # it is when read.
-    client: Client | None = None
+    client: ClientRecord | None = None
+
+    def add(self, first_seen: float, last_seen: float, address: str, requests) -> None:
+        """Count one connection: its first and last packet, its client address and its requests
+        (a `request_key` -> count mapping)."""
+        self.total += 1
+        self.first_seen = min(self.first_seen, first_seen)
+        self.last_seen = max(self.last_seen, last_seen)
+        if len(self.addresses) < MAX_ROW_ADDRESSES:  # a census row names its hosts, not every port
+            self.addresses.add(address)
+        self.requests.update(requests)
 
     def add_closed(self, rec: ConnectionRecord) -> None:
         """Count a connection that closed (the registry, under its lock)."""
         if rec.view:
             self.client = rec.client  # the client's inference when read (the latest client of the key)
-        self.total += 1
-        self.first_seen = min(self.first_seen, rec.first_seen)
-        self.last_seen = max(self.last_seen, rec.last_seen)
-        if len(self.addresses) < MAX_ROW_ADDRESSES:  # a census row names its hosts, not every port
-            self.addresses.add(rec.client_address)
-        self.requests.update(rec.requests)
+        self.add(rec.first_seen, rec.last_seen, rec.client_address, rec.requests)
+
+    def merge(self, other: CensusRow) -> None:
+        """Fold in `other`, a row of the same identity: its counts, times, addresses (up to
+        MAX_ROW_ADDRESSES in all) and requests."""
+        self.open += other.open
+        self.total += other.total
+        self.first_seen = min(self.first_seen, other.first_seen)
+        self.last_seen = max(self.last_seen, other.last_seen)
+        for address in other.addresses:
+            if len(self.addresses) >= MAX_ROW_ADDRESSES:
+                break
+            self.addresses.add(address)
+        self.requests.update(other.requests)
 
 
 def census_copy(item: tuple) -> tuple:
@@ -235,7 +253,7 @@ def census_copy(item: tuple) -> tuple:
                           client.inferred if client is not None else row.inferred)
 
 
-def census_part(rec: ConnectionRecord) -> tuple:
+def open_census_part(rec: ConnectionRecord) -> tuple:
     """What the census takes of an open record (under the lock)."""
     return (rec.census_key(), rec.state == "open", rec.first_seen, rec.last_seen, rec.client_address,
             dict(rec.requests), rec.inferred)
@@ -253,16 +271,8 @@ def _resolved(rows: dict[tuple, CensusRow]) -> dict[tuple, CensusRow]:
         into = out.get(key)
         if into is None:
             out[key] = row
-            continue
-        into.open += row.open
-        into.total += row.total
-        into.first_seen = min(into.first_seen, row.first_seen)
-        into.last_seen = max(into.last_seen, row.last_seen)
-        for address in row.addresses:
-            if len(into.addresses) >= MAX_ROW_ADDRESSES:
-                break
-            into.addresses.add(address)
-        into.requests.update(row.requests)
+        else:
+            into.merge(row)
     return out
 
 
@@ -294,18 +304,13 @@ def census_rows(copied: Copier, census: list[tuple], opened: list[ConnectionReco
     for key, row in copied(census, census_copy, CENSUS_PER_HOLD):
         rows[key] = row
     for key, open_, first_seen, last_seen, address, requests, inferred in copied(
-            opened, census_part, REQUESTS_PER_HOLD):
+            opened, open_census_part, REQUESTS_PER_HOLD):
         if not open_:  # closed since: folded into its census row, maybe after that row was copied
             continue
         row = rows.get(key)
         if row is None:
             row = rows[key] = CensusRow(inferred=inferred)
-        row.total += 1
-        row.first_seen = min(row.first_seen, first_seen)
-        row.last_seen = max(row.last_seen, last_seen)
-        if len(row.addresses) < MAX_ROW_ADDRESSES:
-            row.addresses.add(address)
-        row.requests.update(requests)
+        row.add(first_seen, last_seen, address, requests)
         row.open += 1
     out = []
     for (name, version, client_id, principal, listener, inferred_key), row in _resolved(rows).items():

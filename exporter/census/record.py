@@ -3,11 +3,12 @@
 Owns `ConnectionRecord` (one connection, open or recently closed, and `to_dict`: the connection
 object that `replay --format json` prints and the REST API serves, writing the fields
 exporter/census/fields.py declares), `InferredIdentity` (an identity the wire did not announce on
-the connection: a sibling's, a fingerprint's or a restored one), `Client` (the connections of one
-client judged together, issue 28: what its unannounced connections show), `identity_source`, the
-request maps' keys (`request_key`: a pair of the generated API table or `UNKNOWN_REQUEST`) and
-their REST rows, the bound of a wire string (`MAX_WIRE_STRING`) and `iso_time`. A detached copy
-of a record (`slot_values`, `detached`) is what the reads format with the registry's lock free.
+the connection: a sibling's, a fingerprint's or a restored one), `ClientRecord` (the connections
+of one client judged together, issue 28: what its unannounced connections show),
+`identity_source`, the request maps' keys (`request_key`: a pair of the generated API table or
+`UNKNOWN_REQUEST`) and their REST rows, the bound of a wire string (`MAX_WIRE_STRING`) and
+`iso_time`. A detached copy of a record (`slot_values`, `detached`) is what the reads format with
+the registry's lock free.
 
 Imports only `capture.events` (the event contract), the generated API table and
 `exporter.census.fingerprint` (`ClientBasis`, a pure module); it decides nothing: the registry
@@ -51,8 +52,6 @@ UNKNOWN_REQUEST = (1 << 16, 0)
 # Every (api_key, api_version) of the generated table -> its (api, api_version) label values.
 _PAIR_LABELS = {(s.key, v): (s.name, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1)}
 _UNKNOWN_LABELS = (UNKNOWN, UNKNOWN)
-# Every pair of the generated table -> one tuple of it, shared by every record's first_requests.
-CANONICAL_PAIR: dict[tuple[int, ...], tuple[int, int]] = {key: key for key in _PAIR_LABELS}
 
 
 def request_key(api_key: int, api_version: int) -> tuple[int, int]:
@@ -145,7 +144,7 @@ def identity_source(rec: ConnectionRecord) -> str:
 CLIENT_ROW = "client"  # census key marker: the row's inference is its client's
 
 
-class Client:
+class ClientRecord:
     """A client (issue 28): the connections of one client address, client_id and principal within
     the sibling window, judged together (the identity resolver's client table,
     exporter/census/identity.py). `basis` folds what each sent first; `assessed` is the basis
@@ -240,9 +239,9 @@ class ConnectionRecord:
         # Closed by the broker right after a request version it does not accept (issue 27): that
         # request_key(); close_reason is then UNSUPPORTED_VERSION.
         self.unsupported: tuple[int, int] | None = None
-        # The client whose basis this connection folds into (issue 28: `IdentityResolver.client_of`),
+        # The client whose basis this connection folds into (issue 28: `IdentityResolver._client_of`),
         # once it joined one; None while it is judged alone (no client_id yet, or SASL not yet settled).
-        self.client: Client | None = None
+        self.client: ClientRecord | None = None
         # It shows its client's inference (`inferred`, `unnamed`), whatever the client learns
         # later, closed or not; else its own (a sibling's, a restored one, or its own fingerprint).
         self.view = False

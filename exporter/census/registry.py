@@ -3,7 +3,10 @@
 Owns `ConnectionRegistry`: its lock, `apply` (the capture thread's one entry, the hot path) and a
 handler per event type, which keep the open and recently closed connection records
 (exporter/census/record.py), the metric tables, the census table and the churn tracker. Its parts,
-each called under its lock, none importing it back:
+none importing it back: what the handlers call (series, identity, brokers, saved's restore,
+churn) runs under its lock; the reads (reads.py, readiness.py, `saved_identities`,
+`named_snapshot`, churn's `listing`) work on copies with the lock free, taking it only through the
+copy function they are passed (`_copied`), if at all:
 
 - series.py: the series key types, the `--max-series` budget and the software label values,
   and the `MetricsSnapshot` that `snapshot` returns;
@@ -24,10 +27,11 @@ its wait, `apply_lock_wait_max`), its clock and its record lookups, which it pas
 No serving module reads its records (`open`, `closed`: tests and bench/ size them): every
 reading method copies what it needs. Imports only `capture.events` (the event contract), the
 generated API table (reference data) and its own package's modules, never capture's internals;
-nothing here knows about HTTP, Prometheus or the event log. Its length (about 750 lines) is its
-handlers': each event's effect on the records and tables is written in one place, read at a
-glance as a protocol's state machine is; what is not a handler or the lock's discipline lives in
-the parts.
+nothing here knows about HTTP, Prometheus or the event log. Its length is its handlers' (about
+310 lines: each event's effect on the records and tables is written in one place, read at a
+glance as a protocol's state machine is) and its entries' (about 200: `apply`, and the reads
+with their lock's discipline, a chunk copied per hold), besides the constructor, the defaults
+and this docstring; the rest lives in the parts.
 
 Model:
 - A connection leaves the open set the moment its `ConnectionClosed` arrives (its gauge drops
@@ -83,14 +87,13 @@ from capture.events import (
 )
 from capture.kafka.api_table import REMOVED_IN_KAFKA4
 from exporter.census import readiness, reads
-from exporter.census.basis import DEFAULT_SIBLING_WINDOW, MAX_FIRST_REQUESTS, FingerprintBasis
+from exporter.census.basis import CANONICAL_PAIR, DEFAULT_SIBLING_WINDOW, MAX_FIRST_REQUESTS, FingerprintBasis
 from exporter.census.brokers import BrokerTable
 from exporter.census.churn import DEFAULT_CHURN_THRESHOLD_PER_MINUTE, DEFAULT_MAX_CHURN_CLIENTS, ChurnTracker
 from exporter.census.churn import listing as _churn_listing
 from exporter.census.identity import IdentityResolver
 from exporter.census.record import (
     API_VERSIONS,
-    CANONICAL_PAIR,
     MAX_WIRE_STRING,
     OTHER,
     UNKNOWN_REQUEST,
@@ -425,17 +428,13 @@ class ConnectionRegistry:
             brokers = list(self._brokers.entries.items())  # each entry is replaced whole, never mutated
             totals: dict[str, Any] = dict(  # MetricsSnapshot's fields of mixed types
                 opened=dict(self._opened), decode_errors=dict(self._decode_errors), desyncs=dict(self._desyncs),
-                capture=dict(self._capture), software_overflow=series.software_overflow,
-                untracked_connections=self.untracked, forgotten_connections=self.forgotten,
+                capture=dict(self._capture), untracked_connections=self.untracked, forgotten_connections=self.forgotten,
                 truncated_strings=self.truncated_strings, apply_lock_waits=self.apply_lock_waits,
                 apply_lock_wait_seconds=self.apply_lock_wait_seconds, apply_lock_wait_max=self.apply_lock_wait_max,
-                census_overflow=self.census_overflow, series=series.used, max_series=series.max_series,
-                series_folded=dict(series.folded), broker_drops=dict(self._brokers.drops),
-                fingerprint_calls=resolver.infer_calls, fingerprint_skipped=dict(resolver.fingerprint_skipped),
-                fingerprint_clients=len(resolver.clients), fingerprint_clients_evicted=resolver.clients_evicted,
-                fingerprint_facts_dropped=resolver.client_facts_dropped,
+                census_overflow=self.census_overflow, broker_drops=dict(self._brokers.drops),
                 churning_clients=self._churn.count_churning(self.now()), churn_clients_evicted=self._churn.evicted,
-                unsupported_version_closes=named(RequestSeries, dict(self._unsupported)))
+                unsupported_version_closes=named(RequestSeries, dict(self._unsupported)),
+                **series.totals(), **resolver.totals())
         return named_snapshot(tables, latency, brokers, totals)
 
     # --- handlers (called under the lock) -----------------------------------------------
@@ -714,7 +713,7 @@ class ConnectionRegistry:
             return
         self._at_sync_point(rec, closing=True)  # the last word: what the whole connection said
         del self.open[ev.conn_id]
-        self.resolver.closed(rec)  # its client, the waiting list and the inferred gauge
+        self.resolver.connection_closed(rec)  # its client, the waiting list and the inferred gauge
         if rec.client_id is None and not rec.mid_stream:  # never sent one (TLS, or no request): counted now
             self._churn.note(rec.client_address, None, rec.first_seen)
         self._gauge[(rec.listener, *rec.labels)] -= 1

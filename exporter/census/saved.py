@@ -14,8 +14,10 @@ after the restore TTL if its connection never shows. At most `max_open` wait. Ne
 the registry holds none.
 
 Imports only `capture.events` (the event contract), `exporter.census.record` and
-`exporter.census.fingerprint` (its evidence bounds); called under the registry's lock
-(exporter/census/registry.py), with its string bound passed in, never imports it.
+`exporter.census.fingerprint` (its evidence bounds); never imports the registry
+(exporter/census/registry.py). The registry calls `RestoreTable`, `restore_into` and
+`restored_inferred` under its lock, with its string bound passed in, and `saved_identities` with
+the lock free, on the values it copied.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ the first `max_software_labels` distinct (name, version) pairs get their own lab
 pairs share ("other", "other") and are counted).
 
 Imports only `capture.events` (the event contract) and `exporter.census.record` (the label
-values "unknown" and "other"); called under the registry's lock (exporter/census/registry.py),
-never imports it.
+values "unknown" and "other"). The registry (exporter/census/registry.py), which it never
+imports, calls `SeriesBudget` and `named` under its lock, and `named_snapshot` with the lock free,
+on the tables it copied.
 """
 
 from __future__ import annotations
@@ -154,8 +155,6 @@ class MetricsSnapshot:
     unsupported_version_closes: dict[RequestSeries, int]  # connections the broker closed at a version it refuses
 
 
-
-
 def named(key_type, table: dict) -> dict:
     """`table` with its plain tuple keys as `key_type` (tuple.__new__: the keys have its length)."""
     new = tuple.__new__
@@ -195,6 +194,11 @@ class SeriesBudget:
         self.max_software_labels = max_software_labels
         self.software_labels: set[tuple[str, str]] = set()
         self.software_overflow = 0  # (name, version) pairs labelled ("other", "other")
+
+    def totals(self) -> dict:
+        """Its counts, as `MetricsSnapshot`'s fields (plain copies, for the registry's `snapshot`)."""
+        return dict(software_overflow=self.software_overflow, series=self.used, max_series=self.max_series,
+                    series_folded=dict(self.folded))
 
     def series_key(self, metric: str, table: dict, key: tuple, cost: int = 1) -> tuple:
         """The series to count `key` under in `table` (of family `metric`): `key` if `table` has it

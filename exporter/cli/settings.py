@@ -13,7 +13,7 @@ exporter.census.registry, the sibling window from exporter.census.basis, the flo
 capture.flows, the decoders' buffer budget from capture.buffer_budget, the proxy's from
 capture.proxy, ...); tests/cli/test_settings.py checks every one against its owner. Only the CLI's
 own settings (--http, --log-level, ...) are declared here with their values. This module is part of the CLI, the
-composition root (with exporter/cli/main.py and exporter/cli/): it may import capture. It must
+composition root (exporter/cli/): it may import capture. It must
 not import the commands, exporter.cli.main, FastAPI or uvicorn; the modules it takes defaults
 from (exporter.incident.client) import nothing of the CLI: no import ring.
 """

@@ -7,6 +7,7 @@
     rollup.py   per-connection rollups of request traffic, and `route`: what a writer does with
                 each event
 
-May import `capture.events`, the identity basis (`exporter.census.basis`) and the standard
-library; the pipeline imports its reader and format (tests/layout/test_layers.py).
+May import `capture.events`, `capture.kafka.api_table` (reference data), the identity basis
+(`exporter.census.basis`) and the standard library (tests/layout/test_layers.py). The pipeline
+imports its format (pipeline/events.py, pipeline/pcaps.py) and rollup (pipeline/pcaps.py).
 """

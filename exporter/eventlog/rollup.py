@@ -9,8 +9,8 @@ routing of traffic, for `QueuedEventLog` and `Roller`), `Roller` and `rolled` (a
 the same stream with its traffic rolled up, for batch writers: `pipeline.pcaps` and tests) and
 `TRAFFIC` (the event types a rollup absorbs), and each open connection's fingerprint basis (`note`:
 its first requests as the registry folds them, carried by the records and read back as
-`exporter.census.basis.FingerprintBasis`). Imports only `capture.events`, the generated API table,
-the identity basis (`exporter.census.basis`) and the standard library;
+`exporter.census.basis.FingerprintBasis`). Imports only `capture.events`, the identity basis
+(`exporter.census.basis`: with it the pairs of the generated API table) and the standard library;
 `exporter.eventlog.format` and `exporter.eventlog.writer` import it, never the reverse.
 
 Semantics: a rollup record holds **deltas**: what the connection did since its previous
@@ -57,8 +57,7 @@ from capture.events import (
     ResponseSeen,
     TrafficUpdate,
 )
-from capture.kafka.api_table import API_TABLE
-from exporter.census.basis import BASIS_SYNC, MAX_FIRST_REQUESTS, fold_first_requests
+from exporter.census.basis import BASIS_SYNC, CANONICAL_PAIR, MAX_FIRST_REQUESTS, fold_first_requests
 
 ROLLUP_TYPE = "ConnectionRollup"
 ROLLUP_SCHEMA = 2
@@ -85,8 +84,6 @@ _NBUCKETS = len(LATENCY_BUCKETS) + 1
 # imported from there: it loads neither the fingerprint table nor the registry.
 # tests/eventlog/test_eventlog_versions.py holds the rollup's bases to the registry's on a real capture.
 NOTED = BASIS_SYNC | {ConnectionOpened}  # the non-traffic events `Rollup.note` reads
-# Each pair of the table as one shared tuple: a basis holds references, not tuples of its own.
-_TABLE_PAIRS = {(s.key, v): (s.key, v) for s in API_TABLE.values() for v in range(s.min_version, s.max_version + 1)}
 
 
 class _Basis:
@@ -192,7 +189,7 @@ class Rollup:
         else:
             return
         for key in keys:
-            pair = _TABLE_PAIRS.get(key)
+            pair = CANONICAL_PAIR.get(key)  # one shared tuple: a basis holds references
             if pair is not None:
                 if basis.pending is None:
                     basis.pending = {pair}
@@ -398,6 +395,10 @@ def record(conn_id: str, acc: Accumulator) -> dict | None:
         rec["first_requests"] = [[k, v] for k, v in first]
         rec["api_versions_request_version"] = avv
     return rec
+
+
+# The event types `route` does anything with; any other is written as it is.
+ROUTED = TRAFFIC | NOTED
 
 
 def route(rollup: Rollup, event: Event) -> tuple[list[tuple[str, Accumulator]] | None, bool]:

@@ -47,7 +47,7 @@ import time
 from capture.events import Event
 from exporter.eventlog.files import LogFiles, host_part, open_directory
 from exporter.eventlog.format import encode, rollup_lines
-from exporter.eventlog.rollup import ROLLUP_TYPE, TRAFFIC, Accumulator, Rollup, route
+from exporter.eventlog.rollup import ROLLUP_TYPE, ROUTED, TRAFFIC, Accumulator, Rollup, route
 
 MiB = 1 << 20
 DEFAULT_MAX_BYTES = 64 * MiB
@@ -297,10 +297,11 @@ class QueuedEventLog:
     (plus Python's ~40 bytes per line) and the log's 256 KiB write buffer.
 
     With `rollup_seconds` (schema 2, what the CLI does) request traffic is not queued: `write`
-    hands each event to `exporter.eventlog.rollup.route` under the queue's lock, which counts a
-    RequestSeen, ResponseSeen, ProduceAcks or RequestTally into the connection's accumulator in
-    place (a few dict updates, no encoding) and has a ConnectionClosed queue its connection's
-    accumulator just before itself; the writer thread takes every accumulator out every
+    hands each event `route` reads (a type in `exporter.eventlog.rollup.ROUTED`; any other goes
+    straight to the queue) to `exporter.eventlog.rollup.route` under the queue's lock, which
+    counts a RequestSeen, ResponseSeen, ProduceAcks or RequestTally into the connection's
+    accumulator in place (a few dict updates, no encoding) and has a ConnectionClosed queue its
+    connection's accumulator just before itself; the writer thread takes every accumulator out every
     `rollup_seconds` of the log's clock (and at close) and encodes the ConnectionRollup records
     itself, so the capture thread never builds a rollup line. Measured
     (bench/eventlog_volume.py --cpu, per traffic event): counting in place costs the capture
@@ -366,7 +367,7 @@ class QueuedEventLog:
         """Queue one event (or count it, see the class docstring); never blocks on the disk,
         never raises for it."""
         rollup = self._rollup
-        if rollup is not None:
+        if rollup is not None and type(event) in ROUTED:  # any other event is written as it is
             with self._cond:
                 if self._closing and type(event) in TRAFFIC:  # the writer took its last round
                     self.closed_dropped += 1

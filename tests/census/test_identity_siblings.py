@@ -390,8 +390,8 @@ def test_a_closed_connection_leaves_the_waiting_list():
 def test_a_client_basis_keeps_at_most_its_bound_of_facts_and_counts_the_rest():
     """A client whose connections send 200 distinct (api, version) pairs (a wire that makes them
     up): the basis keeps MAX_CLIENT_PAIRS, the rest is counted, and the calls stay bounded."""
+    from exporter.census.basis import CANONICAL_PAIR
     from exporter.census.fingerprint import MAX_CLIENT_PAIRS
-    from exporter.census.record import CANONICAL_PAIR
 
     reg = ConnectionRegistry(max_fingerprints_per_second=10**9)
     pairs = [(k, v) for k in range(0, 20) for v in range(10)]
