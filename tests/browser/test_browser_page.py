@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime
 import functools
 import json
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -51,6 +50,8 @@ TOKEN = "browser-page-token-0123456789abcdef"
 
 ROWS = "return [...document.querySelectorAll('#connections-table tbody tr')].map(r => r.dataset.connId)"
 LOADED = "return Number(document.body.dataset.loaded || 0)"
+# Refreshes started and ended, read in one task (app.js counts both).
+REFRESHES = "return [Number(document.body.dataset.started || 0), Number(document.body.dataset.loaded || 0)]"
 
 
 def keeps_artifacts(test):
@@ -340,8 +341,11 @@ def test_a_connection_judged_with_its_client_shows_the_clients_connections_and_r
     b.wait("the other connection's detail", lambda: text_of(b, "#detail-id") == other)
     b.wait("its client's connections", lambda: [r[1] is None for r in client_rows(b)] == [i == other for i in listed])
     assert urllib.parse.unquote(urllib.parse.urlsplit(b.driver.current_url).fragment) == f"conn={other}"
-    time.sleep(0.5)  # a second refresh, were there one, would have ended by now
-    assert b.driver.execute_script(LOADED) == loads + 1
+    # Both events fire at the navigation, before the first refresh's requests can answer: a second
+    # refresh, were there one, is running or queued by now, and a queued one starts in the task
+    # that ends the first (app.js, `again`). So refreshes started equal refreshes ended: none more.
+    b.wait("the refresh", lambda: b.driver.execute_script(LOADED) > loads)
+    assert b.driver.execute_script(REFRESHES) == [loads + 1, loads + 1]
     own_origin_only(b, census)
     assert b.console_errors() == []
     b.driver.execute_script("document.getElementById('client-table').scrollIntoView({block: 'center'})")

@@ -503,6 +503,7 @@ function clearData() {
 async function refresh() {
   if (running) { again = true; return; }
   running = true;
+  document.body.dataset.started = String(Number(document.body.dataset.started || 0) + 1);  // tests: none pending
   clearTimeout(timer);
   cycle.missing = new Map();
   cycle.statuses = [];
