@@ -137,6 +137,10 @@ def corpus(tmp_path_factory, real_clients_capture) -> list[str]:
 
 def run_harness(tmp: Path, cases: list[str], *, pure: bool) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "KAFKA_CENSUS_PURE_PYTHON"}
+    # One string hash order for both sides: the registry's count of fingerprint calls depends on
+    # it (a known defect: on one real capture with drops, 7 or 8 calls by PYTHONHASHSEED, in the
+    # pure path as in the compiled), and this test compares the hot paths, not hash orders.
+    env["PYTHONHASHSEED"] = "0"
     if pure:
         env["KAFKA_CENSUS_PURE_PYTHON"] = "1"
     out = tmp / ("pure.json" if pure else "compiled.json")

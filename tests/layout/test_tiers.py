@@ -99,3 +99,12 @@ def test_harness_imports_neither_tests_bench_nor_pytest():
     # oracles and frames stay independent of the code they check
     for name in ("oracles.py", "kafka_frames.py"):
         assert not _imports(ROOT / "harness" / name) & {"capture", "exporter", "pipeline"}, name
+
+
+def test_free_port_never_hands_out_a_port_twice():
+    """Consecutive binds to port 0 may get the same port: a broker whose listeners took two of
+    them refused to start (tests/capture/test_proxy_tls.py, once in a clean clone)."""
+    from harness.net import free_port
+
+    ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)
