@@ -131,8 +131,13 @@ def test_the_registry_equals_a_passive_capture_of_the_same_connections(run):
     assert len(proxied) >= len(IDENTITY) * 2
     assert proxied == captured
     delivered = {c["client_port"]: c["bytes_from_broker"] for c in run["capture"]}
+    # A client that closes with a response unread answers the proxy's next segment with RST; the
+    # capture ends the flow there, and segments already in flight behind it reach pcap (and
+    # tshark) but not the client. The proxy names that connection client_closed when the client's
+    # FIN came first (its side was closing): the capture's "rst" marks it.
+    cut_short = _reset_ports(run) | {c["client_port"] for c in run["capture"] if c["close_reason"] == "rst"}
     for c in run["proxy"]:
-        if c["client_port"] in _reset_ports(run):
+        if c["client_port"] in cut_short:
             assert c["bytes_from_broker"] >= delivered[c["client_port"]], c
         else:
             assert c["bytes_from_broker"] == delivered[c["client_port"]], c
