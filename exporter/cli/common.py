@@ -164,7 +164,7 @@ def open_event_log(args: argparse.Namespace):
         raise UsageError(f"--event-log-rollup-seconds must be between 1 and {MAX_ROLLUP_SECONDS:g}")
     try:
         log = EventLog(args.event_log, max_bytes=args.event_log_max_mb << 20, max_age_seconds=args.event_log_max_age,
-                       max_total_bytes=args.event_log_max_total_mb << 20)
+                       max_total_bytes=args.event_log_max_total_mb << 20, max_connections=args.max_connections)
     except EventLogError as exc:
         raise StartError(str(exc)) from None
     # The capture thread only queues (and counts request traffic in place); a writer thread does

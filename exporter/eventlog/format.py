@@ -2,22 +2,23 @@
 
 Owns the schema versions (`SCHEMA_VERSION` written, `READABLE_SCHEMAS` read), the envelope
 (`ENVELOPE`), encoding (`to_record`, `encode`, and `rollup_lines` / `encode_rollup` for a
-connection's rollup) and decoding (`parse_line`, `to_event`, `to_events`). Pure: no file, no
+connection's rollup, `encode_record` for a `ConnectionState` restatement) and decoding
+(`parse_line`, `to_event`, `to_events`). Pure: no file, no
 thread, no clock. Imports `capture.events` (the event contract), `exporter.eventlog.rollup` (the
 rollup record), the identity basis (`exporter.census.basis.FingerprintBasis`) and the standard
 library; must not import the event log's files, reader or writer, which import it.
 
 Record: one JSON object per line, compact, keys in this order:
-`{"schema":2,"type":"ClientSoftware","ts":1763762580.25,"conn_id":"c1",<the other fields>}`.
+`{"schema":3,"type":"ClientSoftware","ts":1763762580.25,"conn_id":"c1",<the other fields>}`.
 The other fields come in dataclass field order; `Direction` is written as its name
 ("FROM_CLIENT"), tuples as arrays, None as null. Output is UTF-8; JSON escapes every control
 character, so the only raw newline is the one ending the record (readers split on b"\\n" only).
 NaN and infinities are not JSON: such an event is dropped and counted (`encode_errors`).
 Schema policy: adding an event type or a field is compatible and keeps the version (readers
 must ignore what they do not know); renaming, removing or retyping a field, or moving what a
-record carries elsewhere, bumps it.
+record carries elsewhere, bumps it; and so does a change of what a file holds (schema 3).
 
-Schema 2 (this writer) records connections, not requests. Lifecycle (ConnectionOpened,
+Schema 2 records connections, not requests. Lifecycle (ConnectionOpened,
 ConnectionClosed), identity (ClientSoftware, ApiVersionsAnswer, TlsSession), SASL, groups,
 errors, desyncs and capture health stay one record per event, as in schema 1.
 Request traffic (RequestSeen, ResponseSeen, ProduceAcks, and the core's RequestTally runs) is
@@ -29,7 +30,7 @@ traffic, at its close (just before its ConnectionClosed) and every `rollup_secon
 same way: the latest one is held and written after the rollup, the earlier ones are dropped
 (they carry nothing the latest does not, but their time):
 
-    {"schema":2,"type":"ConnectionRollup","ts":1763762640.5,"conn_id":"c1",
+    {"schema":3,"type":"ConnectionRollup","ts":1763762640.5,"conn_id":"c1",
      "client_id":"rdkafka",
      "requests":[[0,9,118230,126617400],[3,12,2,120]],
      "responses":[[0,9,118230,5438580,[0,0,3,10,...,0],591.150125],[3,12,2,900,[2,0,...],0.0021]],
@@ -60,9 +61,38 @@ same way: the latest one is held and written after the rollup, the earlier ones 
 - the rollup state is bounded (exporter/eventlog/rollup.py: connections and entries); past a bound the
   longest-held connection's record is written early, so a connection may get more records
   than its rounds, never fewer counts. A crash loses the counts of the current round.
-`EventLog` itself writes whatever event it is given as one record (the schema 2 envelope);
+`EventLog` itself writes whatever event it is given as one record (the schema 3 envelope);
 only `QueuedEventLog(rollup_seconds=...)`, what the CLI builds, and `pipeline.pcaps` (through
 `exporter.eventlog.rollup.Roller`) roll traffic up (exporter/eventlog/writer.py).
+
+Schema 3 (this writer) is schema 2 in files that each stand on their own: at the start of every
+new file the writer writes one `ConnectionState` record per connection open at that moment (as
+the log's earlier lines recorded it: exporter/eventlog/rollup.py `OpenConnections`, at most
+`--max-connections`, the oldest forgotten past it and counted), and it starts a new file at each
+UTC midnight of its clock as well (no file spans two UTC days; if connections are open, the new
+day's file is opened at once, holding their restatements). So the files of a window name every
+connection open in it, with its identity, whenever it opened:
+
+    {"schema":3,"type":"ConnectionState","ts":1763769600.0,"conn_id":"c1","first_seen":1763762580.25,
+     "client_address":"10.0.0.5","client_port":51234,"broker_address":"10.0.0.1","broker_port":9092,
+     "listener":"PLAINTEXT","security_protocol":"PLAINTEXT","mid_stream":false,"source":"capture",
+     "client_id":"rdkafka","request_version":3,"name":"librdkafka","version":"2.3.0",
+     "api_versions_request_version":3,"first_requests":[[18,3],[3,12]],
+     "mechanism":"SCRAM-SHA-512","principal":"svc-1","client_subject":"CN=app"}
+
+- `ts`: when the file was opened (the writer's clock; pcap-decode's parts: 00:00:00 UTC of the
+  part's day of packet time); `first_seen`, the addresses ... `source`: its ConnectionOpened's.
+- `client_id`: the latest non-null client_id of its requests written so far (null: none);
+  `request_version`, `name`, `version`: its last accepted ClientSoftware (null: none);
+  `api_versions_request_version` and `first_requests`: its fingerprint basis as its records
+  carried it so far (null / []); `mechanism`, `principal`: its last successful SaslIdentity;
+  `client_subject`: its TlsSession's (null: none). Field names are the other records' on purpose.
+- A restatement says again what earlier lines said: a tool replaying a whole log into the
+  registry applies nothing for it (`to_events` gives [], `to_event` refuses it); a reader of
+  one file or one day takes it where the connection's ConnectionOpened and identity records are
+  in an earlier file. A connection closed before a file starts is not restated in it.
+- A file's size is its restatements (about 400 bytes per open connection) plus at most
+  `max_bytes` of records (the size rotation counts the records only).
 
 A schema 1 log has RequestSeen/ResponseSeen/ProduceAcks per request or RequestTally runs
 (tally mode), which carry the same counts; `to_event` turns a ConnectionRollup back into the
@@ -71,9 +101,10 @@ same state, if it applies the records in `ts` order (a stable sort): a rollup is
 its round comes, so in the file it can follow later records of its connection (a
 TrafficUpdate, an identity), never its ConnectionClosed. Within one rollup the order of its
 requests relative to the connection's other events is lost (that is the saving); the
-pipeline's tables do not depend on it. Readers (`parse_line`, the pipeline) take both
-versions; a version-1 reader refuses schema 2 lines (rather than silently counting no
-requests).
+pipeline's tables do not depend on it. Readers (`parse_line`, the pipeline) take every
+version; a version-1 reader refuses schema 2 lines (rather than silently counting no
+requests), a version-2 reader schema 3 lines (rather than missing the connections of a window
+opened before it).
 """
 
 from __future__ import annotations
@@ -86,10 +117,10 @@ from dataclasses import fields, is_dataclass
 import capture.events as _events
 from capture.events import Event, RequestTally
 from exporter.census.basis import FingerprintBasis
-from exporter.eventlog.rollup import ROLLUP_TYPE, Accumulator, record
+from exporter.eventlog.rollup import ROLLUP_TYPE, STATE_TYPE, Accumulator, record
 
-SCHEMA_VERSION = 2
-READABLE_SCHEMAS = (1, 2)  # what parse_line and the pipeline read
+SCHEMA_VERSION = 3  # = exporter.eventlog.rollup.ROLLUP_SCHEMA (the records built there)
+READABLE_SCHEMAS = (1, 2, 3)  # what parse_line and the pipeline read
 ENVELOPE = ("schema", "type", "ts", "conn_id")  # the keys every record starts with
 
 
@@ -140,6 +171,12 @@ def rollup_lines(conn_id: str, acc: Accumulator) -> list[bytes]:
     if acc.traffic is not None:
         lines.append(encode(acc.traffic))
     return lines
+
+
+def encode_record(rec: dict) -> bytes:
+    """One JSON-ready record (a `ConnectionState` from exporter.eventlog.rollup
+    `OpenConnections.records`) as a line. Raises as `encode` does."""
+    return (_dumps(rec) + "\n").encode("utf-8")
 
 
 def encode_rollup(conn_id: str, acc: Accumulator) -> bytes:
@@ -196,6 +233,8 @@ def to_event(rec: dict) -> Event:
     type and the fields must be exactly this version's (ValueError)."""
     if rec.get("type") == ROLLUP_TYPE:
         return _rollup_event(rec)
+    if rec.get("type") == STATE_TYPE:
+        raise ValueError(f"{STATE_TYPE} restates an open connection, it is no event: to_events gives nothing for it")
     cls = _EVENT_TYPES.get(rec.get("type", ""))
     if cls is None:
         raise ValueError(f"unknown event type {rec.get('type')!r}")
@@ -223,8 +262,11 @@ def to_event(rec: dict) -> Event:
 def to_events(rec: dict) -> list[Event]:
     """`to_event`, plus the fingerprint basis a ConnectionRollup record may carry (issue 15): a
     `FingerprintBasis` first, then the RequestTally (none for a record that carries only the
-    basis). A tool rebuilding a registry from a log applies these, so that the registry's
-    connections are fingerprinted on the pairs the live one folded, not on the rollups' order."""
+    basis); nothing for a ConnectionState (schema 3's restatement of what the log said before).
+    A tool rebuilding a registry from a log applies these, so that the registry's connections are
+    fingerprinted on the pairs the live one folded, not on the rollups' order."""
+    if rec.get("type") == STATE_TYPE:  # what earlier records said: nothing to apply again
+        return []
     if rec.get("type") != ROLLUP_TYPE or "first_requests" not in rec:
         return [to_event(rec)]
     try:

@@ -1,15 +1,17 @@
 """Per-connection rollups of request traffic: what event log v2 writes instead of one line per
-request.
+request; and the table of open connections that schema 3 restates at the start of every file.
 
 Owns `Rollup` (the accumulator: per connection, per (api_key, api_version), request and response
 counts, bytes and latency buckets, plus Produce acks counts), `record` (one accumulator as a
-`ConnectionRollup` record (plus its connection's latest TrafficUpdate), schema 2, see
+`ConnectionRollup` record (plus its connection's latest TrafficUpdate), schema 2 and 3, see
 exporter/eventlog/format.py's docstring), `route` (what a writer does with each event: the one
 routing of traffic, for `QueuedEventLog` and `Roller`), `Roller` and `rolled` (an event stream ->
 the same stream with its traffic rolled up, for batch writers: `pipeline.pcaps` and tests) and
 `TRAFFIC` (the event types a rollup absorbs), and each open connection's fingerprint basis (`note`:
 its first requests as the registry folds them, carried by the records and read back as
-`exporter.census.basis.FingerprintBasis`). Imports only `capture.events`, the identity basis
+`exporter.census.basis.FingerprintBasis`), and `OpenConnections` (every open connection's identity
+as the log recorded it, `ConnectionState` records: `state_record`, `RESTATED`, `STATE_READS`;
+schema 3, see exporter/eventlog/format.py's docstring). Imports only `capture.events`, the identity basis
 (`exporter.census.basis`: with it the pairs of the generated API table) and the standard library;
 `exporter.eventlog.format` and `exporter.eventlog.writer` import it, never the reverse.
 
@@ -31,7 +33,8 @@ exporter's `event_log_rollup_folded_total`). Memory: an entry is about 150 bytes
 with its buckets about 400), so a connection holds at most about 36 KiB, and only connections
 with traffic in the current interval are held. Besides, every open connection has its fingerprint
 basis (`bases`, at most `max_connections`): measured 274 bytes with 8 pairs folded, so about
-27 MB at 100,000 open connections.
+27 MB at 100,000 open connections. The writer's `OpenConnections` (below) is a second such table,
+kept in the order of the lines, on the writer's side.
 
 Cost on the capture thread: a `RequestTally` (what the serving commands' core hands on at each
 sweep) is merged in place (a few dict updates per (api, version) of the run); a `RequestSeen` /
@@ -55,12 +58,17 @@ from capture.events import (
     RequestSeen,
     RequestTally,
     ResponseSeen,
+    SaslIdentity,
+    TlsSession,
     TrafficUpdate,
 )
 from exporter.census.basis import BASIS_SYNC, CANONICAL_PAIR, MAX_FIRST_REQUESTS, fold_first_requests
 
 ROLLUP_TYPE = "ConnectionRollup"
-ROLLUP_SCHEMA = 2
+STATE_TYPE = "ConnectionState"
+# The schema of the records built here (= exporter.eventlog.format.SCHEMA_VERSION, which imports
+# this module; tests/eventlog holds them equal).
+ROLLUP_SCHEMA = 3
 # What a rollup absorbs. TrafficUpdate (cumulative TCP counters, one per connection per second
 # of traffic) is not summed but kept, the latest one, and written after the rollup record.
 TRAFFIC = frozenset({RequestSeen, ResponseSeen, ProduceAcks, RequestTally, TrafficUpdate})
@@ -99,6 +107,42 @@ class _Basis:
         self.avv: int | None = None
         self.written: tuple = ((), None)
         self.ts = 0.0
+
+
+def _seen(basis, cls, event) -> None:
+    """Pairs of a request or a tally, pending until the next sync point (as the registry's
+    `_request` and `_tally`). `basis`: a `_Basis` or an `_Open` (the same three fields)."""
+    keys: tuple[tuple[int, int], ...] | list[tuple[int, int]]
+    if cls is RequestSeen:
+        keys = ((event.api_key, event.api_version),)
+    elif cls is RequestTally:
+        keys = [(k, v) for k, v, _, _ in event.requests]
+    else:
+        return
+    for key in keys:
+        pair = CANONICAL_PAIR.get(key)  # one shared tuple: a basis holds references
+        if pair is not None:
+            if basis.pending is None:
+                basis.pending = {pair}
+            else:
+                basis.pending.add(pair)
+
+
+def _sync(basis, cls, event) -> bool:
+    """A sync point (a type in BASIS_SYNC): the first ClientSoftware gives the ApiVersions request
+    version, the pending pairs are folded. True if the basis changed."""
+    changed = False
+    if cls is ClientSoftware and basis.avv is None:
+        basis.avv = cast(ClientSoftware, event).request_version
+        changed = True
+    pending = basis.pending
+    if pending:
+        basis.pending = None
+        first = fold_first_requests(basis.first, pending)
+        if first is not basis.first:
+            basis.first = first
+            changed = True
+    return changed
 
 
 class Accumulator:
@@ -171,30 +215,11 @@ class Rollup:
             self._count(acc, cls, event)
             basis = self.bases.get(event.conn_id)
             if basis is not None and len(basis.first) < MAX_FIRST_REQUESTS:
-                self._seen(basis, cls, event)
+                _seen(basis, cls, event)
         if self._out:
             out, self._out = self._out, []
             return out
         return None
-
-    @staticmethod
-    def _seen(basis: _Basis, cls, event) -> None:
-        """Pairs of a request or a tally, pending until the next sync point (as the registry's
-        `_request` and `_tally`)."""
-        keys: tuple[tuple[int, int], ...] | list[tuple[int, int]]
-        if cls is RequestSeen:
-            keys = ((event.api_key, event.api_version),)
-        elif cls is RequestTally:
-            keys = [(k, v) for k, v, _, _ in event.requests]
-        else:
-            return
-        for key in keys:
-            pair = CANONICAL_PAIR.get(key)  # one shared tuple: a basis holds references
-            if pair is not None:
-                if basis.pending is None:
-                    basis.pending = {pair}
-                else:
-                    basis.pending.add(pair)
 
     def note(self, event: Event) -> None:
         """A connection event other than traffic (every one the log is given, in order): keeps
@@ -216,18 +241,7 @@ class Rollup:
         basis = self.bases.get(event.conn_id)
         if basis is None:
             return
-        changed = False
-        if cls is ClientSoftware and basis.avv is None:
-            basis.avv = cast(ClientSoftware, event).request_version
-            changed = True
-        pending = basis.pending
-        if pending:
-            basis.pending = None
-            first = fold_first_requests(basis.first, pending)
-            if first is not basis.first:
-                basis.first = first
-                changed = True
-        if changed:
+        if _sync(basis, cls, event):
             basis.ts = event.ts
             if (basis.first, basis.avv) != basis.written:
                 self._changed[event.conn_id] = None
@@ -247,6 +261,7 @@ class Rollup:
             return acc
         if acc is None:
             acc = Accumulator()
+        if not acc.counted():  # none, or a TrafficUpdate alone (whose ts is its own): the record is the basis's
             acc.ts = basis.ts
         acc.basis = basis.written = (basis.first, basis.avv)
         return acc
@@ -462,3 +477,120 @@ def rolled(events, *, interval: float = DEFAULT_INTERVAL, max_connections: int =
     for event in events:
         yield from roller.feed(event)
     yield from roller.finish()
+
+
+# --- the open connections, restated at the start of every file (schema 3) -------------------------
+# What `OpenConnections.note` reads of a log written with rollups (the requests' client_id and the
+# basis come with the rollup records, `rolled`): lifecycle and identity, a few events per connection.
+RESTATED = frozenset({ConnectionOpened, ConnectionClosed, ClientSoftware, SaslIdentity, TlsSession})
+# ... and of a log written event by event (`EventLog` alone): the requests too.
+STATE_READS = RESTATED | BASIS_SYNC | {RequestSeen, RequestTally}
+
+
+class _Open:
+    """One open connection as the log has recorded it so far: its ConnectionOpened, the latest
+    non-null client_id, its last accepted ClientSoftware, its last successful SaslIdentity, the
+    subject of its TlsSession, and its fingerprint basis (`first`, `avv`; `pending` when the
+    requests themselves are noted)."""
+
+    __slots__ = ("opened", "client_id", "software", "sasl", "subject", "first", "avv", "pending")
+
+    def __init__(self, opened: ConnectionOpened) -> None:
+        self.opened = opened
+        self.client_id: str | None = None
+        self.software: ClientSoftware | None = None
+        self.sasl: SaslIdentity | None = None
+        self.subject: str | None = None
+        self.first: tuple = ()
+        self.avv: int | None = None
+        self.pending: set | None = None
+
+
+class OpenConnections:
+    """The connections open in a log, from their ConnectionOpened to their ConnectionClosed, with
+    what a `ConnectionState` record restates of each (`records`): fed, in the order of the log,
+    with the events written (`note`) and the rollups written (`rolled`), so that a restatement
+    says what the lines before it said. At most `max_connections` (the exporter passes
+    `--max-connections`, the registry's bound of open connections): a new connection past it
+    takes the place of the oldest, which is no longer restated (`evicted`, the exporter's
+    `event_log_restate_evicted_total`). Holds references to the events it keeps (no copy):
+    measured 165 bytes per connection beyond them, about 660 with them and their strings (a
+    ConnectionOpened, a ClientSoftware, a SaslIdentity): 66 MB at 100,000. Not thread-safe: the owner serialises
+    the calls (EventLog under its lock, on QueuedEventLog's writer thread)."""
+
+    def __init__(self, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        self.max_connections = max_connections
+        self.conns: dict[str, _Open] = {}
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self.conns)
+
+    def note(self, event: Event) -> None:
+        """One event as it is written (a type in STATE_READS; any other is ignored)."""
+        cls = type(event)
+        conns = self.conns
+        if cls is ConnectionOpened:
+            if conns.pop(event.conn_id, None) is None and len(conns) >= self.max_connections:
+                del conns[next(iter(conns))]
+                self.evicted += 1
+            conns[event.conn_id] = _Open(cast(ConnectionOpened, event))
+            return
+        conn = conns.get(event.conn_id)
+        if conn is None:
+            return
+        if cls is RequestSeen or cls is RequestTally:
+            client_id = cast(RequestSeen, event).client_id
+            if client_id is not None:
+                conn.client_id = client_id
+            if len(conn.first) < MAX_FIRST_REQUESTS:
+                _seen(conn, cls, event)
+        elif cls is ConnectionClosed:
+            del conns[event.conn_id]
+        else:
+            if cls is ClientSoftware:
+                if cast(ClientSoftware, event).accepted:
+                    conn.software = cast(ClientSoftware, event)
+            elif cls is SaslIdentity:
+                if cast(SaslIdentity, event).outcome == "success":
+                    conn.sasl = cast(SaslIdentity, event)
+            elif cls is TlsSession:
+                conn.subject = cast(TlsSession, event).client_subject
+            if cls in BASIS_SYNC:
+                _sync(conn, cls, event)
+
+    def rolled(self, conn_id: str, acc: Accumulator) -> None:
+        """A rollup record as it is written: its client_id and the basis it carries."""
+        conn = self.conns.get(conn_id)
+        if conn is None:
+            return
+        if acc.client_id is not None:
+            conn.client_id = acc.client_id
+        if acc.basis is not None:
+            conn.first, conn.avv = acc.basis
+
+    def records(self, ts: float):
+        """The `ConnectionState` records (JSON-ready dicts) of every open connection, oldest first,
+        restated at `ts`: a generator (one record at a time, whatever the number of connections)."""
+        for conn in list(self.conns.values()):
+            yield state_record(conn, ts)
+
+
+def state_record(conn: _Open, ts: float) -> dict:
+    """One open connection's `ConnectionState` record (exporter/eventlog/format.py's docstring)."""
+    o, sw, sasl = conn.opened, conn.software, conn.sasl
+    return {
+        "schema": ROLLUP_SCHEMA, "type": STATE_TYPE, "ts": ts, "conn_id": o.conn_id, "first_seen": o.ts,
+        "client_address": o.client_address, "client_port": o.client_port, "broker_address": o.broker_address,
+        "broker_port": o.broker_port, "listener": o.listener, "security_protocol": o.security_protocol,
+        "mid_stream": o.mid_stream, "source": o.source,
+        "client_id": conn.client_id,
+        "request_version": None if sw is None else sw.request_version,
+        "name": None if sw is None else sw.name, "version": None if sw is None else sw.version,
+        "api_versions_request_version": conn.avv,
+        "first_requests": [[k, v] for k, v in conn.first],
+        "mechanism": None if sasl is None else sasl.mechanism, "principal": None if sasl is None else sasl.principal,
+        "client_subject": conn.subject,
+    }

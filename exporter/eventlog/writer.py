@@ -11,9 +11,16 @@ exporter.eventlog.files, traffic routed and rolled up by exporter.eventlog.rollu
 Imports those, `capture.events` and the standard library; must not import the reader.
 
 A file is opened at the first event (a quiet sidecar makes no empty files) and finished when the
-next event would take it past `max_bytes`, when it is `max_age_seconds` old, and on `close()`:
+next event would take it past `max_bytes`, when it is `max_age_seconds` old, at UTC midnight of
+`clock` (schema 3: no file spans two days), and on `close()`:
 buffer written, file fsync'd, renamed to `.ndjson`, directory fsync'd (exporter/eventlog/files.py
 has the names, recovery and retention: `deleted_files`, `deleted_bytes`).
+Every new file starts with a `ConnectionState` record per connection open at that moment
+(`open`, an exporter.eventlog.rollup `OpenConnections` fed with what the log wrote, in order;
+at most `max_connections`, `restate_evicted` past it); at midnight, if any is open, the new
+file is opened at once with them, so that each day's files name the connections open that day.
+The size rotation counts records, not restatements: a file holds at most `max_bytes` of
+records after its restatements.
 
 Durability: lines are buffered in memory and handed to the OS at least every
 `flush_interval` seconds of `clock` time (and whenever 256 KiB are pending), so a crash of the
@@ -39,6 +46,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import os
 import socket
 import threading
@@ -46,8 +54,19 @@ import time
 
 from capture.events import Event
 from exporter.eventlog.files import LogFiles, host_part, open_directory
-from exporter.eventlog.format import encode, rollup_lines
-from exporter.eventlog.rollup import ROLLUP_TYPE, ROUTED, TRAFFIC, Accumulator, Rollup, route
+from exporter.eventlog.format import encode, encode_record, rollup_lines
+from exporter.eventlog.rollup import (
+    DEFAULT_MAX_CONNECTIONS,
+    RESTATED,
+    ROLLUP_TYPE,
+    ROUTED,
+    STATE_READS,
+    TRAFFIC,
+    Accumulator,
+    OpenConnections,
+    Rollup,
+    route,
+)
 
 MiB = 1 << 20
 DEFAULT_MAX_BYTES = 64 * MiB
@@ -61,6 +80,7 @@ DROP_REASONS = ("queue_full", "write_error", "encode_error", "closed")
 # a Produce v9 request and response entry with its buckets encode to about 90 bytes, the rest ~120).
 _ROLLUP_BASE_BYTES = 160
 _ROLLUP_ENTRY_BYTES = 100
+DAY = 86400.0  # a UTC day of the Unix clock (no leap seconds): a file never spans two
 
 log = logging.getLogger("kafka-census")
 
@@ -68,7 +88,8 @@ log = logging.getLogger("kafka-census")
 class EventLog:
     """Appends events to rotated NDJSON files in `directory`; see the module docstring.
 
-    Counters for the exporter's health metrics: `written` (events handed to the OS),
+    Counters for the exporter's health metrics: `written` (records handed to the OS,
+    restatements included), `open.evicted` (connections past the table's bound, no longer restated),
     `dropped` (events lost; by reason in `drops`: write errors, encode errors, writes after
     close), `write_errors` (failed OS calls), `encode_errors`, `files_finished`,
     `recovered_files`, `recovery_skipped` (`.active` files that are symlinks or not regular
@@ -78,7 +99,8 @@ class EventLog:
     def __init__(self, directory: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES,
                  max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS, clock=time.time,
                  flush_interval: float = 1.0, host: str | None = None,
-                 max_total_bytes: int | None = DEFAULT_MAX_TOTAL_BYTES) -> None:
+                 max_total_bytes: int | None = DEFAULT_MAX_TOTAL_BYTES,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         if max_bytes <= 0 or max_age_seconds <= 0 or flush_interval <= 0:
             raise ValueError("max_bytes, max_age_seconds and flush_interval must be positive")
         if max_total_bytes is not None and max_total_bytes < max_bytes:
@@ -96,7 +118,10 @@ class EventLog:
         self._fd: int | None = None
         self._path: str | None = None  # the .active file
         self._opened_at = 0.0
+        self._day_end = math.inf  # the UTC midnight after the last file was opened
         self._size = 0  # bytes of whole records on disk in the active file
+        self._restated = 0  # bytes of the active file's restatements (not counted against max_bytes)
+        self.open = OpenConnections(max_connections)  # what each new file restates
         self._buf: list[bytes] = []
         self._buf_bytes = 0
         self._last_flush = clock()
@@ -132,7 +157,8 @@ class EventLog:
         """The exporter-health counters (`kafka_census_<key>_total`); `event_log_dropped` by reason."""
         return {"event_log_written": self.written, "event_log_write_errors": self.write_errors,
                 "event_log_dropped": dict(self.drops), "event_log_deleted_files": self.deleted_files,
-                "event_log_deleted_bytes": self.deleted_bytes, "event_log_recovery_skipped": self.recovery_skipped}
+                "event_log_deleted_bytes": self.deleted_bytes, "event_log_recovery_skipped": self.recovery_skipped,
+                "event_log_restate_evicted": self.open.evicted}
 
     # -- public -----------------------------------------------------------------------------
 
@@ -140,7 +166,7 @@ class EventLog:
         """Log one event. Never raises for I/O or encoding problems (they are counted)."""
         line = self.encode(event)
         if line is not None:
-            self.write_line(line)
+            self.write_line(line, event if type(event) in STATE_READS else None)
 
     def encode(self, event: Event) -> bytes | None:
         """`encode(event)`, or None with the problem counted (`encode_errors`, a drop)."""
@@ -157,35 +183,51 @@ class EventLog:
             self.drops["encode_error"] += 1
             self.last_error = message
 
-    def write_line(self, line: bytes) -> None:
-        """Log one encoded record (a line from `encode`)."""
+    def write_line(self, line: bytes, noted: Event | tuple[str, Accumulator] | None = None) -> None:
+        """Log one encoded record (a line from `encode`). `noted`: what the line records, for the
+        table of open connections (`open`): its event (a type in STATE_READS), or the
+        (conn_id, Accumulator) of a rollup line; noted even if the line is lost to a write error
+        (the connection is open all the same: the next file restates it)."""
         with self._lock:
             if self._closed:
                 self.drops["closed"] += 1
                 return
             now = self._clock()
             if self._fd is not None:
-                pending = self._size + self._buf_bytes
-                if pending and pending + len(line) > self.max_bytes:
+                records = self._size + self._buf_bytes - self._restated
+                if records > 0 and records + len(line) > self.max_bytes:
                     self._finish()
-                elif now - self._opened_at >= self.max_age_seconds:
+                elif self._due(now):
                     self._finish()
             if self._fd is None and not self._open(now):
                 self.drops["write_error"] += 1
-                return
-            self._buf.append(line)
-            self._buf_bytes += len(line)
-            if self._buf_bytes >= FLUSH_BYTES or self._flush_due(now):
-                self._flush()
+            else:
+                self._buf.append(line)
+                self._buf_bytes += len(line)
+                if self._buf_bytes >= FLUSH_BYTES or self._flush_due(now):
+                    self._flush()
+            if noted is not None:
+                if isinstance(noted, tuple):
+                    self.open.rolled(*noted)
+                else:
+                    self.open.note(noted)
 
     def tick(self) -> None:
-        """Call about once a second: writes out a due buffer and finishes a file past its age."""
+        """Call about once a second: writes out a due buffer, finishes a file past its age or its
+        day (and opens the new day's at once if connections are open, see the module docstring)."""
         with self._lock:
-            if self._closed or self._fd is None:
+            if self._closed:
                 return
             now = self._clock()
-            if now - self._opened_at >= self.max_age_seconds:
+            if self._fd is None:
+                if now >= self._day_end and self.open:  # a new day: its file names who is still connected
+                    self._open(now)
+                return
+            if self._due(now):
+                midnight = now >= self._day_end
                 self._finish()
+                if midnight and self.open:
+                    self._open(now)
             elif self._flush_due(now):
                 self._flush()
 
@@ -227,14 +269,34 @@ class EventLog:
         # A clock that stepped backwards also flushes, rather than waiting for it to catch up.
         return not (0 <= now - self._last_flush < self.flush_interval)
 
+    def _due(self, now: float) -> bool:
+        """The active file is to be finished for its age or its day."""
+        return now - self._opened_at >= self.max_age_seconds or now >= self._day_end
+
     def _open(self, now: float) -> bool:
+        """A new file, starting with the restatement of every open connection."""
         created = self._files.create(now)
         if created is None:
             return False
         self._fd, self._path = created
         self._opened_at = now
+        self._day_end = (math.floor(now / DAY) + 1) * DAY
         self._size = 0
         self._last_flush = now
+        self._restated = 0
+        for rec in self.open.records(now):
+            try:
+                line = encode_record(rec)
+            except (TypeError, ValueError) as e:
+                self.encode_errors += 1
+                self.drops["encode_error"] += 1
+                self.last_error = f"cannot encode the ConnectionState of {rec['conn_id']}: {e}"
+                continue
+            self._buf.append(line)
+            self._buf_bytes += len(line)
+            self._restated += len(line)
+            if self._buf_bytes >= FLUSH_BYTES:
+                self._flush()
         return True
 
     def _flush(self) -> None:
@@ -309,7 +371,12 @@ class QueuedEventLog:
     count would cost it 0.7 / 0.5 us but the process 1.4 / 2.1 us in all (the threads share the
     core under the GIL), hold the events in the queue and lose counts when it is full; encoding
     a schema 1 line cost 5-7 us. `rollup_seconds=None` writes every event as it comes (the
-    library's behaviour and schema 1's shape)."""
+    library's behaviour and schema 1's shape).
+
+    The log's table of open connections (what each new file restates) is kept by the writer
+    thread, in the order of the lines: the capture thread queues the few events it reads
+    (`exporter.eventlog.rollup.RESTATED`, a handful per connection) with their line, and the
+    requests' client_id and basis come with the rollups the writer encodes; nothing per request."""
 
     def __init__(self, log: EventLog, *, max_queue_bytes: int = DEFAULT_QUEUE_BYTES,
                  rollup_seconds: float | None = None, max_rollup_connections: int | None = None) -> None:
@@ -322,6 +389,7 @@ class QueuedEventLog:
         self.rollup_seconds = rollup_seconds
         self._rollup = None if rollup_seconds is None else Rollup(
             **({} if max_rollup_connections is None else {"max_connections": max_rollup_connections}))
+        self._noted = STATE_READS if self._rollup is None else RESTATED
         self._last_rollup = log.clock()
         self._rollup_asked = False
         self._cond = threading.Condition(threading.Lock())
@@ -374,13 +442,17 @@ class QueuedEventLog:
                     return
                 ready, write = route(rollup, event)
                 if ready is not None:
-                    for item in ready:
-                        self._put_rollup(item)
+                    for taken in ready:
+                        self._put_rollup(taken)
             if not write:
                 return
         line = self.log.encode(event)
         if line is None:
             return
+        # The few events the table of open connections reads go with their line, so the writer
+        # thread keeps the table in the order of the files (exporter.eventlog.rollup.RESTATED;
+        # without rollups, STATE_READS: the requests too).
+        item = _Noted(line, event) if type(event) in self._noted else line
         with self._cond:
             if self._closing:
                 self.closed_dropped += 1
@@ -388,7 +460,7 @@ class QueuedEventLog:
             if self._queued_bytes + len(line) > self.max_queue_bytes:
                 self.queue_dropped += 1
                 return
-            self._queue.append(line)
+            self._queue.append(item)
             self._queued_bytes += len(line)
             self._cond.notify()
 
@@ -468,6 +540,8 @@ class QueuedEventLog:
             for item in batch:
                 if type(item) is bytes:
                     self.log.write_line(item)
+                elif type(item) is _Noted:
+                    self.log.write_line(item.line, item.event)
                 elif type(item) is tuple:  # an accumulator from close or eviction
                     self._write_rollup(item)
                 else:  # a flush() marker
@@ -491,5 +565,15 @@ class QueuedEventLog:
             return
         if item[1].counted():
             self.rollup_records += 1
-        for line in lines:
-            self.log.write_line(line)
+        for i, line in enumerate(lines):
+            self.log.write_line(line, None if i else item)  # the table takes its client_id and basis
+
+
+class _Noted:
+    """A queued line with the event it records, for the log's table of open connections."""
+
+    __slots__ = ("line", "event")
+
+    def __init__(self, line: bytes, event: Event) -> None:
+        self.line = line
+        self.event = event

@@ -128,13 +128,13 @@ def test_every_event_type_round_trips_through_a_file(tmp_path, event):
 
 def test_record_lines_are_exact():
     assert encode(EXAMPLES[1]) == (
-        b'{"schema":2,"type":"RequestSeen","ts":1795299780.251,"conn_id":"c1","api_key":18,'
+        b'{"schema":3,"type":"RequestSeen","ts":1795299780.251,"conn_id":"c1","api_key":18,'
         b'"api_name":"ApiVersions","api_version":3,"correlation_id":1,"client_id":"rdkafka","size":62}\n')
     assert encode(EXAMPLES[13]) == (
-        b'{"schema":2,"type":"Desync","ts":1795299780.259,"conn_id":"c1","direction":"FROM_CLIENT",'
+        b'{"schema":3,"type":"Desync","ts":1795299780.259,"conn_id":"c1","direction":"FROM_CLIENT",'
         b'"kind":"gap","detail":"1460 bytes lost"}\n')
     assert encode(EXAMPLES[6]) == (
-        b'{"schema":2,"type":"ApiVersionsAnswer","ts":1795299780.253,"conn_id":"c1","request_version":3,'
+        b'{"schema":3,"type":"ApiVersionsAnswer","ts":1795299780.253,"conn_id":"c1","request_version":3,'
         b'"error_code":0,"api_ranges":[[0,0,11],[1,4,17],[18,0,4]],"throttle_time_ms":0,'
         b'"supported_features":[["metadata.version",1,25]],"finalized_features_epoch":-1,'
         b'"finalized_features":[["metadata.version",25,25]],"zk_migration_ready":false,'
@@ -198,7 +198,8 @@ def test_a_record_bigger_than_max_bytes_gets_a_file_of_its_own(tmp_path):
     with EventLog(tmp_path, max_bytes=10, clock=FakeClock(), host="h") as log:
         log.write(EXAMPLES[0])
         log.write(EXAMPLES[1])
-    assert [len(_lines(f)) for f in list_logs(tmp_path)] == [1, 1]
+    files = [[r["type"] for r in read_events(f)] for f in list_logs(tmp_path)]
+    assert files == [["ConnectionOpened"], ["ConnectionState", "RequestSeen"]]  # c1 is still open: restated
 
 
 def test_rotation_by_age_on_write_and_on_tick(tmp_path):
@@ -215,7 +216,9 @@ def test_rotation_by_age_on_write_and_on_tick(tmp_path):
     assert "20261121T222400Z" in log.active_path  # named after its own start, UTC
     clock.now += 60
     log.tick()  # quiet: no write, but tick finishes the old file
-    assert [len(_lines(f)) for f in list_logs(tmp_path)] == [2, 1]
+    assert [len(_lines(f)) for f in list_logs(tmp_path)] == [2, 2]
+    restated = next(read_events(list_logs(tmp_path)[1]))  # c1 (EXAMPLES[0]) is still open
+    assert (restated["type"], restated["conn_id"], restated["ts"]) == ("ConnectionState", "c1", T0 + 60)
     assert log.active_path is None
     log.close()
     assert len(list_logs(tmp_path)) == 2 and log.files_finished == 2
@@ -386,14 +389,15 @@ def test_cannot_open_a_new_file_is_counted_and_retried(tmp_path):
     directory.mkdir()
     log.write(EXAMPLES[0])
     log.close()
-    assert len(_all_records(directory)) == 1
+    # The lost ConnectionOpened still opened c1: the next file restates it (before it comes again here).
+    assert [r["type"] for r in _all_records(directory)] == ["ConnectionState", "ConnectionOpened"]
 
 
 @pytest.mark.parametrize("line, reason", [
     (b'{"schema":1,"type":"X","ts":1.0', "not JSON"),
     (b"[1,2]", "not a JSON object"),
     (b'{"type":"X","ts":1.0,"conn_id":"c"}', "no schema field"),
-    (b'{"schema":3,"type":"X","ts":1.0,"conn_id":"c"}', r"unknown schema version 3 \(this reader knows 1, 2\)"),
+    (b'{"schema":4,"type":"X","ts":1.0,"conn_id":"c"}', r"unknown schema version 4 \(this reader knows 1, 2, 3\)"),
     (b'{"schema":0,"type":"X","ts":1.0,"conn_id":"c"}', "unknown schema version 0"),
     (b'{"schema":true,"type":"X","ts":1.0,"conn_id":"c"}', "unknown schema version True"),
     (b'{"schema":1,"ts":1.0,"conn_id":"c"}', "type missing"),
@@ -406,12 +410,12 @@ def test_parse_line_says_what_is_wrong(line, reason):
         parse_line(line)
 
 
-def test_parse_line_reads_both_schema_versions():
-    """Old logs exist: a schema 1 line reads back to the same event as its schema 2 line."""
+def test_parse_line_reads_every_schema_version():
+    """Old logs exist: a schema 1 or 2 line reads back to the same event as its schema 3 line."""
     for event in EXAMPLES:
-        old, new = parse_line(encode(event, schema=1)), parse_line(encode(event))
-        assert (old["schema"], new["schema"]) == (1, 2) and SCHEMA_VERSION == 2
-        assert to_event(old) == to_event(new) == event
+        old, two, new = (parse_line(encode(event, schema=s)) for s in (1, 2, SCHEMA_VERSION))
+        assert (old["schema"], two["schema"], new["schema"]) == (1, 2, 3) and SCHEMA_VERSION == 3
+        assert to_event(old) == to_event(two) == to_event(new) == event
 
 
 def test_parse_line_accepts_an_unknown_type_and_extra_fields():
@@ -536,7 +540,7 @@ def test_a_rollup_record_is_exact_and_reads_back_as_the_tally_it_equals():
     assert len(rollup) == 0 and conn_id == "c1"
     line = encode_rollup(conn_id, acc)
     buckets = [1, 1, 2, 1] + [0] * 12  # 0.0004 <= 0.0005; the tally's (0, 1, 2); 0.0025 < 0.003 <= 0.005
-    assert line == (b'{"schema":2,"type":"ConnectionRollup","ts":1795299781.253,"conn_id":"c1","client_id":"rdkafka",'
+    assert line == (b'{"schema":3,"type":"ConnectionRollup","ts":1795299781.253,"conn_id":"c1","client_id":"rdkafka",'
                     b'"requests":[[0,9,5,5103],[3,12,1,60]],'
                     b'"responses":[[0,9,5,300,' + json.dumps(buckets, separators=(",", ":")).encode()
                     + b',' + repr(0.0004 + 0.003 + 0.0035).encode() + b']],'

@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from capture.events import ClientSoftware, ConnectionClosed, ConnectionOpened, RequestSeen, SaslHandshake
+from capture.events import (
+    ClientSoftware,
+    ConnectionClosed,
+    ConnectionOpened,
+    RequestSeen,
+    SaslHandshake,
+    TrafficUpdate,
+)
 from capture.listeners import ListenerMap
 from capture.replay import replay
 from exporter.census.basis import MAX_FIRST_REQUESTS, FingerprintBasis
@@ -159,6 +166,21 @@ def test_a_basis_only_record_carries_the_fold_at_close():
     bases = [e for r in records for e in to_events(r) if type(e) is FingerprintBasis]
     # the ClientSoftware's fold, then the close's
     assert [b.first_requests for b in bases] == [((18, 0),), ((18, 0), (0, 2), (3, 1))]
+
+
+def test_a_basis_record_with_only_traffic_counters_beside_it_has_the_folds_time():
+    """The same, with a TrafficUpdate (which counts nothing) since the last round: the basis
+    record's ts is its fold's, not 0 (found by pcap-decode writing it under day=1970-01-01)."""
+    events = [_opened("c1", 1.0), _req("c1", 1.1, 18, 0), _req("c1", 100.0, 3, 1),
+              TrafficUpdate(conn_id="c1", ts=199.0, bytes_from_client=100, bytes_from_broker=100,
+                            segments_from_client=2, segments_from_broker=2),
+              ConnectionClosed(conn_id="c1", ts=200.0, reason="fin", pending_requests=0)]
+    items = [i for i in rolled(events, interval=60.0) if type(i) is tuple]
+    records = [parse_line(line) for i in items for line in rollup_lines(*i)]
+    # rounds at 100 and 199 take the requests; the close folds both pairs beside the traffic counters
+    assert [(r["type"], r["ts"]) for r in records] == [
+        ("ConnectionRollup", 1.1), ("ConnectionRollup", 100.0), ("ConnectionRollup", 200.0), ("TrafficUpdate", 199.0)]
+    assert records[2]["requests"] == [] and records[2]["first_requests"] == [[3, 1], [18, 0]]
 
 
 def test_a_record_without_a_basis_reads_as_before():

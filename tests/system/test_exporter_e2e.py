@@ -383,8 +383,8 @@ def test_zz_sigterm_flushes_a_readable_event_log(run):
     opened = {r["conn_id"] for r in records if r["type"] == "ConnectionOpened"}
     closed = {r["conn_id"] for r in records if r["type"] == "ConnectionClosed"}
     assert {c["id"] for c in rows} <= opened and {c["id"] for c in rows if c["state"] == "closed"} <= closed
-    # Schema 2: request traffic only as per-connection rollups, never a line per request.
-    assert all(r["schema"] == SCHEMA_VERSION == 2 for r in records)
+    # Schema 3 (2's rollups): request traffic only as per-connection rollups, never a line per request.
+    assert all(r["schema"] == SCHEMA_VERSION == 3 for r in records)
     assert not any(r["type"] in ("RequestSeen", "ResponseSeen", "RequestTally") for r in records)
     assert any(r["type"] == "ConnectionRollup" for r in records)
     assert {"kafka-ts", SOFTWARE_NAME} <= {r["name"] for r in records if r["type"] == "ClientSoftware"}
