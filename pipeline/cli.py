@@ -4,13 +4,15 @@
 Owns argument parsing, the Spark session (master `local[*]` by default, `--master` and
 `--conf` passed through unchanged, UTC session time zone, no UI; on any other master the
 project's sources are shipped to the executors, pipeline/ship.py), the run summary and exit codes (0 ok, 1 the
-input is unusable, 2 bad usage). Jobs: inventory, adoption, api-usage, upgrade-readiness
-(over event logs; upgrade-readiness also writes its table by software, the unannounced clients
-named), pcap-decode (pcaps -> event logs) and report (one HTML file). Progress: a
-line per stage on stderr; Spark's own console progress bar when stderr is a terminal.
+input is unusable, 2 bad usage). Jobs: ingest (event logs -> the Parquet table by day and
+source, pipeline/ingest.py), inventory, adoption, api-usage, upgrade-readiness (over the
+ingested table, or event logs ingested into OUT/table/ first; a row per UTC day a connection
+was connected; upgrade-readiness also writes its table by software, the unannounced clients
+named), pcap-decode (pcaps -> event logs) and report (one HTML file). Progress: a line per
+stage on stderr; Spark's own console progress bar when stderr is a terminal.
 
-The top of `pipeline`: it imports the job modules (events, jobs, identity, pcaps, report,
-ship) and what they share (`pipeline.errors`, `pipeline.files`); none of them imports it
+The top of `pipeline`: it imports the job modules (ingest, events, jobs, identity, pcaps,
+report, ship) and what they share (`pipeline.errors`, `pipeline.files`); none of them imports it
 (tests/layout/test_core_imports.py holds that no import cycle exists in `pipeline/`). Within the
 package only `pipeline.__main__` imports it.
 """
@@ -27,7 +29,7 @@ from datetime import UTC, datetime
 from pipeline.errors import MAX_QUARANTINED_LINES, InputError, UsageError
 from pipeline.files import load_input
 
-JOBS = ("inventory", "adoption", "api-usage", "upgrade-readiness", "pcap-decode", "report")
+JOBS = ("ingest", "inventory", "adoption", "api-usage", "upgrade-readiness", "pcap-decode", "report")
 TABLE_JOBS = ("inventory", "adoption", "api-usage", "upgrade-readiness")
 
 
@@ -65,9 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Fleet jobs on Spark over kafka-census event logs or pcap archives.")
     p.add_argument("job", choices=JOBS)
     p.add_argument("--input", nargs="+", required=True, metavar="PATH",
-                   help="event-log directories or files (any Hadoop URI Spark reads); for pcap-decode: "
+                   help="event-log directories or files (any Hadoop URI Spark reads), or a table `ingest` wrote "
+                        "(read directly; event logs are ingested into OUTPUT/table/ first); for pcap-decode: "
                         "pcap/pcapng files or directories")
-    p.add_argument("--output", required=True, metavar="DIR", help="where the job writes (Parquet + CSV, or HTML)")
+    p.add_argument("--output", required=True, metavar="DIR",
+                   help="where the job writes (Parquet + CSV, or HTML; for ingest: the table)")
     p.add_argument("--master", default="local[*]", help="Spark master, passed through (default local[*]); "
                    "on spark://, yarn or k8s:// the project's code is shipped to the executors")
     p.add_argument("--conf", action="append", default=[], type=_conf, metavar="KEY=VALUE",
@@ -75,8 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", type=_when, metavar="WHEN", help="only events at or after (ISO date/time, UTC)")
     p.add_argument("--until", type=_when, metavar="WHEN", help="only events before (ISO date/time, UTC)")
     p.add_argument("--max-quarantined-lines", type=_count, default=MAX_QUARANTINED_LINES, metavar="N",
-                   help="bad input lines whose text is kept in OUTPUT/quarantine/ (default %(default)s); the "
-                        "rest are counted per file and reason, so a flood of bad lines costs bounded memory")
+                   help="bad input lines whose text is kept in the table's _quarantine/ (default %(default)s); "
+                        "the rest are counted per file and reason, so a flood of bad lines costs bounded memory")
     p.add_argument("--target", default="4.0", help="upgrade-readiness: the broker version to check (default 4.0)")
     p.add_argument("--listener", action="append", metavar="NAME=PORT[:SECURITY_PROTOCOL]",
                    help="pcap-decode: a broker listener port (repeatable; default PLAINTEXT=9092)")
@@ -127,9 +131,11 @@ def run_tables(spark, args) -> dict:
     if args.job == "upgrade-readiness" and args.target not in jobs.TARGETS:
         raise UsageError(f"--target {args.target!r} is not known; known: {', '.join(jobs.TARGETS)}")
     started = time.perf_counter()
-    facts, n_events, n_bad, _ = load_input(spark, args, args.output, progress, "the outputs are empty")
-    conns = jobs.by_day(ev.connections(facts)).cache()
-    reqs = ev.requests(facts).cache()
+    loaded = load_input(spark, args, args.output, progress, "the outputs are empty")
+    facts = loaded.facts
+    # a row per connection and UTC day it was connected in the window (pipeline.events)
+    conns = ev.connection_days(facts, loaded.since, loaded.until).cache()
+    reqs = ev.requests(facts, by_day=True).cache()
     if args.job == "inventory":
         table = jobs.inventory(conns, reqs)
     elif args.job == "adoption":
@@ -142,7 +148,8 @@ def run_tables(spark, args) -> dict:
     rows = jobs.write_table(table, args.output, name)
     progress(f"{args.job}: {rows} rows -> {args.output}/{name}/ (Parquet) and {args.output}/{name}.csv/ "
              f"({time.perf_counter() - started:.1f} s)")
-    summary = {"job": args.job, "events": n_events, "quarantined_lines": n_bad, "rows": rows, "output": args.output}
+    summary = {"job": args.job, "events": loaded.events, "quarantined_lines": loaded.quarantined, "rows": rows,
+               "output": args.output}
     if args.job == "upgrade-readiness":
         # Who to upgrade by software, the unannounced clients named by sibling or fingerprint
         # (issue 15), as /api/v1/upgrade-readiness's clients_by_software.
@@ -169,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.job in TABLE_JOBS:
             summary = run_tables(spark, args)
+        elif args.job == "ingest":
+            from pipeline.ingest import run_ingest
+            summary = run_ingest(spark, args, progress)
         elif args.job == "pcap-decode":
             from pipeline.pcaps import run_pcap_decode
             summary = run_pcap_decode(spark, args, progress)

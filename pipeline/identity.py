@@ -1,8 +1,9 @@
 """Who the connections that announced no software are (issues 15 and 28), over event logs, in Spark.
 
-Owns `identities` (one row per connection of `pipeline.events.connections`, with its identity
-source and, for an unannounced one, the inferred library, version range, confidence,
-min_compatible and evidence) and `infer_client` (the fingerprint of one client, run in the
+Owns `identities` (the rows of `pipeline.events.connections` or `connection_days`, each with its
+connection's identity source and, for an unannounced one, the inferred library, version range,
+confidence, min_compatible and evidence: judged once per connection over all its records read,
+then joined to its days) and `infer_client` (the fingerprint of one client, run in the
 executors). The same rules as the live registry (exporter/census/identity.py), on whole connections,
 with the same constants (the identity basis, exporter/census/basis.py):
 
@@ -36,7 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from exporter.census.basis import CANONICAL_PAIR, DEFAULT_SIBLING_WINDOW, SIBLING_CONFIDENCE
-from pipeline.events import connection_facts, requests
+from pipeline.events import connection_facts, connections, requests
 
 INFERENCE = T.StructType([
     T.StructField("name", T.StringType()),
@@ -85,25 +86,28 @@ _infer_udf = F.udf(infer_client, INFERENCE)
 
 
 def identities(facts: DataFrame, conns: DataFrame, window: float = DEFAULT_SIBLING_WINDOW) -> DataFrame:
-    """`conns` (pipeline.events.connections over `facts`) with: identity_source ("announced",
-    "sibling", "fingerprint", "none"), inferred_software_name, inferred_version_range,
-    inferred_confidence, min_compatible, evidence (array) and sibling_conn_id. See the module
-    docstring."""
+    """`conns` (pipeline.events.connections or connection_days over `facts`) with:
+    identity_source ("announced", "sibling", "fingerprint", "none"), inferred_software_name,
+    inferred_version_range, inferred_confidence, min_compatible, evidence (array) and
+    sibling_conn_id, of its connection. See the module docstring."""
     key = ["source", "conn_id"]
+    whole = connections(facts)  # one row per connection: the judgement is per connection, not per day
     per_conn = connection_facts(facts).select(
         *key, F.col("logged_first.first_requests").alias("logged_first"),
-        F.col("avv.request_version").alias("avv"), F.col("sw.request_version").alias("identity_version"),
+        # the first ApiVersions' version: its ClientSoftware's, else as a restatement carries it
+        F.coalesce("avv.request_version", "state_avv.avv").alias("avv"),
+        F.col("sw.request_version").alias("identity_version"),
         F.col("opened.mid_stream").cast("int").alias("mid_stream"),
         F.col("answer.ts").alias("answer_ts"), F.col("answer.broker_max").alias("broker_max"))
     first = F.struct(F.col("first_request").alias("t"), "api_key", "api_version")
     seen = requests(facts, first=True).groupBy(key).agg(F.collect_list(first).alias("seen"))
     # The broker's maxima: its latest answer, per sidecar, listener and broker.
     answers = (per_conn.where(F.col("broker_max").isNotNull())
-               .join(conns.select(*key, "listener", "broker"), key)
+               .join(whole.select(*key, "listener", "broker"), key)
                .groupBy("source", "listener", "broker")
                .agg(F.max(F.struct("answer_ts", "broker_max")).alias("latest"))
                .select("source", "listener", "broker", F.col("latest.broker_max").alias("broker_max")))
-    df = (conns.join(per_conn.drop("answer_ts", "broker_max"), key, "left").join(seen, key, "left")
+    df = (whole.join(per_conn.drop("answer_ts", "broker_max"), key, "left").join(seen, key, "left")
           .join(answers, ["source", "listener", "broker"], "left"))
     unannounced = F.col("client_software_name").isNull()
     # Cached: the sibling search and the clients below read it again.
@@ -155,8 +159,8 @@ def identities(facts: DataFrame, conns: DataFrame, window: float = DEFAULT_SIBLI
     def pick(sib_value, own_value):
         return F.when(is_sib, sib_value).when(is_own, own_value)
 
-    return df.select(
-        *conns.columns,
+    named = df.select(
+        *key,
         F.when(~unannounced, F.lit("announced")).when(is_sib, F.lit("sibling")).when(is_own, F.lit("fingerprint"))
         .otherwise(F.lit("none")).alias("identity_source"),
         pick(F.col("sib_name"), F.col("own.name")).alias("inferred_software_name"),
@@ -170,3 +174,5 @@ def identities(facts: DataFrame, conns: DataFrame, window: float = DEFAULT_SIBLI
              F.col("own.evidence")).alias("evidence"),
         pick(F.col("sib_id"), F.lit(None).cast("string")).alias("sibling_conn_id"),
     )
+    # every connection of `conns` is one of `whole`'s
+    return conns.join(named, key).select(*conns.columns, *named.columns[len(key):])

@@ -10,9 +10,11 @@ Definitions (docs/pipeline.md repeats them):
 - a *client* is (client_software_name, client_software_version, client_id, principal,
   client_address, listener, broker): one inventory row;
 - *distinct clients* in `adoption` are distinct (client_id, principal, client_address) per day;
-- a day is the UTC date of a connection's first_seen: the CLI's tables have a row per day
-  (`by_day`) and are written partitioned by it; without a `day` column on the connections a
-  table covers the whole input (the report's);
+- a day is a UTC day a connection was connected (`pipeline.events.connection_days`: a
+  connection open for three days counts on each, with that day's requests and last_seen): the
+  CLI's tables have a row per day and are written partitioned by it; the connections and
+  requests carry a `day` column then, and the tables join them on it. Without a `day` column
+  (`pipeline.events.connections`) a table covers the whole input (the report's);
 - a missing software name/version is "unknown", as on the exporter's metrics.
 """
 
@@ -30,19 +32,19 @@ CLIENT_KEY = ["client_software_name", "client_software_version", "client_id", "p
               "listener", "broker"]
 
 
-def day_of(ts):
-    """The UTC date of epoch seconds `ts`, whatever the session time zone says."""
-    return F.date_from_unix_date(F.floor(ts / 86400).cast("int"))
-
-
-def by_day(conns: DataFrame) -> DataFrame:
-    """`conns` with `day`, the UTC date of each connection's first_seen: every table over them
-    then has a row per day (the CLI writes them partitioned by day)."""
-    return conns.withColumn("day", day_of(F.col("first_seen")))
-
-
 def _days(df: DataFrame) -> list[str]:
     return ["day"] if "day" in df.columns else []
+
+
+def _ordered(df: DataFrame, *cols) -> DataFrame:
+    """`df` (a table: small) sorted in one partition: no range partitioning, whose sampling is
+    a job of its own over everything upstream."""
+    return df.coalesce(1).sortWithinPartitions(*cols)
+
+
+def _conn_key(conns: DataFrame) -> list[str]:
+    """What joins a connection's rows to its requests: per day when the connections are."""
+    return ["source", "conn_id", *_days(conns)]
 
 
 def _labelled(conns: DataFrame) -> DataFrame:
@@ -55,11 +57,12 @@ def _api_label(reqs: DataFrame) -> DataFrame:
 
 
 def inventory(conns: DataFrame, reqs: DataFrame) -> DataFrame:
-    per_conn = (_api_label(reqs).groupBy("source", "conn_id")
+    key = _conn_key(conns)
+    per_conn = (_api_label(reqs).groupBy(*key)
                 .agg(F.collect_set("api_used").alias("apis"), F.sum("requests").alias("n")))
     # Joined on the connection key (never null); the client key may hold nulls (no principal),
     # which group by treats as equal, as a join would not.
-    rows = _labelled(conns).join(per_conn, ["source", "conn_id"], "left")
+    rows = _labelled(conns).join(per_conn, key, "left")
     return (rows.groupBy(*CLIENT_KEY, *_days(conns)).agg(
                 F.min("first_seen").alias("first_seen_ts"), F.max("last_seen").alias("last_seen_ts"),
                 F.count(F.lit(1)).alias("connections"),
@@ -69,25 +72,26 @@ def inventory(conns: DataFrame, reqs: DataFrame) -> DataFrame:
             .withColumn("first_seen", F.timestamp_seconds("first_seen_ts"))
             .withColumn("last_seen", F.timestamp_seconds("last_seen_ts"))
             .drop("first_seen_ts", "last_seen_ts")
-            .orderBy(*_days(conns), *CLIENT_KEY))
+            .transform(lambda df: _ordered(df, *_days(conns), *CLIENT_KEY)))
 
 
 def adoption(conns: DataFrame) -> DataFrame:
-    conns = _labelled(conns if "day" in conns.columns else by_day(conns))
+    conns = _labelled(conns)
     client = F.concat_ws("\u0000", F.coalesce("client_id", F.lit("")), F.coalesce("principal", F.lit("")),
                          F.coalesce("client_address", F.lit("")))
     return (conns.groupBy("day", "client_software_name", "client_software_version")
             .agg(F.count(F.lit(1)).alias("connections"), F.countDistinct(client).alias("distinct_clients"))
-            .orderBy("day", "client_software_name", "client_software_version"))
+            .transform(lambda df: _ordered(df, "day", "client_software_name", "client_software_version")))
 
 
 def api_usage(conns: DataFrame, reqs: DataFrame) -> DataFrame:
     days = _days(conns)
     conns = _labelled(conns).select("source", "conn_id", "client_software_name", "client_software_version", *days)
-    return (reqs.join(conns, ["source", "conn_id"])
+    return (reqs.join(conns, ["source", "conn_id", *days])
             .groupBy(*days, "api_key", "api", "api_version", "client_software_name", "client_software_version")
             .agg(F.sum("requests").alias("requests"))
-            .orderBy(*days, "api_key", "api_version", "client_software_name", "client_software_version"))
+            .transform(lambda df: _ordered(df, *days, "api_key", "api_version", "client_software_name",
+                                           "client_software_version")))
 
 
 def _removed_table(spark: SparkSession, target: str) -> DataFrame:
@@ -109,12 +113,12 @@ def upgrade_readiness(spark: SparkSession, conns: DataFrame, reqs: DataFrame, ta
     removed = F.broadcast(_removed_table(spark, target))
     days = _days(conns)
     conns = _labelled(conns).select("source", "conn_id", *CLIENT_KEY, "first_seen", "last_seen", *days)
-    return (reqs.join(removed, ["api_key", "api_version"]).join(conns, ["source", "conn_id"])
+    return (reqs.join(removed, ["api_key", "api_version"]).join(conns, ["source", "conn_id", *days])
             .groupBy(*CLIENT_KEY, *days, "api_key", "api", "api_version", "minimum_version")
             .agg(F.sum("requests").alias("requests"), F.count(F.lit(1)).alias("connections"),
                  F.timestamp_seconds(F.max("last_seen")).alias("last_seen"))
             .withColumn("target", F.lit(target))
-            .orderBy(*days, *CLIENT_KEY, "api_key", "api_version"))
+            .transform(lambda df: _ordered(df, *days, *CLIENT_KEY, "api_key", "api_version")))
 
 
 BY_SOFTWARE_KEY = ["software_name", "software_version", "identity_source", "client_id", "principal"]
@@ -151,7 +155,7 @@ def readiness_by_software(spark: SparkSession, idents: DataFrame, reqs: DataFram
     # connections: all of the group's on each listener where it used a removed version (the REST
     # API's total_connections: its census rows are per listener), not only those that used one
     per_listener = named.groupBy("_k", "_kl").agg(F.countDistinct("source", "conn_id").alias("n"))
-    offending = used.join(named, ["source", "conn_id"])
+    offending = used.join(named, ["source", "conn_id", *_days(idents)])
     sizes = (offending.select("_kl").distinct().join(per_listener, "_kl")
              .groupBy("_k").agg(F.sum("n").alias("connections")))
     return (offending
@@ -168,7 +172,7 @@ def readiness_by_software(spark: SparkSession, idents: DataFrame, reqs: DataFram
             .select(*key, "listeners", "connections", "requests", "removed_apis", "minimum_versions",
                     "min_compatible", "inferred_confidence", "evidence", "last_seen")
             .withColumn("target", F.lit(target))
-            .orderBy(*key))
+            .transform(lambda df: _ordered(df, *key)))
 
 
 def write_table(df: DataFrame, out_dir: str, name: str) -> int:

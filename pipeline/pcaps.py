@@ -3,26 +3,38 @@
 Owns listing the inputs (files, directories searched recursively for `*.pcap`, `*.pcapng`,
 `*.cap`, each optionally `.gz`; any Hadoop URI, globs too), one decode per file
 (`capture.replay.replay` into `exporter.eventlog.format.encode`, the exporter's own record format,
-schema 2: request traffic rolled up per connection by `exporter.eventlog.rollup.Roller`),
+schema 3: request traffic rolled up per connection by `exporter.eventlog.rollup.Roller`, one part
+per UTC day of packet time, each standing on its own),
 the quarantine of files that could not be read whole, and the per-file summary. Imports
-pyspark, `capture` (replay, listeners, the CaptureError family), `exporter.eventlog.format`,
+pyspark, `capture` (replay, listeners, the CaptureError family), `exporter.eventlog` (format, rollup),
 `pipeline.errors` and `pipeline.files`; never `pipeline.cli`, which alone imports it.
 
 Output under OUT:
-- `events/source=<name>/part-*.txt`: one NDJSON record per line, what `pipeline.events` reads
-  (it takes the source from the `source=` directory). `<name>` is the file's path below the
+- `events/source=<name>/day=<YYYY-MM-DD>/part-*.txt`: one NDJSON record per line, what
+  `pipeline.events` reads (it takes the source from the `source=` directory, the day from
+  `day=`). Each record goes to the part of its UTC day of packet time (its `ts`). Each day's
+  part but the capture's first starts with a `ConnectionState` record (ts: the day's 00:00:00
+  UTC) per connection open at that moment, as the exporter starts each file (schema 3,
+  exporter/eventlog/format.py; the same table, `exporter.eventlog.rollup.OpenConnections`, at
+  most 100,000 connections per file, the oldest forgotten past it), so a window of days reads
+  every connection open in it, with its identity, from that window's parts alone. The table
+  notes every event of the capture, before `--since`: the window's first day restates the
+  connections opened before it. A day without a packet between two with packets is restated
+  too (for a gap of at most `MAX_RESTATED_GAP_DAYS` days: a clock jump does not write years of
+  days). `<name>` is the file's path below the
   input directory it was found in (the file name for a file given directly), reduced to
   `[A-Za-z0-9._+@,-]` (others become `_`; a clash gets `~2`, `~3`...), so that no layer
   (Spark's partition escaping, URI encoding) changes it on the way back. Within a source the
   lines are in capture order. Each file's last line is its `CaptureStats` (conn_id = the
-  source name), written whatever `--since/--until` say; the other events are kept when
-  since <= ts < until.
+  source name), the last line of the source's last day, written whatever `--since/--until`
+  say; the other events are kept when since <= ts < until.
 - `quarantine/`: JSON lines `{"file", "reason"}`, one per problem: unreadable (not a pcap,
   unknown link type), truncated (its readable events are still in `events/`), gzip damaged,
   events that could not be encoded, too large for the binaryFiles path, or an unexpected
   decoder failure (kept with the events decoded before it). A run never stops on one file.
-- `pcap_decode_summary.json`: per file: file, source, bytes, packets, events, connections,
-  truncated, error, encode_errors, seconds.
+- `pcap_decode_summary.json`: per file: file, source, bytes, packets, events, restated
+  (ConnectionState lines), days (parts written), connections, truncated, error, encode_errors,
+  seconds.
 
 Reading: `file:` paths are opened in place by the task (one task per file: no copy, no size
 limit). Other URIs go through `SparkContext.binaryFiles`, which hands each task the whole file
@@ -33,8 +45,9 @@ small files may share a task (Spark packs them into splits of at least
 executor's `SPARK_LOCAL_DIRS`. Memory per task is bounded either way: the decoder runs on a
 thread that hands encoded lines over in batches through a bounded queue (`_QUEUE_BATCHES` x
 `_BATCH_LINES` lines), so a large pcap streams into Spark's sort (which spills to disk)
-instead of being held as a Python list. That sort, by (source, line number), is the only one
-in the write plan (the writer's own by `source` is satisfied by it), which keeps the order.
+instead of being held as a Python list; the table of open connections is bounded as said above.
+That sort, by (source, day, line number), is the only one in the write plan (the writer's own
+by `source`, `day` is satisfied by it), which keeps the order within each part.
 """
 
 from __future__ import annotations
@@ -42,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import math
 import os
 import queue
 import re
@@ -64,9 +78,11 @@ MAX_SOURCE_CHARS = 200  # a partition directory name must stay below the usual 2
 _BATCH_LINES = 2000
 _QUEUE_BATCHES = 8
 _HADOOP_GLOB = re.compile(r"([\\*?\[\]{}])")
+DAY = 86400.0  # a UTC day of packet time (Unix time has no leap seconds)
+MAX_RESTATED_GAP_DAYS = 31  # days without a packet restated between two with packets
 
-EVENT_ROW = T.StructType([T.StructField("source", T.StringType()), T.StructField("seq", T.LongType()),
-                          T.StructField("value", T.StringType())])
+EVENT_ROW = T.StructType([T.StructField("source", T.StringType()), T.StructField("day", T.StringType()),
+                          T.StructField("seq", T.LongType()), T.StructField("value", T.StringType())])
 QUARANTINE_ROW = T.StructType([T.StructField("file", T.StringType()), T.StructField("reason", T.StringType())])
 
 
@@ -204,7 +220,7 @@ class _Abandoned(Exception):
 
 
 class _Decoded:
-    """The running decode of one local pcap: lines (seq, text) are pulled with `lines()`,
+    """The running decode of one local pcap: lines (seq, day, text) are pulled with `lines()`,
     the counts are read afterwards."""
 
     def __init__(self, path: str, listeners, since, until, source: str) -> None:
@@ -216,6 +232,8 @@ class _Decoded:
         self.result = None
         self.error: str | None = None
         self.events = 0
+        self.restated = 0  # ConnectionState lines
+        self.days: set[str] = set()
         self.encode_errors = 0
         self._queue: queue.Queue = queue.Queue(maxsize=_QUEUE_BATCHES)
         self._stop = threading.Event()
@@ -232,7 +250,7 @@ class _Decoded:
 
     def _run(self) -> None:
         """The decoder thread. Whatever happens, the last item it queues is None."""
-        batch: list[str] = []
+        batch: list[tuple[str, str]] = []
         try:
             self._replay(batch)
         except _Abandoned:
@@ -246,32 +264,75 @@ class _Decoded:
         except _Abandoned:
             pass
 
-    def _replay(self, batch: list[str]) -> None:
+    def _replay(self, batch: list[tuple[str, str]]) -> None:
         from capture.replay import replay
         from capture.sources import CaptureError
-        from exporter.eventlog.format import encode, rollup_lines
-        from exporter.eventlog.rollup import Roller
+        from exporter.eventlog.format import encode, encode_record, rollup_lines
+        from exporter.eventlog.rollup import STATE_READS, OpenConnections, Roller
 
         since, until = self.since, self.until
-        # Schema 2, as the exporter writes: request traffic rolled up per connection, at its
-        # close and every DEFAULT_INTERVAL seconds of packet time (exporter/eventlog/rollup.py).
+        # Schema 3, as the exporter writes: request traffic rolled up per connection, at its
+        # close and every DEFAULT_INTERVAL seconds of packet time (exporter/eventlog/rollup.py),
+        # and each day's part starting with the connections open then (`table`, noted with
+        # every event of the capture, the window's or not).
         roller = Roller()
+        table = OpenConnections()
+        names: dict[int, str] = {}
+        current: list[int | None] = [None]  # the latest day written to (days since the epoch)
 
-        def write(items) -> None:
-            for item in items:
-                try:
-                    lines = rollup_lines(*item) if type(item) is tuple else [encode(item)]
-                except (TypeError, ValueError):
-                    self.encode_errors += 1
-                    continue
-                batch.extend(line[:-1].decode("utf-8") for line in lines)
+        def put(day: int, line: str) -> None:
+            name = names.get(day)
+            if name is None:
+                name = names[day] = time.strftime("%Y-%m-%d", time.gmtime(day * DAY))
+                self.days.add(name)
+            batch.append((name, line))
             if len(batch) >= _BATCH_LINES:
                 self._put(list(batch))
                 batch.clear()
 
+        def enter(day: int) -> None:
+            """Before the first line of a later day: the day's restatements (and those of the
+            days without a packet since the last one written)."""
+            last = current[0]
+            if last is not None and day <= last:
+                return
+            current[0] = day
+            first = day if last is None else max(last + 1, day - MAX_RESTATED_GAP_DAYS)
+            for d in range(first, day + 1):
+                for rec in table.records(d * DAY):
+                    try:
+                        line = encode_record(rec)
+                    except (TypeError, ValueError):
+                        self.encode_errors += 1
+                        continue
+                    self.restated += 1
+                    put(d, line[:-1].decode("utf-8"))
+
+        def out(ts: float, line: bytes) -> None:
+            day = math.floor(ts / DAY)  # finite: `line` was encoded (no NaN, no infinity)
+            enter(day)
+            put(day, line[:-1].decode("utf-8"))
+
+        def write(items) -> None:
+            for item in items:
+                try:
+                    if type(item) is tuple:
+                        acc = item[1]
+                        lines = rollup_lines(*item)
+                        times = ([acc.ts] if acc.counted() else []) + ([acc.traffic.ts] if acc.traffic else [])
+                    else:
+                        lines, times = [encode(item)], [item.ts]
+                except (TypeError, ValueError):
+                    self.encode_errors += 1
+                    continue
+                for ts, line in zip(times, lines, strict=True):
+                    out(ts, line)
+
         def emit(event) -> None:
             if since <= event.ts < until:
                 write(roller.feed(event))
+            if type(event) in STATE_READS:  # after its own lines: a restatement is of what came before
+                table.note(event)
 
         try:
             self.result = replay(self.path, self.listeners, emit)
@@ -281,7 +342,9 @@ class _Decoded:
         finally:
             write(roller.finish())  # a cut file's open connections keep their counts too
         stats = dataclasses.replace(self.result.stats, conn_id=self.source)
-        batch.append(encode(stats)[:-1].decode("utf-8"))
+        line = encode(stats)
+        # The last line of the source's last day (or of its own day if nothing else was written).
+        put(math.floor(stats.ts / DAY) if current[0] is None else current[0], line[:-1].decode("utf-8"))
 
     def lines(self):
         thread = threading.Thread(target=self._run, name=f"decode {self.source}", daemon=True)
@@ -292,13 +355,14 @@ class _Decoded:
                 batch = self._queue.get()
                 if batch is None:
                     break
-                for line in batch:
-                    yield seq, line
+                for day, line in batch:
+                    yield seq, day, line
                     seq += 1
         finally:
             self._stop.set()  # the consumer left early: let the decoder thread end
             thread.join()
-        self.events = seq - (1 if self.result is not None else 0)  # the CaptureStats line is not an event
+        # Neither the restatements nor the CaptureStats line are events.
+        self.events = seq - self.restated - (1 if self.result is not None else 0)
 
 
 def _decode(item: PcapInput, data: bytes | None, listener_specs, since, until, summaries):
@@ -307,7 +371,8 @@ def _decode(item: PcapInput, data: bytes | None, listener_specs, since, until, s
 
     started = time.perf_counter()
     summary = {"file": item.uri, "source": item.source, "bytes": item.size, "packets": 0, "events": 0,
-               "connections": 0, "truncated": None, "error": None, "encode_errors": 0, "gzip": None}
+               "restated": 0, "days": 0, "connections": 0, "truncated": None, "error": None, "encode_errors": 0,
+               "gzip": None}
     tmp = None
     try:
         path = item.local_path
@@ -323,14 +388,16 @@ def _decode(item: PcapInput, data: bytes | None, listener_specs, since, until, s
                     tmp.write(data)
             path = tmp.name
         decoded = _Decoded(path, ListenerMap.parse(listener_specs), since, until, item.source)
-        for seq, line in decoded.lines():
-            yield item.source, seq, line
+        for seq, day, line in decoded.lines():
+            yield item.source, day, seq, line
         result = decoded.result
 
         def named(msg):  # the operator knows the file by its URI, not by our temporary copy
             return msg.replace(path, item.uri) if msg else msg
 
         summary["events"] = decoded.events
+        summary["restated"] = decoded.restated
+        summary["days"] = len(decoded.days)
         summary["encode_errors"] = decoded.encode_errors
         summary["error"] = named(decoded.error)
         if result is not None:
@@ -399,10 +466,11 @@ def decode_pcaps(spark, pcaps: list[PcapInput], events_dir: str, listener_specs,
         parts.append(records.mapPartitions(
             lambda recs: _decode_bytes(recs, by_uri, listener_specs, since, until, summaries)))
     rows = (parts[0] if len(parts) == 1 else sc.union(parts)) if parts else sc.emptyRDD()
-    # Sorted by (source, seq) within each task: the writer's own sort by source is then already
-    # satisfied, so each file's lines keep their capture order even when a sort spills.
-    (spark.createDataFrame(rows, EVENT_ROW).sortWithinPartitions("source", "seq").select("source", "value")
-     .write.mode("overwrite").partitionBy("source").text(events_dir))
+    # Sorted by (source, day, seq) within each task: the writer's own sort by (source, day) is then
+    # already satisfied, so each part's lines keep their capture order even when a sort spills.
+    (spark.createDataFrame(rows, EVENT_ROW).sortWithinPartitions("source", "day", "seq")
+     .select("source", "day", "value")
+     .write.mode("overwrite").partitionBy("source", "day").text(events_dir))
 
     done = summaries.value
     per_file = []
@@ -412,7 +480,8 @@ def decode_pcaps(spark, pcaps: list[PcapInput], events_dir: str, listener_specs,
             reason = (f"{p.size} bytes, above the {limit} byte limit for files read through binaryFiles "
                       "(KAFKA_CENSUS_MAX_PCAP_BYTES); split it, e.g. editcap -c 1000000"
                       if p in rest and p.size > limit else "no result from its decode task (a bug: please report it)")
-            s = {"file": p.uri, "source": p.source, "bytes": p.size, "packets": 0, "events": 0, "connections": 0,
+            s = {"file": p.uri, "source": p.source, "bytes": p.size, "packets": 0, "events": 0, "restated": 0,
+                 "days": 0, "connections": 0,
                  "truncated": None, "error": reason, "encode_errors": 0, "gzip": None, "seconds": 0.0}
         per_file.append(s)
     return per_file

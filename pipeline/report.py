@@ -115,8 +115,9 @@ def adoption_series(adoption: DataFrame) -> dict:
 
 
 def unknown_share(conns: DataFrame) -> dict:
-    """Per day (or week): connections, and those without an accepted client identity."""
-    rows = (conns.withColumn("day", F.to_date(F.timestamp_seconds("first_seen"))).groupBy("day")
+    """Per day (or week): connections (`pipeline.events.connection_days`: those connected that
+    day), and those without an accepted client identity."""
+    rows = (conns.groupBy("day")
             .agg(F.count(F.lit(1)).alias("n"),
                  F.sum(F.when(F.col("client_software_name").isNull(), 1).otherwise(0)).alias("unknown"))
             .collect())
@@ -481,7 +482,7 @@ def render(*, generated: float, inputs: list[str], target: str, since: float | N
                 ("chart-removed", f"Removed API versions (Kafka {target}) by client", charts["removed"])))),
         ("inventory", "Inventory", table_html("inventory", tables["inventory"], totals["inventory"])),
         ("adoption", "Adoption", '<p class="note">Connections and distinct clients (client id, principal, '
-                                 "address) per UTC day of the connection's start.</p>"
+                                 "address) per UTC day they were connected.</p>"
          + table_html("adoption", tables["adoption"], totals["adoption"])),
         ("api-usage", "API usage", table_html("api_usage", tables["api_usage"], totals["api_usage"])),
     ]
@@ -496,10 +497,10 @@ def render(*, generated: float, inputs: list[str], target: str, since: float | N
         f"software, and what breaks on an upgrade to Kafka {_e(target)}. Passive capture by kafka-census.</p>"
         f'<dl class="facts">{dl}</dl><nav><ol>{nav}</ol></nav></header>'
         f"<main>{body}</main>"
-        "<footer>Made by <code>kafka-census pipeline report</code>. A client is one inventory row; a day is the "
-        "UTC date a connection started; \u201cunknown\u201d software means the client sent no ApiVersions request "
-        "naming itself. The tables are also next to this file as CSV (<code>NAME.csv/</code>) and Parquet "
-        "(<code>NAME/</code>).</footer>"
+        "<footer>Made by <code>kafka-census pipeline report</code>. A client is one inventory row; a "
+        "connection counts on every UTC day it was connected; \u201cunknown\u201d software means the client "
+        "sent no ApiVersions request naming itself. The tables are also next to this file as CSV "
+        "(<code>NAME.csv/</code>) and Parquet (<code>NAME/</code>).</footer>"
         "</body></html>\n")
 
 
@@ -517,15 +518,20 @@ def run_report(spark, args, progress) -> dict:
     started = time.perf_counter()
     generated = time.time()
     out = args.output.rstrip("/")
-    facts, n_events, n_bad, (first_ts, last_ts) = load_input(spark, args, out, progress, "the report is empty")
-    conns = ev.connections(facts).cache()
+    loaded = load_input(spark, args, out, progress, "the report is empty")
+    facts, n_events, n_bad, first_ts, last_ts = (loaded.facts, loaded.events, loaded.quarantined, loaded.first_ts,
+                                                 loaded.last_ts)
+    # The tables over the whole window (a row per client, not per day), but adoption and the
+    # unknown share: per UTC day each connection was connected.
+    conns = ev.connections(facts, args.since, args.until).cache()
+    days = ev.connection_days(facts, loaded.since, loaded.until).cache()
     reqs = ev.requests(facts).cache()
     n_conns = conns.count()
 
     frames = {"upgrade_readiness": jobs.upgrade_readiness(spark, conns, reqs, args.target),
               "upgrade_readiness_by_software": jobs.readiness_by_software(
                   spark, identities(facts, conns), reqs, args.target),
-              "inventory": jobs.inventory(conns, reqs), "adoption": jobs.adoption(conns),
+              "inventory": jobs.inventory(conns, reqs), "adoption": jobs.adoption(days),
               "api_usage": jobs.api_usage(conns, reqs)}
     totals = {}
     for name, df in frames.items():
@@ -536,7 +542,7 @@ def run_report(spark, args, progress) -> dict:
     readiness = frames["upgrade_readiness"]
     must_upgrade = readiness.select(*jobs.CLIENT_KEY).distinct().count()
     charts = {"adoption": adoption_chart(adoption_series(frames["adoption"])),
-              "unknown": unknown_chart(unknown_share(conns)),
+              "unknown": unknown_chart(unknown_share(days)),
               "removed": removed_chart(removed_by_client(readiness))}
     progress(f"charts drawn ({time.perf_counter() - started:.1f} s)")
     page = render(generated=generated, inputs=list(args.input), target=args.target, since=args.since,

@@ -5,8 +5,8 @@ here, and it starts in a second). Next to it
 in the input directory: a copy cut in the middle of a packet, a file of random bytes and a
 text file. The Spark job must give, for each readable pcap, exactly the records that
 `replay` + `exporter.eventlog.rollup.rolled` + `exporter.eventlog.format.encode` give for the same file in this
-process (schema 2: request traffic rolled up per connection; in capture order, plus the file's
-CaptureStats), quarantine the cut file (keeping its events) and the
+process (schema 3: request traffic rolled up per connection; in capture order, plus the file's
+CaptureStats; per UTC day of packet time), quarantine the cut file (keeping its events) and the
 random one with their reasons, skip the text file, and leave an event log that
 `pipeline.events` reads back with the pcap as the source. The binaryFiles path (what non-local
 URIs take) is run too, on a name Hadoop would read as a glob and split at its comma.
@@ -31,17 +31,18 @@ from capture.listeners import ListenerMap  # noqa: E402
 from capture.replay import replay  # noqa: E402
 from exporter.eventlog.format import encode, parse_line, rollup_lines  # noqa: E402
 from exporter.eventlog.rollup import rolled  # noqa: E402
-from harness import oracles, peers  # noqa: E402
+from harness import oracles, peers, synth  # noqa: E402
 from pipeline import events as pev  # noqa: E402
 from pipeline import pcaps  # noqa: E402
 from pipeline.cli import build_parser  # noqa: E402
 from pipeline.errors import InputError  # noqa: E402
+from tests.capture.test_capture_synthetic import greeting, metadata, opaque_response  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
 
 def replayed(path, port, since=None) -> tuple[list[dict], object]:
-    """What `replay` gives for `path`, as schema 2 event-log records, and its result."""
+    """What `replay` gives for `path`, as schema 3 event-log records, and its result."""
     events = []
     result = replay(path, ListenerMap.parse([f"PLAINTEXT={port}"]), events.append)
     kept = [e for e in events if since is None or e.ts >= since]
@@ -58,10 +59,20 @@ def by_connection(records: list[dict]) -> dict[str, list[dict]]:
     return dict(out)
 
 
+def day_parts(events_dir, source) -> dict[str, list[dict]]:
+    """The records of each day's part of a source (one part per day: one task per file)."""
+    out = {}
+    for day_dir in sorted(glob.glob(os.path.join(events_dir, f"source={source}", "day=*"))):
+        (part,) = glob.glob(os.path.join(day_dir, "part-*.txt"))
+        with open(part, encoding="utf-8") as f:
+            out[os.path.basename(day_dir)[len("day="):]] = [parse_line(line) for line in f]
+    return out
+
+
 def decoded(events_dir, source) -> list[dict]:
-    (part,) = glob.glob(os.path.join(events_dir, f"source={source}", "part-*.txt"))
-    with open(part, encoding="utf-8") as f:
-        return [parse_line(line) for line in f]
+    """Every record of a source, day after day, without the restatements (a capture made around
+    midnight has two days)."""
+    return [r for recs in day_parts(events_dir, source).values() for r in recs if r["type"] != "ConnectionState"]
 
 
 @pytest.fixture(scope="module")
@@ -131,10 +142,14 @@ def test_bad_files_are_quarantined_with_their_reason_and_the_rest_goes_on(archiv
     assert any(m.startswith("decoded 3 files") for m in archive["progress"])
 
 
-def test_the_pipeline_reads_the_decoded_archive(spark, archive):
-    facts = pev.facts(pev.read(spark, [str(archive["out"] / "events")]))
-    assert pev.quarantine(facts).count() == 0
-    conns = pev.connections(facts)
+def test_the_pipeline_reads_the_decoded_archive(spark, archive, tmp_path):
+    from pipeline.files import load_input
+
+    args = build_parser().parse_args(["inventory", "--input", str(archive["out"] / "events"), "--output",
+                                      str(tmp_path)])
+    loaded = load_input(spark, args, str(tmp_path), lambda msg: None, "")
+    assert loaded.quarantined == 0
+    conns = pev.connections(loaded.facts)
     per_source = {r["source"]: r["count"] for r in conns.groupBy("source").count().collect()}
     expected, _ = replayed(archive["in"] / "real.pcap", archive["port"])
     assert per_source["real.pcap"] == sum(r["type"] == ConnectionOpened.__name__ for r in expected)
@@ -184,3 +199,96 @@ def test_source_names_survive_the_partition_directory_and_never_clash():
     assert pcaps.source_name("day1/broker-1:9092 #2.pcap") == "day1_broker-1_9092__2.pcap"
     found = [(f"file:/x/{n}", None, 1, n) for n in ("a/b.pcap", "a_b.pcap", "a:b.pcap")]
     assert [p.source for p in pcaps._unique_sources(found)] == ["a_b.pcap", "a_b.pcap~2", "a_b.pcap~3"]
+
+
+# --- per UTC day of packet time (schema 3) ----------------------------------------------------
+
+DAY = 86400.0
+DAY0 = 1795219200.0  # 2026-11-21T00:00:00Z
+DAYS = ["2026-11-21", "2026-11-22", "2026-11-23"]
+KEEPALIVE = 300.0  # a Metadata request every 5 minutes, as a client's metadata refresh: never idle
+
+
+def three_day_pcap(path) -> None:
+    """`long`: connected from 2026-11-21 20:00 to 2026-11-23 12:00 UTC (ApiVersions from
+    census-synth 1.2.3, then Metadata as client_id "long-lived"); `short`: opened and closed on
+    the first day. Packet times are the days'."""
+    long = synth.TcpConversation(client=("10.0.0.5", 51234), broker=("10.0.0.1", 9092))
+    short = synth.TcpConversation(client=("10.0.0.6", 40000), broker=("10.0.0.1", 9092))
+    timed: list[tuple[float, object]] = []
+
+    def at(t: float, packets: list) -> None:
+        timed.extend((t + i * 0.001, p) for i, p in enumerate(packets))
+
+    start = DAY0 + 20 * 3600
+    at(start, long.handshake() + greeting(long))
+    at(start + 1800.5, short.handshake() + short.client(metadata(1, "short-lived")) + short.broker(opaque_response(1))
+       + short.close())
+    n = int((DAY0 + 2 * DAY + 12 * 3600 - start) // KEEPALIVE)
+    for k in range(1, n):
+        at(start + k * KEEPALIVE, long.client(metadata(k + 2, "long-lived")) + long.broker(opaque_response(k + 2)))
+    at(start + n * KEEPALIVE, long.close())
+    timed.sort(key=lambda tp: tp[0])
+    synth.write_pcap(path, [p for _, p in timed], times=[t for t, _ in timed])
+
+
+@pytest.fixture(scope="module")
+def three_days(spark, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("three-days")
+    (tmp / "in").mkdir()
+    three_day_pcap(tmp / "in" / "long.pcap")
+    out = tmp / "out"
+    args = build_parser().parse_args(["pcap-decode", "--input", str(tmp / "in"), "--output", str(out),
+                                      "--listener", "PLAINTEXT=9092"])
+    summary = pcaps.run_pcap_decode(spark, args, lambda msg: None)
+    return {"pcap": tmp / "in" / "long.pcap", "out": out, "summary": summary}
+
+
+def test_pcap_decode_writes_a_part_per_day_each_standing_on_its_own(three_days):
+    days = day_parts(three_days["out"] / "events", "long.pcap")
+    assert list(days) == DAYS
+    expected, _ = replayed(three_days["pcap"], 9092)
+    long_id = next(r["conn_id"] for r in expected if r["type"] == "ConnectionOpened" and r["client_port"] == 51234)
+    opened = next(r for r in expected if r["type"] == "ConnectionOpened" and r["conn_id"] == long_id)
+    for i, day in enumerate(DAYS):
+        records = days[day]
+        start = DAY0 + i * DAY
+        states = [r for r in records if r["type"] == "ConnectionState"]
+        # each day's part after the first starts with the connections open at its midnight: the
+        # long one only (the short one closed on the first day)
+        assert records[:len(states)] == states and len(states) == (0 if i == 0 else 1)
+        assert all(start <= r["ts"] < start + DAY for r in records if r["type"] != "CaptureStats")
+        for state in states:
+            assert state == {
+                "schema": 3, "type": "ConnectionState", "ts": start, "conn_id": long_id, "first_seen": opened["ts"],
+                "client_address": "10.0.0.5", "client_port": 51234, "broker_address": "10.0.0.1", "broker_port": 9092,
+                "listener": "PLAINTEXT", "security_protocol": "PLAINTEXT", "mid_stream": False, "source": "capture",
+                "client_id": "long-lived", "request_version": 3, "name": "census-synth", "version": "1.2.3",
+                "api_versions_request_version": 3,
+                "first_requests": [[18, 3]],  # Metadata's pair waits for a sync point, as in the registry
+                "mechanism": None, "principal": None, "client_subject": None}
+    assert {r["conn_id"] for r in days[DAYS[0]] if r["type"] == "ConnectionOpened"} == {
+        r["conn_id"] for r in expected if r["type"] == "ConnectionOpened"}
+    assert days[DAYS[2]][-1]["type"] == "CaptureStats"  # the source's last line
+    assert [r for recs in days.values() for r in recs if r["type"] == "CaptureStats"] == [days[DAYS[2]][-1]]
+    # Without the restatements, the parts are exactly what replay gives, in capture order.
+    got = decoded(three_days["out"] / "events", "long.pcap")
+    assert by_connection(got[:-1]) == by_connection(expected)
+    [summary] = json.loads((three_days["out"] / "pcap_decode_summary.json").read_text())["files"]
+    assert (summary["events"], summary["restated"], summary["days"]) == (len(expected), 2, 3)
+
+
+def test_a_connection_open_three_days_is_inventoried_on_its_third_day_alone(spark, three_days, tmp_path):
+    """The issue's test: a pcap holding one connection open for three days, decoded, then
+    inventoried for its third day alone (--since/--until), lists that client (with its identity,
+    from that day's part: its ConnectionOpened and ApiVersions are in the first day's)."""
+    from pipeline.cli import run_tables
+
+    out = tmp_path / "inventory"
+    args = build_parser().parse_args(["inventory", "--input", str(three_days["out"] / "events"), "--output", str(out),
+                                      "--since", DAYS[2], "--until", "2026-11-24"])
+    run_tables(spark, args)
+    rows = [r.asDict() for r in spark.read.parquet(str(out / "inventory")).collect()]
+    assert [(r["client_id"], r["client_software_name"], r["client_software_version"], r["client_address"],
+             str(r["day"])) for r in rows] == [("long-lived", "census-synth", "1.2.3", "10.0.0.5", DAYS[2])]
+    assert rows[0]["connections"] == 1 and rows[0]["requests"] > 0

@@ -240,7 +240,9 @@ INFERRED_RECORDINGS = ("kafka-node-5.0.0", "sarama-1.22.1", "kafkajs-2.1.0", "ka
 def inferred(spark, tmp_path_factory):
     from pipeline import events as pev
     from pipeline import jobs
+    from pipeline.files import quarantined, read_table
     from pipeline.identity import identities
+    from pipeline.ingest import ingest
 
     manifest = json.loads((FINGERPRINTS / "MANIFEST.json").read_text())["recordings"]
     logs = tmp_path_factory.mktemp("inferred")
@@ -260,8 +262,10 @@ def inferred(spark, tmp_path_factory):
             log.write(event)
         log.close()
         registries[name] = reg
-    facts = pev.facts(pev.read(spark, [str(logs)])).cache()
-    assert pev.quarantine(facts).count() == 0
+    table = str(tmp_path_factory.mktemp("inferred-table"))
+    ingest(spark, [str(logs)], table)
+    assert quarantined(spark, [table]) == (0, None)
+    facts = pev.facts(read_table(spark, [table])).cache()
     conns, reqs = pev.connections(facts).cache(), pev.requests(facts).cache()
     idents = identities(facts, conns).cache()
     by_software = jobs.readiness_by_software(spark, idents, reqs, "4.0")

@@ -2,11 +2,14 @@
 started from the pyspark installation on loopback (tests/pipeline/spark_cluster.py), each job submitted
 with `--master spark://...`, its outputs equal to `local[*]`'s.
 
-The executors run a Python interpreter with nothing of kafka-census (nor pyspark: Spark puts its
-own on their path) installed — this venv's base interpreter — so the jobs pass only because the
-project's code is shipped (pipeline/ship.py). pcap-decode also needs libpcap's binding on the
-executors (pcapy-ng, the one native dependency): its executors run this venv's interpreter, as
-a worker with pcapy-ng installed would (docs/pipeline.md says so).
+The fleet's event logs are ingested on the cluster (`pipeline ingest`: its executors parse with
+pyarrow, so they run this venv's interpreter, as a worker with pyarrow installed would) and the
+table jobs and the report read that table on executors whose Python interpreter has nothing of
+kafka-census (nor pyspark: Spark puts its own on their path) installed — this venv's base
+interpreter — so they pass only because the project's code is shipped (pipeline/ship.py) and
+the table queries run in the JVM. pcap-decode also needs libpcap's binding on the executors
+(pcapy-ng): its executors run this venv's interpreter too (docs/pipeline.md says so). The
+reference is the same ingest and jobs in this process's `local[2]` session.
 """
 
 from __future__ import annotations
@@ -52,7 +55,16 @@ def run_local(spark, job: str, out: Path, *args: str) -> dict:
         from pipeline.pcaps import run_pcap_decode
 
         return run_pcap_decode(spark, ns, lambda msg: None)
+    if job == "ingest":
+        from pipeline.ingest import run_ingest
+
+        return run_ingest(spark, ns, lambda msg: None)
     return cli.run_tables(spark, ns)
+
+
+def table_rows(spark, table: Path) -> list:
+    """The ingested table's rows, sorted (the `file` column names the input, the same for both)."""
+    return sorted((tuple(r) for r in spark.read.parquet(str(table)).collect()), key=repr)
 
 
 def csv_rows(out: Path, name: str) -> list[str]:
@@ -93,15 +105,33 @@ def pcap_args() -> list[str]:
 
 @pytest.fixture(scope="module")
 def cluster_runs(master, fleet, work):
-    """Every job submitted to the cluster at once. The table jobs and report run on executors
-    whose interpreter has nothing of kafka-census; pcap-decode's need pcapy-ng (this venv's)."""
+    """Every job submitted to the cluster: the ingest and pcap-decode at once (their executors
+    need pyarrow and pcapy-ng: this venv's interpreter), then, once the table is written, the
+    table jobs and the report over it, on executors whose interpreter has nothing of kafka-census."""
+    venv = ("--conf", f"spark.pyspark.python={sys.executable}")
+    runs = {"ingest": cluster_run(work, "ingest", master, "--input", str(fleet), *venv),
+            "pcap-decode": cluster_run(work, "pcap-decode", master, *pcap_args(), *venv)}
+    table = str(work / "ingest-cluster-out")  # the ingest's --output: the table
+    summary(runs["ingest"])
     bare = ("--conf", f"spark.pyspark.python={BARE_PYTHON}")
-    runs = {job: cluster_run(work, job, master, "--input", str(fleet), *bare) for job in (*TABLE_JOBS, "report")}
-    runs["pcap-decode"] = cluster_run(work, "pcap-decode", master, *pcap_args(),
-                                      "--conf", f"spark.pyspark.python={sys.executable}")
+    runs |= {job: cluster_run(work, job, master, "--input", table, *bare) for job in (*TABLE_JOBS, "report")}
     yield runs
     for run in runs.values():
         run.stop()
+
+
+@pytest.fixture(scope="module")
+def local_table(spark, fleet, work) -> Path:
+    table = work / "ingest-local"
+    run_local(spark, "ingest", table, "--input", str(fleet))
+    return table
+
+
+def test_ingest_on_the_cluster_equals_local(cluster_runs, local_table, work, spark):
+    local = json.loads((sorted((local_table / "_ingested").glob("*.json"))[-1]).read_text())
+    remote = summary(cluster_runs["ingest"])
+    assert remote["files"] == len(local["files"]) > 0 and remote["events"] > 0
+    assert table_rows(spark, work / "ingest-cluster-out") == table_rows(spark, local_table)
 
 
 def test_the_bare_interpreter_has_nothing_of_kafka_census():
@@ -111,9 +141,9 @@ def test_the_bare_interpreter_has_nothing_of_kafka_census():
 
 
 @pytest.mark.parametrize("job", TABLE_JOBS)
-def test_table_job_on_the_cluster_equals_local(job, cluster_runs, fleet, work, spark):
+def test_table_job_on_the_cluster_equals_local(job, cluster_runs, local_table, work, spark):
     name = job.replace("-", "_")
-    local = run_local(spark, job, work / f"{job}-local", "--input", str(fleet))
+    local = run_local(spark, job, work / f"{job}-local", "--input", str(local_table))
     remote = summary(cluster_runs[job])
     assert local["rows"] > 0 and remote["rows"] == local["rows"] and remote["events"] == local["events"]
     assert csv_rows(work / f"{job}-cluster-out", name) == csv_rows(work / f"{job}-local", name)
