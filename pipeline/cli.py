@@ -104,11 +104,7 @@ def spark_session(master: str, app: str, conf: list[tuple[str, str]] = ()):
                .config("spark.ui.enabled", "false")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.ui.showConsoleProgress", "true" if sys.stderr.isatty() else "false")
-               .config("spark.sql.shuffle.partitions", os.environ.get("KAFKA_CENSUS_SHUFFLE_PARTITIONS", "8"))
-               # The parse stage's generated method is past the JVM's 8000-byte JIT limit: at
-               # Spark's default (65535) it runs interpreted; at 8000 Spark splits the stage
-               # (measured on bench.pipeline's input: 12% less CPU, more once warm).
-               .config("spark.sql.codegen.hugeMethodLimit", "8000"))
+               .config("spark.sql.shuffle.partitions", os.environ.get("KAFKA_CENSUS_SHUFFLE_PARTITIONS", "8")))
     for key, value in conf:  # the operator's word last: it overrides the defaults above
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -159,6 +155,9 @@ def run_tables(spark, args) -> dict:
         n = summary["rows_by_software"] = jobs.write_table(by_software, args.output, f"{name}_by_software")
         progress(f"{args.job}: {n} rows by software -> {args.output}/{name}_by_software/ (Parquet) and "
                  f"{args.output}/{name}_by_software.csv/")
+    # What this job cached (the facts, the connections, their days) is of no use to the next job
+    # of the same session, which reads its own window: freed, not left to fill the heap.
+    spark.catalog.clearCache()
     return summary
 
 

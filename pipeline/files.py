@@ -8,8 +8,8 @@ counted, input that is nothing but another schema version an `InputError`) and `
 (one small file written by the driver: the report's HTML, the pcap-decode summary). The table
 jobs (`pipeline.cli`) and the report read their input through `load_input`; `pipeline.pcaps`
 and `pipeline.report` write through `write_file`. Imports pyspark (through `pipeline.events`),
-`pipeline.ingest` and `pipeline.errors`, lazily; never `pipeline.cli` or a job module, so the
-jobs and the CLI depend on it and not on each other.
+`pipeline.ingest`, `pipeline.table` (the table's schema) and `pipeline.errors`, lazily; never
+`pipeline.cli` or a job module, so the jobs and the CLI depend on it and not on each other.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def read_table(spark, tables: list[str], since: float | None = None,
     from pyspark.sql import functions as F
 
     from pipeline.events import whole_days
-    from pipeline.ingest import spark_schema
+    from pipeline.table import spark_schema
 
     df = spark.read.schema(spark_schema()).parquet(*tables)
     lo, hi = whole_days(since, until)

@@ -555,6 +555,7 @@ def run_report(spark, args, progress) -> dict:
     verdict = f"{must_upgrade} clients must upgrade" if must_upgrade else "ready"
     progress(f"report: {path} ({len(page.encode()) / 1024:.0f} KiB; Kafka {args.target}: {verdict}) "
              f"({time.perf_counter() - started:.1f} s)")
+    spark.catalog.clearCache()  # as pipeline.cli.run_tables: nothing cached here serves a later job
     return {"job": "report", "output": path, "events": n_events, "connections": n_conns,
             "clients": totals["inventory"], "must_upgrade": must_upgrade, "quarantined_lines": n_bad,
             "rows": totals}

@@ -168,13 +168,16 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(scope="module")
 def spark():
     """One local Spark session per test module, with the CLI's settings (UTC, no UI) and few
-    shuffle partitions for small data."""
+    shuffle partitions for small data. The JVM outlives the sessions (pyspark starts it once
+    per process, with the first session's settings): 2 GiB of heap, since the modules' plans
+    and caches pile up in it (at Spark's 1 GiB the last modules failed to broadcast a join)."""
     from pipeline.cli import spark_session
 
-    session = spark_session("local[2]", "tests")
+    session = spark_session("local[2]", "tests", [("spark.driver.memory", "2g")])
     session.sparkContext.setLogLevel("ERROR")
     session.conf.set("spark.sql.shuffle.partitions", "2")
     yield session
+    session.catalog.clearCache()
     session.stop()
 
 
