@@ -33,7 +33,7 @@ The model (docs/pipeline.md says it for operators):
   last_seen, the latest ts of its records (an ApiVersionsAnswer excepted: it is read for the
   broker's maxima) before the end of that day, and not after its ConnectionClosed.
 
-Both event-log schema versions and their mix give the same tables for the same traffic
+The three event-log schema versions and their mix give the same tables for the same traffic
 (tests/eventlog/test_eventlog_versions.py): requests are counted from RequestSeen rows (one per
 request) or from the entries of RequestTally runs (schema 1 in tally mode) and ConnectionRollup
 deltas (schema 2, 3), a row each with its count `n`. `--since/--until` cut a rollup at its `ts`,

@@ -40,7 +40,7 @@ def _iso_day(ts: float) -> str:
 def read_table(spark, tables: list[str], since: float | None = None,
                until: float | None = None):
     """The rows of the ingested tables (pipeline.ingest) of the UTC days that [since, until)
-    touches: only those `day=` partitions are listed and read. Lazy."""
+    touches: Spark lists the table and reads only those `day=` partitions. Lazy."""
     from pyspark.sql import functions as F
 
     from pipeline.events import whole_days

@@ -94,8 +94,9 @@ def identities(facts: DataFrame, conns: DataFrame, window: float = DEFAULT_SIBLI
     whole = connections(facts)  # one row per connection: the judgement is per connection, not per day
     per_conn = connection_facts(facts).select(
         *key, F.col("logged_first.first_requests").alias("logged_first"),
-        # the first ApiVersions' version: its ClientSoftware's, else as a restatement carries it
-        F.coalesce("avv.request_version", "state_avv.avv").alias("avv"),
+        # the first ApiVersions' version: as a restatement carries it (a ClientSoftware read
+        # with it came later), else the first ClientSoftware's
+        F.coalesce("state_avv.avv", "avv.request_version").alias("avv"),
         F.col("sw.request_version").alias("identity_version"),
         F.col("opened.mid_stream").cast("int").alias("mid_stream"),
         F.col("answer.ts").alias("answer_ts"), F.col("answer.broker_max").alias("broker_max"))

@@ -471,6 +471,7 @@ def decode_pcaps(spark, pcaps: list[PcapInput], events_dir: str, listener_specs,
     (spark.createDataFrame(rows, EVENT_ROW).sortWithinPartitions("source", "day", "seq")
      .select("source", "day", "value")
      .write.mode("overwrite").partitionBy("source", "day").text(events_dir))
+    _stable_names(spark, events_dir)
 
     done = summaries.value
     per_file = []
@@ -485,6 +486,29 @@ def decode_pcaps(spark, pcaps: list[PcapInput], events_dir: str, listener_specs,
                  "truncated": None, "error": reason, "encode_errors": 0, "gzip": None, "seconds": 0.0}
         per_file.append(s)
     return per_file
+
+
+def _stable_names(spark, events_dir: str) -> None:
+    """Spark names each part after its write (`part-00000-<uuid>.c000.txt`); renamed
+    `part-00000.txt`, `part-00001.txt`... in that order within its source=/day= directory, a
+    part of a re-decoded archive keeps its name, so an incremental `pipeline ingest` re-reads it
+    in place of the old one (by name and size) instead of adding its rows a second time."""
+    jvm = spark._jvm
+    root = jvm.org.apache.hadoop.fs.Path(events_dir)
+    fs = root.getFileSystem(spark._jsc.hadoopConfiguration())
+    if not fs.exists(root):
+        return
+    by_dir: dict[str, list] = {}
+    found = fs.listFiles(root, True)
+    while found.hasNext():
+        path = found.next().getPath()
+        if path.getName().startswith("part-") and path.getName().endswith(".txt"):
+            by_dir.setdefault(path.getParent().toString(), []).append(path)
+    for paths in by_dir.values():
+        for i, path in enumerate(sorted(paths, key=lambda p: p.getName())):
+            target = jvm.org.apache.hadoop.fs.Path(path.getParent(), f"part-{i:05d}.txt")
+            if path.getName() != target.getName() and not fs.rename(path, target):
+                raise OSError(f"cannot rename {path} to {target}")
 
 
 def run_pcap_decode(spark, args, progress) -> dict:

@@ -191,6 +191,11 @@ def _fields_of(kind: str) -> tuple[str, ...]:
     return (*own, *_EXTRA_FIELDS.get(kind, ()))
 
 
+# A ts a day partition can name (1970 to 9999; milliseconds where seconds belong are past it).
+MAX_TS = 253402300800.0
+TS_OUT_OF_RANGE = "ts out of range (seconds since 1970, before the year 10000)"
+
+
 def day_of(ts: float) -> str:
     return datetime.fromtimestamp(math.floor(ts / 86400) * 86400, UTC).strftime("%Y-%m-%d")
 
@@ -271,6 +276,8 @@ def _all_good(t: pa.Table) -> bool:
     if not pc.all(_in(pc.cast(schema, _STR), [str(v) for v in READABLE_SCHEMAS])).as_py():
         return False
     if not pc.all(pc.is_finite(ts)).as_py():
+        return False
+    if not pc.all(pc.and_(pc.greater_equal(ts, 0.0), pc.less(ts, MAX_TS))).as_py():
         return False
     tallied = t.filter(_in(kind, TALLIED))
     if len(tallied) and (tallied["requests"].null_count or _bad_entries(tallied["requests"], 4, (0, 1))):
@@ -428,6 +435,8 @@ def check_line(line: bytes, used: frozenset[str]) -> tuple[dict | None, str | No
         finite = False
     if not finite:
         return None, "ts is not a finite number"
+    if not 0 <= rec["ts"] < MAX_TS:
+        return None, TS_OUT_OF_RANGE
     kind = rec["type"]
     if kind not in used:
         return None, None
@@ -545,23 +554,23 @@ class _Parts:
         return sorted(self.writers)
 
     def abort(self) -> None:
-        for writer, sink, path, final in self.writers.values():
+        for writer, sink, path, _final in self.writers.values():
             try:
                 writer.close()
                 sink.close()
-                if path != final:
-                    self.fs.delete_file(path)
+                # the hidden name, or on an object store (no rename) the final one: closing
+                # completed an upload that must not stand as a part
+                self.fs.delete_file(path)
             except OSError:
                 pass
 
 
 def _split_days(rows: pa.Table, parts: _Parts) -> None:
     day = pc.cast(pc.floor(pc.divide(rows["ts"], 86400.0)), _I64)
-    lo, hi = pc.min_max(day).values()
-    for d in range(lo.as_py(), hi.as_py() + 1):
-        chunk = rows if lo == hi else rows.filter(pc.equal(day, d))
-        if len(chunk):
-            parts.add(day_of(d * 86400.0), chunk)
+    days = pc.unique(day).to_pylist()
+    for d in sorted(days):  # the days present, however far apart
+        chunk = rows if len(days) == 1 else rows.filter(pc.equal(day, d))
+        parts.add(day_of(d * 86400.0), chunk)
 
 
 def _write_quarantine(table_uri: str, fid: str, records: list[dict]) -> None:

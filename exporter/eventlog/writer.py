@@ -52,7 +52,7 @@ import socket
 import threading
 import time
 
-from capture.events import Event
+from capture.events import ConnectionClosed, Event
 from exporter.eventlog.files import LogFiles, host_part, open_directory
 from exporter.eventlog.format import encode, encode_record, rollup_lines
 from exporter.eventlog.rollup import (
@@ -167,6 +167,15 @@ class EventLog:
         line = self.encode(event)
         if line is not None:
             self.write_line(line, event if type(event) in STATE_READS else None)
+        elif type(event) is ConnectionClosed:
+            self.note(event)
+
+    def note(self, event: Event) -> None:
+        """A close whose line was lost (not encoded, dropped from the queue): the connection is
+        closed all the same, so later files must not restate it (each would, and a day file
+        would be opened at midnight for it alone)."""
+        with self._lock:
+            self.open.note(event)
 
     def encode(self, event: Event) -> bytes | None:
         """`encode(event)`, or None with the problem counted (`encode_errors`, a drop)."""
@@ -270,8 +279,9 @@ class EventLog:
         return not (0 <= now - self._last_flush < self.flush_interval)
 
     def _due(self, now: float) -> bool:
-        """The active file is to be finished for its age or its day."""
-        return now - self._opened_at >= self.max_age_seconds or now >= self._day_end
+        """The active file is to be finished for its age or its day, or because the clock
+        stepped back before its opening (its day would then end days late)."""
+        return not (self._opened_at <= now < min(self._opened_at + self.max_age_seconds, self._day_end))
 
     def _open(self, now: float) -> bool:
         """A new file, starting with the restatement of every open connection."""
@@ -297,6 +307,8 @@ class EventLog:
             self._restated += len(line)
             if self._buf_bytes >= FLUSH_BYTES:
                 self._flush()
+        if self._restated:
+            self._flush()  # at once: a crash must not leave the day's first file without them
         return True
 
     def _flush(self) -> None:
@@ -340,7 +352,8 @@ class EventLog:
         `max_total_bytes`."""
         if self.max_total_bytes is None:
             return
-        files, size = self._files.enforce_total(self.max_total_bytes, self.max_bytes)
+        # the active file may hold its restatements beyond max_bytes of records
+        files, size = self._files.enforce_total(self.max_total_bytes, self.max_bytes + self._restated)
         self.deleted_files += files
         self.deleted_bytes += size
 
@@ -392,6 +405,7 @@ class QueuedEventLog:
         self._noted = STATE_READS if self._rollup is None else RESTATED
         self._last_rollup = log.clock()
         self._rollup_asked = False
+        self._notes_waiting = 0  # closes whose line was lost, queued for the table alone (_queue_note)
         self._cond = threading.Condition(threading.Lock())
         self._queue: collections.deque = collections.deque()
         self._queued_bytes = 0  # queued plus taken by the writer and not yet handed to the log
@@ -448,6 +462,8 @@ class QueuedEventLog:
                 return
         line = self.log.encode(event)
         if line is None:
+            if type(event) is ConnectionClosed:
+                self._queue_note(event)
             return
         # The few events the table of open connections reads go with their line, so the writer
         # thread keeps the table in the order of the files (exporter.eventlog.rollup.RESTATED;
@@ -459,10 +475,25 @@ class QueuedEventLog:
                 return
             if self._queued_bytes + len(line) > self.max_queue_bytes:
                 self.queue_dropped += 1
+                if type(event) is ConnectionClosed:
+                    self._queue_note(event, locked=True)
                 return
             self._queue.append(item)
             self._queued_bytes += len(line)
             self._cond.notify()
+
+    def _queue_note(self, event: ConnectionClosed, locked: bool = False) -> None:
+        """A close whose line is lost still reaches the log's table of open connections, in
+        order (`EventLog.note`): at most as many waiting as the table holds connections."""
+        if not locked:
+            with self._cond:
+                self._queue_note(event, locked=True)
+            return
+        if self._closing or self._notes_waiting >= self.log.open.max_connections:
+            return
+        self._notes_waiting += 1
+        self._queue.append(_Noted(None, event))
+        self._cond.notify()
 
     def _put_rollup(self, taken: tuple[str, Accumulator]) -> None:
         """Queue one accumulator for the writer to encode (lock held). Its size is estimated
@@ -541,7 +572,12 @@ class QueuedEventLog:
                 if type(item) is bytes:
                     self.log.write_line(item)
                 elif type(item) is _Noted:
-                    self.log.write_line(item.line, item.event)
+                    if item.line is None:  # a close whose line was lost (_queue_note)
+                        self.log.note(item.event)
+                        with self._cond:
+                            self._notes_waiting -= 1
+                    else:
+                        self.log.write_line(item.line, item.event)
                 elif type(item) is tuple:  # an accumulator from close or eviction
                     self._write_rollup(item)
                 else:  # a flush() marker
@@ -574,6 +610,6 @@ class _Noted:
 
     __slots__ = ("line", "event")
 
-    def __init__(self, line: bytes, event: Event) -> None:
+    def __init__(self, line: bytes | None, event: Event) -> None:
         self.line = line
         self.event = event

@@ -209,6 +209,41 @@ def test_a_restatement_says_what_the_lines_before_it_say(tmp_path):
         ("ConnectionState", "old"), ("ConnectionClosed", "old"), ("ConnectionOpened", "new")]
 
 
+def test_a_close_whose_line_is_lost_is_not_restated(tmp_path):
+    """A ConnectionClosed dropped from a full queue still closes the connection in the table:
+    later files do not restate it, and no day file is opened for it alone (review of issue 30)."""
+    clock = FakeClock()
+    log = EventLog(tmp_path, clock=clock, host="h", max_age_seconds=60)
+    queued = QueuedEventLog(log, rollup_seconds=60)
+    queued.write(_opened("gone"))
+    queued.write(_opened("kept", port=51235))
+    assert queued.flush(10)
+    bound, queued.max_queue_bytes = queued.max_queue_bytes, 64  # less than a close's line: it is dropped
+    queued.write(_closed("gone", T0 + 2))
+    assert queued.queue_dropped == 1
+    queued.max_queue_bytes = bound
+    clock.now = T0 + 61
+    queued.write(_group("kept", clock.now, 1))  # a new file, its restatements first
+    queued.close()
+    files = files_of(tmp_path)
+    assert [(r["type"], r["conn_id"]) for r in files[1] if r["type"] == "ConnectionState"] == [
+        ("ConnectionState", "kept")]
+    assert list(log.open.conns) == ["kept"]
+
+
+def test_a_clock_that_steps_back_starts_a_new_file(tmp_path):
+    """A file opened by a clock days ahead would otherwise run until that clock's midnight,
+    spanning days without their restatements: a step back finishes it."""
+    clock = FakeClock(T0 + 3 * DAY)
+    log = EventLog(tmp_path, clock=clock, host="h")
+    log.write(_opened("c1", clock.now))
+    clock.now = T0  # NTP corrects the clock
+    log.write(_group("c1", clock.now, 0))
+    log.close()
+    files = files_of(tmp_path)  # named by their start: the later clock's file sorts last
+    assert [[r["type"] for r in f] for f in files] == [["ConnectionState", "GroupSeen"], ["ConnectionOpened"]]
+
+
 # --- bounds --------------------------------------------------------------------------------------
 
 

@@ -162,8 +162,9 @@ def test_a_connection_open_for_three_days_is_in_each_days_inventory(spark, daily
 
 
 def test_a_rerun_of_one_day_replaces_only_that_day(spark, logs, daily):
-    def files(directory: Path) -> dict[str, list[str]]:
-        return {p.name: sorted(f.name for f in p.rglob("*.parquet")) for p in directory.glob("day=*")}
+    def files(directory: Path) -> dict[str, list[tuple]]:  # names, sizes and times: a rewrite shows
+        return {p.name: sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in p.rglob("*.parquet"))
+                for p in directory.glob("day=*")}
 
     before, table_before = files(daily / "inventory"), files(daily / "table")
     rows_before = _rows(spark, daily)

@@ -292,3 +292,26 @@ def test_a_connection_open_three_days_is_inventoried_on_its_third_day_alone(spar
     assert [(r["client_id"], r["client_software_name"], r["client_software_version"], r["client_address"],
              str(r["day"])) for r in rows] == [("long-lived", "census-synth", "1.2.3", "10.0.0.5", DAYS[2])]
     assert rows[0]["connections"] == 1 and rows[0]["requests"] > 0
+
+
+def test_a_redecoded_archive_is_reingested_in_place_not_twice(spark, tmp_path):
+    """pcap-decode names its parts part-00000.txt within source=/day= (not Spark's random
+    names): decoding the archive again, after it grew, and ingesting incrementally replaces the
+    parts' rows instead of adding them a second time (review of issue 30)."""
+    from pipeline.ingest import ingest
+
+    (tmp_path / "in").mkdir()
+    three_day_pcap(tmp_path / "in" / "long.pcap")
+    out, table = tmp_path / "out", str(tmp_path / "table")
+
+    def decode_and_ingest() -> int:
+        args = build_parser().parse_args(["pcap-decode", "--input", str(tmp_path / "in"), "--output", str(out),
+                                          "--listener", "PLAINTEXT=9092"])
+        pcaps.run_pcap_decode(spark, args, lambda msg: None)
+        ingest(spark, [str(out / "events")], table)
+        return spark.read.parquet(table).count()
+
+    once = decode_and_ingest()
+    assert sorted(p.name for p in (out / "events").rglob("part-*")) == ["part-00000.txt"] * 3
+    shutil.copy(tmp_path / "in" / "long.pcap", tmp_path / "in" / "again.pcap")  # the archive grew
+    assert decode_and_ingest() == 2 * once  # long.pcap's rows once, again.pcap's once
