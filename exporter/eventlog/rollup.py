@@ -417,7 +417,7 @@ ROUTED = TRAFFIC | NOTED
 
 
 def route(rollup: Rollup, event: Event) -> tuple[list[tuple[str, Accumulator]] | None, bool]:
-    """Hand one event to `rollup`, as every schema 2 writer does (`QueuedEventLog.write`,
+    """Hand one event to `rollup`, as every writer of rollups does (`QueuedEventLog.write`,
     `Roller.feed`): traffic (a type in TRAFFIC) is counted into its connection's accumulator and
     not written itself; any other event is noted for the fingerprint basis (`Rollup.note`) and
     written, a ConnectionClosed just after its connection's accumulator (`Rollup.pop`). Returns

@@ -27,7 +27,7 @@ Durability: lines are buffered in memory and handed to the OS at least every
 process loses at most about a second; a crash of the machine can also lose what the page cache
 held since the last fsync. A write is checked on `write()` only, so the owner must call
 `tick()` about once a second while events may be scarce (the live capture loop's `tick`
-does): it does the due flush and the age rotation.
+does): it does the due flush and the rotation by age and at midnight.
 
 Errors never reach the capture thread: a failed write (disk full, ...) drops the events it
 held (`dropped`, by reason in `drops`), counts `write_errors`, keeps `last_error`, and cuts the
@@ -365,13 +365,13 @@ class QueuedEventLog:
     `write` (the capture thread) encodes the event and queues the line; when `max_queue_bytes`
     are already queued or being written (the disk is slower than the wire, or stalled), the
     line is dropped and counted (`drops["queue_full"]`), never waited for. The writer thread
-    hands lines to the log and does the timed flush and age rotation itself (`tick` has
+    hands lines to the log and does the timed flush and the rotation by age and at midnight itself (`tick` has
     nothing to do). `flush` waits until what was queued before it is handed to the OS;
     `close` writes everything queued, finishes the file and stops the thread (waiting at most
     `timeout` seconds for a stalled disk). Memory: at most `max_queue_bytes` of lines queued
     (plus Python's ~40 bytes per line) and the log's 256 KiB write buffer.
 
-    With `rollup_seconds` (schema 2, what the CLI does) request traffic is not queued: `write`
+    With `rollup_seconds` (schema 2 and 3, what the CLI does) request traffic is not queued: `write`
     hands each event `route` reads (a type in `exporter.eventlog.rollup.ROUTED`; any other goes
     straight to the queue) to `exporter.eventlog.rollup.route` under the queue's lock, which
     counts a RequestSeen, ResponseSeen, ProduceAcks or RequestTally into the connection's
