@@ -283,11 +283,23 @@ def test_the_cli_bounds_the_table_by_max_connections(tmp_path):
         log.close()
 
 
-def test_the_capture_thread_queues_nothing_more_per_request():
+def test_the_capture_thread_queues_nothing_more_per_request(tmp_path):
     """With rollups the table reads only lifecycle and identity events (a few per connection);
-    the requests' client_id and basis come with the rollups the writer thread encodes."""
+    the requests' client_id and basis come with the rollups the writer thread encodes: a request
+    queues nothing (it is counted in place), an identity event its line with the event."""
     assert not RESTATED & TRAFFIC
     assert RESTATED == {ev.ConnectionOpened, ev.ConnectionClosed, ev.ClientSoftware, ev.SaslIdentity, ev.TlsSession}
+    log = EventLog(tmp_path, clock=FakeClock(), host="h")
+    queued = QueuedEventLog(log, rollup_seconds=60)
+    opened, software = _opened("c1"), _software("c1", T0 + 0.1, "librdkafka", "2.3.0", True)
+    with log._lock:  # the writer thread is held: what was queued stays counted in _queued_bytes
+        queued.write(opened)
+        queued.write(software)
+        for i in range(100):
+            queued.write(_request("c1", T0 + 1 + i, 0, 9))
+        held = queued._queued_bytes
+    queued.close()
+    assert held == len(encode(opened)) + len(encode(software))
 
 
 # --- readers -------------------------------------------------------------------------------------
