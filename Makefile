@@ -45,7 +45,8 @@ setup-python: $(VENV)/.installed
 # The compiled hot path (setup.py): pip builds it at install; rebuilt in place whenever one of
 # its sources changes, since capture/_native.py runs a module whose source changed as Python.
 NATIVE_SRC := setup.py capture/packets.py capture/flows.py \
-	$(addprefix capture/kafka/,readers.py headers.py bodies.py sasl.py states.py resync.py tally.py connection.py) \
+	$(addprefix capture/kafka/,readers.py headers.py bodies.py sasl.py states.py resync.py tally.py topic_walk.py topics.py \
+	connection.py) \
 	$(wildcard capture/*.pxd capture/kafka/*.pxd)
 $(VENV)/.native: $(VENV)/.installed $(NATIVE_SRC)
 	$(PY) setup.py --quiet build_ext --inplace
@@ -88,8 +89,8 @@ lint: setup-python
 # The whole suite with the compiled hot path, then the core and capture tests (and the
 # differential ones) once more on the pure-Python reference (KAFKA_CENSUS_PURE_PYTHON=1).
 PURE_TESTS := $(addprefix tests/core/,test_connection.py test_core_states.py test_readers.py test_golden.py \
-	test_core_properties.py test_hostile.py test_sasl_lost_answer.py test_fuzz.py test_native.py) \
-	tests/capture/test_capture_synthetic.py
+	test_core_properties.py test_hostile.py test_sasl_lost_answer.py test_fuzz.py test_native.py test_topics.py) \
+	tests/capture/test_capture_synthetic.py tests/capture/test_topics_capture.py
 test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 	KAFKA_CENSUS_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_TESTS) $(PYTEST_ARGS)
@@ -155,6 +156,7 @@ regen: export KAFKA_SCHEMAS_DIR := $(SCHEMAS)
 regen: export KAFKA_FINGERPRINTS_DIR := $(FINGERPRINTS)
 regen: setup-python setup-kafka
 	$(PY) -m tools.gen_apis
+	$(PY) -m tools.gen_topics
 	$(PY) -m tools.gen_fingerprints
 	$(PY) -m tools.gen_targets
 	$(PY) dashboards/generate.py

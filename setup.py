@@ -27,6 +27,8 @@ NATIVE_MODULES = (
     "capture.kafka.states",
     "capture.kafka.resync",
     "capture.kafka.tally",
+    "capture.kafka.topic_walk",
+    "capture.kafka.topics",
     "capture.kafka.connection",
 )
 

@@ -35,6 +35,8 @@ NATIVE_MODULES = (
     "capture.kafka.states",
     "capture.kafka.resync",
     "capture.kafka.tally",
+    "capture.kafka.topic_walk",
+    "capture.kafka.topics",
     "capture.kafka.connection",
 )
 PURE_ENV = "KAFKA_CENSUS_PURE_PYTHON"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from capture.kafka.events import (  # re-exported: this module is the contract
     LATENCY_BUCKETS,
     NEED_DATA,
+    TOPIC_USES,
     ApiVersionsAnswer,
     ClientSoftware,
     ConnectionClosed,
@@ -24,6 +25,7 @@ from capture.kafka.events import (  # re-exported: this module is the contract
     Desync,
     Direction,
     Event,
+    GroupMember,
     GroupSeen,
     ProduceAcks,
     RequestSeen,
@@ -33,11 +35,15 @@ from capture.kafka.events import (  # re-exported: this module is the contract
     SaslHandshake,
     SaslIdentity,
     TlsDetected,
+    TopicIds,
+    TopicUsage,
+    TransactionalId,
 )
 
 __all__ = [
     "NEED_DATA", "ApiVersionsAnswer", "CaptureStats", "ClientSoftware", "ConnectionClosed", "ConnectionOpened",
-    "DecodeError", "Desync", "Direction", "Event", "GroupSeen", "LATENCY_BUCKETS", "ProduceAcks", "RequestSeen",
+    "DecodeError", "Desync", "Direction", "Event", "GroupMember", "GroupSeen",
+    "TopicIds", "TopicUsage", "TOPIC_USES", "TransactionalId", "LATENCY_BUCKETS", "ProduceAcks", "RequestSeen",
     "RequestTally", "Resynced",
     "ResponseSeen", "SaslHandshake", "SaslIdentity", "TlsDetected", "TlsSession", "TrafficUpdate",
 ]

@@ -48,6 +48,7 @@ from capture.events import (
     TrafficUpdate,
 )
 from capture.kafka import KafkaConnection
+from capture.kafka.topics import DEFAULT_MAX_TOPICS
 from capture.packets import ACK, DROP_REASONS, FIN, RST, SYN, Segment, segment_parser
 
 FROM_CLIENT, FROM_BROKER = Direction.FROM_CLIENT, Direction.FROM_BROKER
@@ -254,6 +255,8 @@ class FlowTracker:
         source: str = "capture",
         name: str = "capture",
         tally: bool = False,
+        topics: bool = False,
+        max_topics: int = DEFAULT_MAX_TOPICS,
     ) -> None:
         if idle_timeout <= 0 or max_flows < 1 or max_ooo_bytes < 0 or update_interval <= 0 or max_buffer_bytes < 1:
             raise ValueError("idle_timeout, max_flows, max_buffer_bytes and update_interval must be positive")
@@ -273,6 +276,11 @@ class FlowTracker:
         # (KafkaConnection(tally=True)) and each flow's run is handed on just before its
         # TrafficUpdate. False, the reference: one event per request.
         self.tally = tally
+        # The cores read topics, groups and transactional ids (KafkaConnection(topics=True)).
+        if max_topics < 1:
+            raise ValueError("max_topics must be positive")
+        self.topics = topics
+        self.max_topics = max_topics
         self.flows: OrderedDict[tuple, _Flow] = OrderedDict()  # least recently active first
         # The batch loop's view of `flows`: IPv4 flows by _flow_hash (one per hash: a colliding
         # flow is left to segment()), the listener ports as a 64 KiB byte map, the flow last
@@ -570,7 +578,8 @@ class FlowTracker:
         conn_id = f"{broker_addr}:{broker_port}-{client_addr}:{client_port}-{self._conn_seq}"
         # Only a client SYN, or the broker's SYN-ACK, shows where the streams begin.
         mid_stream = not syn
-        conn = None if listener.tls else KafkaConnection(conn_id, mid_stream=mid_stream, tally=self.tally)
+        conn = None if listener.tls else KafkaConnection(conn_id, mid_stream=mid_stream, tally=self.tally,
+                                                         topics=self.topics, max_topics=self.max_topics)
         flow = _Flow(key, conn_id, conn, listener, ts)
         if syn and from_client and not flags & ACK:
             flow.syn_isn = seq

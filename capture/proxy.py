@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 from capture.buffer_budget import BUFFER_BUDGET, DEFAULT_MAX_BUFFER_BYTES, budget_limit, budget_target
 from capture.events import CaptureStats, ConnectionOpened, Direction, TrafficUpdate
+from capture.kafka.topics import DEFAULT_MAX_TOPICS
 from capture.listeners import ListenError, listen_socket
 from capture.proxy_relay import ClientSide, ProxiedConnection
 from capture.proxy_tls import ProxyError, TlsSettings, error_reason
@@ -95,7 +96,7 @@ def event_loop_factory(choice: str):
 class Proxy:
     """Routes in, events out through `emit(event)`. See the module docstring.
 
-    What its connections (capture.proxy_relay) use of it: `emit`, `tally`, `connect_timeout`,
+    What its connections (capture.proxy_relay) use of it: `emit`, `tally`, `topics`, `max_topics`, `connect_timeout`,
     `high_water`, `server_context` and `upstream_context`, the sets `conns`, `unreported` and
     `undecoded`, `undecoded_bytes`, `drain_timer` on `loop`, the counters `reads`, `read_bytes`,
     `tls_flows` and `decoder_total`; and the methods `accept_plaintext`, `drain`,
@@ -105,10 +106,12 @@ class Proxy:
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, high_water: int = DEFAULT_HIGH_WATER,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS, update_interval: float = 1.0,
                  max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES, name: str = "proxy",
-                 event_loop: str = DEFAULT_EVENT_LOOP, tally: bool = False) -> None:
+                 event_loop: str = DEFAULT_EVENT_LOOP, tally: bool = False, topics: bool = False,
+                 max_topics: int = DEFAULT_MAX_TOPICS) -> None:
         if (connect_timeout <= 0 or high_water < 1 or max_connections < 1 or update_interval <= 0
-                or max_buffer_bytes < 1):
-            raise ValueError("connect_timeout, high_water, max_connections and update_interval must be positive")
+                or max_buffer_bytes < 1 or max_topics < 1):
+            raise ValueError("connect_timeout, high_water, max_connections, update_interval and max_topics must be "
+                             "positive")
         self.routes = list(routes)
         if not self.routes:
             raise ValueError("no route given")
@@ -122,6 +125,8 @@ class Proxy:
         self.update_interval = update_interval
         self.name = name
         self.tally = tally  # the decoders count ordinary requests in place (see FlowTracker)
+        self.topics = topics  # the decoders read topics, groups and transactional ids (see FlowTracker)
+        self.max_topics = max_topics
         self.conns: set[ProxiedConnection] = set()  # the open connections
         self.unreported: set[ProxiedConnection] = set()  # traffic not reported yet (expire)
         self.undecoded: set[ProxiedConnection] = set()  # connections with bytes queued for their decoder

@@ -140,7 +140,7 @@ class ProxiedConnection:
         self.client = client
         self.upstream: Side | None = None  # set by open() once the bytes may flow to it
         self.connected: Side | None = None  # the upstream from its connection_made() on (backpressure)
-        self.kafka = KafkaConnection(conn_id, tally=proxy.tally)
+        self.kafka = KafkaConnection(conn_id, tally=proxy.tally, topics=proxy.topics, max_topics=proxy.max_topics)
         self.pending: list[bytes] = []  # client bytes that arrived before the upstream was ready
         self.task: asyncio.Task | None = None
         self.first_eof: str | None = None

@@ -13,6 +13,7 @@ from .errors import Kind, ProtocolError
 from .events import (
     LATENCY_BUCKETS,
     NEED_DATA,
+    TOPIC_USES,
     ApiVersionsAnswer,
     ClientSoftware,
     ConnectionClosed,
@@ -20,6 +21,7 @@ from .events import (
     Desync,
     Direction,
     Event,
+    GroupMember,
     GroupSeen,
     ProduceAcks,
     RequestSeen,
@@ -29,11 +31,15 @@ from .events import (
     SaslHandshake,
     SaslIdentity,
     TlsDetected,
+    TopicIds,
+    TopicUsage,
+    TransactionalId,
 )
 
 __all__ = [
     "API_TABLE", "ApiSpec", "KafkaConnection", "Kind", "ProtocolError", "NEED_DATA", "Direction", "Event",
-    "ApiVersionsAnswer", "ClientSoftware", "ConnectionClosed", "DecodeError", "Desync", "GroupSeen",
+    "ApiVersionsAnswer", "ClientSoftware", "ConnectionClosed", "DecodeError", "Desync", "GroupMember", "GroupSeen",
+    "TopicIds", "TopicUsage", "TOPIC_USES", "TransactionalId",
     "LATENCY_BUCKETS", "ProduceAcks", "RequestSeen", "RequestTally", "Resynced", "ResponseSeen", "SaslHandshake",
     "SaslIdentity", "TlsDetected",
 ]

@@ -22,6 +22,9 @@ from capture.kafka.readers cimport skip_tagged_fields
 # The transition checks (every change of state goes through one) and tally mode's counting.
 from capture.kafka.states cimport next_sasl_wait_state, next_stream_state
 from capture.kafka.tally cimport TallyRun, new_tally_run
+# Topics mode's reading (topic_walk.py) and what a connection hands over of it (topics.py).
+from capture.kafka.topic_walk cimport request_layout, response_layout
+from capture.kafka.topics cimport Topics
 
 cdef class _Stream:
     cdef public object direction
@@ -51,14 +54,15 @@ cdef class _InFlight:
     cdef public str software_name
     cdef public str software_version
     cdef public str mechanism
+    cdef public int topic_use
 
 cdef class _EventBuilder:
     cdef object cls
     cdef tuple setters
 
 # Module constants the frame loops compare with, as C values (not visible to Python importers).
-cdef int PRODUCE, JOIN_GROUP, SASL_HANDSHAKE, SASL_AUTHENTICATE
-cdef int _NO_CLIENT_ID, _NO_ACKS, _KEY_SLOTS, _VERSION_SLOTS
+cdef int PRODUCE, METADATA, JOIN_GROUP, SASL_HANDSHAKE, SASL_AUTHENTICATE
+cdef int _NO_CLIENT_ID, _NO_ACKS, _KEY_SLOTS, _VERSION_SLOTS, NO_USE
 cdef Py_ssize_t _BATCH, SCAN_KEEP
 # The states and events of states.py (the .py imports them), compared and passed as C ints.
 cdef int SYNCED, SCANNING, VERIFYING, SASL_RAW, IGNORED
@@ -108,6 +112,8 @@ cdef class KafkaConnection:
     cdef public list refused
     cdef public bint tally
     cdef public TallyRun _tally_run
+    cdef public Py_ssize_t max_topics
+    cdef public Topics _topics
     cdef object __weakref__
 
     cpdef receive(self, direction, data, double ts)
@@ -117,6 +123,7 @@ cdef class KafkaConnection:
     cpdef bint _step(self, _Stream stream)
     @cython.locals(run=TallyRun)
     cpdef _emit(self, event)
+    @cython.locals(topics=Topics, handed=tuple)
     cpdef _hand_over_tally(self, TallyRun run)
     cpdef _desync(self, _Stream stream, kind, detail)
     cpdef _decode_error(self, _Stream stream, kind, api_key, api_version, detail)
@@ -124,13 +131,24 @@ cdef class KafkaConnection:
                    complete=bint, api_key=int, api_version=int, cid_len=int, body=Py_ssize_t, known=bint,
                    header_version=int, done=Py_ssize_t, max_frame_size=Py_ssize_t, buf=bytearray,
                    max_in_flight=Py_ssize_t, header_of=bytes, specs=list, lim=Py_ssize_t, off=Py_ssize_t,
-                   ts=double, entry=_InFlight, in_flight=dict, acks=int, transactional=bint, run=TallyRun)
+                   ts=double, entry=_InFlight, in_flight=dict, acks=int, transactional=bint, run=TallyRun,
+                   topics=Topics)
     cpdef bint _client_frames(self, _Stream stream)
     cpdef _move_sasl_wait(self, int event)
     cpdef _request_body(self, _Stream stream, int api_key, int api_version, int header_version, Py_ssize_t off,
                         Py_ssize_t end)
+    @cython.locals(layout=tuple)
+    cpdef bint _topic_wait(self, Topics topics, int api_key, int api_version, Py_ssize_t body, bint complete,
+                           Py_ssize_t size) except -1
+    cpdef _topic_counted(self, Topics topics, bint each)
+    @cython.locals(layout=tuple, off=Py_ssize_t, use=int, buf=bytearray)
+    cpdef _topic_request(self, _Stream stream, Topics topics, int api_key, int api_version, int header_version,
+                         Py_ssize_t body, Py_ssize_t frame_end, Py_ssize_t size)
+    @cython.locals(topics=Topics, off=Py_ssize_t, api_key=int, version=int, pairs=bint, buf=bytearray)
+    cpdef _topic_response(self, _Stream stream, _InFlight entry, Py_ssize_t pos, Py_ssize_t frame_end,
+                          Py_ssize_t size)
     @cython.locals(pos=Py_ssize_t, size=Py_ssize_t, frame_end=Py_ssize_t, api_key=int, entry=_InFlight,
-                   buf=bytearray, ts=double, decode=bint, run=TallyRun)
+                   buf=bytearray, ts=double, decode=bint, run=TallyRun, scan=bint, topics=Topics)
     cpdef bint _broker_frame(self, _Stream stream)
     @cython.locals(in_flight=dict, entry=_InFlight, oldest=_InFlight)
     cpdef _InFlight _match(self, _Stream stream, corr)

@@ -87,6 +87,16 @@ the connection counts them in place (tally.py's `TallyRun`) and hands the run ov
 `RequestTally` just before any other event (`_emit` is the one way out for those), at
 `flush_tally()` and before `ConnectionClosed`: a consumer reaches the same state, in the same
 order relative to every other event, for a fraction of the objects.
+
+Topics mode (`topics=True`; topic_walk.py reads a body, topics.py keeps what is to be handed
+over, this module decides when events go out): the requests topic_layouts.py describes (Produce,
+Fetch, ListOffsets, Metadata, the group and transaction APIs...) and the answers to Fetch and
+Metadata v10+ are read whole, buffered like the decoded bodies above when they fit in
+`max_decoded_frame` (larger: counted as unread). A new group or transactional id is emitted
+(GroupMember, TransactionalId) before the frame's RequestSeen; its topics follow as one
+TopicUsage after the frame's RequestSeen or ResponseSeen, or in tally mode are added to the run
+and handed over right after its RequestTally. A Metadata answer's TopicIds comes before its
+ResponseSeen. Without it nothing is read or buffered for them, and the frame loop pays a test.
 """
 
 from __future__ import annotations
@@ -117,6 +127,7 @@ from .events import (
     DecodeError,
     Desync,
     Direction,
+    GroupMember,
     GroupSeen,
     ProduceAcks,
     RequestSeen,
@@ -126,6 +137,9 @@ from .events import (
     SaslHandshake,
     SaslIdentity,
     TlsDetected,
+    TopicIds,
+    TopicUsage,
+    TransactionalId,
     positional_maker,
 )
 from .headers import API_VERSIONS, request_header_version, skip_response_header
@@ -158,6 +172,8 @@ from .states import (
 )
 from .tally import NO_ACKS as _NO_ACKS
 from .tally import TallyRun, new_tally_run
+from .topic_walk import NO_USE, request_layout, response_layout
+from .topics import DEFAULT_MAX_TOPICS, Topics
 
 # socket.request.max.bytes, the broker's default limit on a request (KafkaConfig).
 DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024
@@ -174,7 +190,7 @@ DEFAULT_MAX_IN_FLIGHT = 1024
 # count against the same budget as partial frames do.
 IN_FLIGHT_BYTES = 192
 
-PRODUCE, JOIN_GROUP, SASL_HANDSHAKE, SASL_AUTHENTICATE = 0, 11, 17, 36
+PRODUCE, METADATA, JOIN_GROUP, SASL_HANDSHAKE, SASL_AUTHENTICATE = 0, 3, 11, 17, 36
 _DECODED_REQUESTS = frozenset((JOIN_GROUP, SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE))
 _DECODED_RESPONSES = frozenset((SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE))
 
@@ -251,6 +267,7 @@ _make_request_tally = _maker(RequestTally)
 _make_api_versions_answer = _maker(ApiVersionsAnswer)
 _make_client_software = _maker(ClientSoftware)
 _make_decode_error = _maker(DecodeError)
+_make_topic_usage = _maker(TopicUsage)
 
 # headers.request_header_version applied once, at import, to every (api_key, api_version) the
 # table describes: one byte each, the header version + 1, at api_key * _VERSION_SLOTS +
@@ -332,7 +349,7 @@ class _InFlight:
     not track, however many requests are in flight."""
 
     __slots__ = ("seq", "api_key", "api_version", "ts", "unconfirmed", "software_name", "software_version",
-                 "mechanism")
+                 "mechanism", "topic_use")
 
     def __init__(self, seq: int, api_key: int, api_version: int, ts: float) -> None:
         self.seq = seq  # request order on the connection
@@ -343,6 +360,7 @@ class _InFlight:
         self.software_name: str | None = None  # ApiVersions v3+: ClientSoftwareName, ClientSoftwareVersion
         self.software_version: str | None = None
         self.mechanism: str | None = None  # SaslHandshake
+        self.topic_use = NO_USE  # topics mode: the use of the topics its answer names (read only when set)
 
 
 def _new_in_flight(seq: int, api_key: int, api_version: int, ts: float) -> _InFlight:
@@ -354,6 +372,7 @@ def _new_in_flight(seq: int, api_key: int, api_version: int, ts: float) -> _InFl
     entry.ts = ts
     entry.unconfirmed = False
     entry.software_name = entry.software_version = entry.mechanism = None
+    entry.topic_use = NO_USE
     return entry
 
 
@@ -381,9 +400,13 @@ class KafkaConnection:
         max_decoded_frame: int = DEFAULT_MAX_DECODED_FRAME,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         tally: bool = False,
+        topics: bool = False,
+        max_topics: int = DEFAULT_MAX_TOPICS,
     ) -> None:
         if not 0 < max_decoded_frame <= max_frame_size:
             raise ValueError("need 0 < max_decoded_frame <= max_frame_size")
+        if max_topics < 1:
+            raise ValueError("max_topics must be positive")
         self.conn_id = conn_id
         self.max_frame_size = max_frame_size
         self.max_decoded_frame = max_decoded_frame
@@ -417,6 +440,9 @@ class KafkaConnection:
         # place, never replaced: the request loop holds it in a local across an _emit.
         self.tally = tally
         self._tally_run: TallyRun | None = new_tally_run() if tally else None
+        # Topics mode (topics.py, module docstring): what the frames name of topics, groups and txns.
+        self.max_topics = max_topics
+        self._topics: Topics | None = Topics(max_topics) if topics else None
 
     # --- caller API ---------------------------------------------------------------------
 
@@ -562,7 +588,11 @@ class KafkaConnection:
         self._events.append(event)
 
     def _hand_over_tally(self, run: TallyRun) -> None:
-        self._events.append(_make_request_tally(*run.hand_over(self.conn_id)))
+        handed = run.hand_over(self.conn_id)
+        self._events.append(_make_request_tally(*handed))
+        topics = self._topics
+        if topics is not None and topics.pending():  # the run's topics, right after its tally
+            self._events.append(_make_topic_usage(*topics.hand_over(self.conn_id, handed[1])))
 
     def _desync(self, stream: _Stream, kind: str, detail: str) -> None:
         stream.move(DESYNC)
@@ -603,6 +633,7 @@ class KafkaConnection:
         run = self._tally_run
         header_of = _HEADER_OF
         specs = _SPECS
+        topics = self._topics
         for done in range(_BATCH):
             pos = stream.pos
             end = len(buf)
@@ -677,6 +708,11 @@ class KafkaConnection:
                     stream.cid_raw = raw = bytes(buf[pos + 14 : body])
                     stream.cid_str = client_id = raw.decode("utf-8", "replace")
 
+            # Topics mode (its state in `topics`, its work in calls: without it, the loop pays a
+            # test of `topics` here and there): such a request is read whole.
+            if topics is not None and self._topic_wait(topics, api_key, api_version, body, complete, size):
+                return done > 0
+
             # By api_key: (acks, transactional) of a Produce, else what _request_body returns.
             detail: Any = None
             if body < 0:
@@ -692,6 +728,8 @@ class KafkaConnection:
                     if lim < frame_end and e.kind in (Kind.TRUNCATED, Kind.BAD_LENGTH):
                         e = ProtocolError(Kind.FRAME_TOO_LARGE_TO_DECODE, "produce prefix longer than the decode limit")
                     self._decode_error(stream, e.kind, api_key, api_version, e.message)
+                    if topics is not None:
+                        topics.frame_bad = True  # its DecodeError is out: the body is not read again
             elif api_key in _DECODED_REQUESTS:
                 if size > self.max_decoded_frame:
                     self._decode_error(stream, Kind.FRAME_TOO_LARGE_TO_DECODE, api_key, api_version,
@@ -703,6 +741,8 @@ class KafkaConnection:
                         detail = self._request_body(stream, api_key, api_version, header_version, body, frame_end)
                     except ProtocolError as e:
                         self._decode_error(stream, e.kind, api_key, api_version, e.message)
+                        if topics is not None:
+                            topics.frame_bad = True
                         if api_key == SASL_AUTHENTICATE:
                             # A header misframing the body may have read token bytes as the client_id.
                             client_id = None
@@ -717,6 +757,8 @@ class KafkaConnection:
             elif (self._sasl is not None and self._sasl.answered and api_key != SASL_HANDSHAKE
                     and api_key != SASL_AUTHENTICATE):
                 self._sasl_done("success", None)  # the broker serves other requests only once authenticated
+            if topics is not None and topics.frame_layout is not None:
+                self._topic_request(stream, topics, api_key, api_version, header_version, body, frame_end, size)
 
             acks = _NO_ACKS
             transactional = False
@@ -731,6 +773,8 @@ class KafkaConnection:
                                         api_version, corr, client_id, size))
                 if acks != _NO_ACKS:
                     emit(_make_produce_acks(conn_id, ts, api_version, corr, acks, transactional))
+            if topics is not None and topics.frame_layout is not None:
+                self._topic_counted(topics, run is None)
             stream.consume_frame(frame_end)
             if acks == 0:  # no response will come (ProduceRequest.json, Acks)
                 continue
@@ -741,6 +785,8 @@ class KafkaConnection:
                     entry.software_name, entry.software_version = detail
                 elif api_key == SASL_HANDSHAKE:
                     entry.mechanism = detail
+            if topics is not None and topics.frame_use >= 0 and response_layout(api_key, api_version) is not None:
+                entry.topic_use = topics.frame_use  # its answer's topics are read too (Fetch, Metadata v10+)
             if corr in in_flight or len(in_flight) >= max_in_flight:
                 self._track(stream, corr, entry)
             else:
@@ -859,6 +905,76 @@ class KafkaConnection:
             self._client.tokens += 1
             buf[start:stop] = bytes(stop - start)
 
+    def _topic_wait(self, topics: Topics, api_key: int, api_version: int, body: int, complete: bool, size: int) -> bool:
+        """Topics mode, at a request's header: whether its topics, group or transactional id are
+        read (`frame_layout`), and whether to wait for the rest of it (read whole when it fits)."""
+        layout = topics.frame_layout = request_layout(api_key, api_version) if body >= 0 else None
+        topics.frame_use = NO_USE
+        topics.frame_bad = False
+        return layout is not None and not complete and size <= self.max_decoded_frame
+
+    def _topic_counted(self, topics: Topics, each: bool) -> None:
+        """Topics mode, once a request read is counted: its topics are added, and without tally
+        mode (`each`) handed over at once, after its RequestSeen."""
+        topics.add_frame(topics.frame_use, True)
+        if each and topics.pending():
+            self._events.append(_make_topic_usage(*topics.hand_over(self.conn_id, self._ts)))
+
+    def _topic_request(self, stream: _Stream, topics: Topics, api_key: int, api_version: int, header_version: int,
+                       body: int, frame_end: int, size: int) -> None:
+        """Topics mode: read a request's topics, group and transactional id into the frame's part
+        of `topics` (its `frame_layout`); a new group or transactional id is emitted here. Sets
+        `frame_use`, the use of its topics (NO_USE: none, or unread: too large, malformed)."""
+        layout = topics.frame_layout
+        assert layout is not None  # the frame loop calls it for such a request only
+        if size > self.max_decoded_frame or topics.frame_bad:
+            if layout[0] != NO_USE:
+                topics.frame_unread = 1
+            return
+        buf = stream.buf
+        try:
+            off = body
+            if header_version == 2:  # the header's tagged fields, most often none
+                off = body + 1 if body < frame_end and buf[body] == 0 else skip_tagged_fields(buf, body, frame_end)
+            use = topics.scan_request(buf, off, frame_end, layout, api_key, api_version)
+        except ProtocolError as e:
+            topics.drop_frame()  # nothing of a malformed body is kept
+            self._decode_error(stream, e.kind, api_key, api_version, e.message)
+            if layout[0] != NO_USE:
+                topics.frame_unread = 1
+            return
+        if topics.group_changed():
+            self._emit(GroupMember(conn_id=self.conn_id, ts=self._ts, api_key=api_key, group_id=topics.last_group or "",
+                                   member_id=topics.last_member, group_instance_id=topics.last_instance,
+                                   protocol_type=topics.last_protocol_type))
+        if topics.txn_changed(buf):
+            self._emit(TransactionalId(conn_id=self.conn_id, ts=self._ts, api_key=api_key,
+                                       transactional_id=topics.txn or ""))
+        topics.frame_use = use
+
+    def _topic_response(self, stream: _Stream, entry: _InFlight, pos: int, frame_end: int, size: int) -> None:
+        """Topics mode: a Fetch answer's record-set bytes per topic, a Metadata answer's ids."""
+        topics = self._topics
+        assert topics is not None  # topic_use is set in topics mode only
+        if size > self.max_decoded_frame:
+            topics.frame_unread = 1
+            return
+        api_key, version = entry.api_key, entry.api_version
+        buf = stream.buf
+        pairs = api_key == METADATA
+        try:
+            off = skip_response_header(buf, pos + 4, frame_end, api_key, version, _spec_of(api_key))
+            topics.scan_response(buf, off, frame_end, response_layout(api_key, version), pairs)
+        except ProtocolError as e:
+            topics.drop_frame()
+            self._decode_error(stream, e.kind, api_key, version, e.message)
+            topics.frame_unread = 1
+            return
+        if pairs:
+            ids, dropped = topics.take_pairs()
+            if ids or dropped:
+                self._emit(TopicIds(conn_id=self.conn_id, ts=self._ts, ids=ids, dropped=dropped))
+
     # --- responses ----------------------------------------------------------------------
 
     def _broker_frame(self, stream: _Stream) -> bool:
@@ -888,7 +1004,8 @@ class KafkaConnection:
             return True
         api_key = entry.api_key
         decode = api_key in _DECODED_RESPONSES
-        if decode and size <= self.max_decoded_frame and frame_end > len(buf):
+        scan = entry.topic_use >= 0  # topics mode: its topics are read too
+        if (decode or scan) and size <= self.max_decoded_frame and frame_end > len(buf):
             return False  # decoded bodies are buffered whole
         self._match(stream, corr)
         if decode:
@@ -902,6 +1019,8 @@ class KafkaConnection:
                     self._decode_error(stream, e.kind, api_key, entry.api_version, e.message)
             if entry is self._v0_handshake:  # answered, but the answer was not readable
                 self._answer_maybe_lost()
+        if scan:
+            self._topic_response(stream, entry, pos, frame_end, size)
         self.responses += 1
         run = self._tally_run
         if run is not None:
@@ -912,6 +1031,12 @@ class KafkaConnection:
             self._events.append(_make_response_seen(  # positional: see _make_request_seen's call
                 self.conn_id, self._ts, api_key, spec.name if spec is not None else None,
                 entry.api_version, corr, size, self._ts - entry.ts))
+        if scan:
+            topics = self._topics
+            if topics is not None:
+                topics.add_frame(entry.topic_use, False)
+                if run is None and topics.pending():  # after its ResponseSeen
+                    self._events.append(_make_topic_usage(*topics.hand_over(self.conn_id, self._ts)))
         stream.consume_frame(frame_end)
         return True
 

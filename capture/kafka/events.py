@@ -148,6 +148,80 @@ class GroupSeen(Event):
     api_version: int  # of the JoinGroup request
 
 
+# --- topics, groups and transactions (issue 31; `KafkaConnection(topics=True)` only) ----------
+
+# What a frame did with a topic: the `use` of a TopicUsage entry.
+TOPIC_USES = (
+    "produce",        # Produce request; bytes: its record sets' sizes for the topic
+    "fetch",          # Fetch by a client (ReplicaId < 0); frames: requests naming it; bytes: the answers' record sets
+    "replicate",      # Fetch by a follower broker (ReplicaId >= 0); as "fetch"
+    "list_offsets",   # ListOffsets
+    "offset_commit",  # OffsetCommit, TxnOffsetCommit
+    "offset_fetch",   # OffsetFetch
+    "metadata",       # Metadata request asked about it (asked is not used; an all-topics request names none)
+    "create",         # CreateTopics
+    "delete",         # DeleteTopics
+    "subscribe",      # JoinGroup's consumer subscription, ConsumerGroupHeartbeat's SubscribedTopicNames
+    "txn",            # AddPartitionsToTxn v0-3
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicUsage(Event):
+    """Topics the connection's frames named since its previous TopicUsage. Counts are deltas; a
+    consumer adds them up and never assumes one event per frame (tally mode hands one over just
+    after each RequestTally; otherwise one follows each frame that named topics).
+
+    A topic is named by `topic` (a valid Kafka topic name) or, in Fetch v13+/Produce v13+, only
+    by `topic_id` (Kafka's Uuid.toString: 22 characters of URL-safe base64); the exporter maps
+    ids to names from the `TopicIds` it saw. Bounded: at most the connection's `max_topics`
+    distinct (use, topic) entries per event; the rest, and names that are not valid Kafka topic
+    names (over 249 characters, other characters), are counted in `dropped`, never itemised.
+    """
+
+    usage: tuple[tuple[str, str | None, str | None, int, int], ...]  # (use, topic, topic_id, frames, bytes), sorted
+    dropped: int  # entries not itemised (bound, invalid name)
+    unread: int  # frames whose topics were not read: larger than the decode limit, or malformed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicIds(Event):
+    """Topic ids paired with names by a broker's answer (Metadata v10+), at most
+    `max_topics` pairs per answer (the rest counted in `dropped`)."""
+
+    ids: tuple[tuple[str, str], ...]  # (topic_id, topic), in the answer's order
+    dropped: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupMember(Event):
+    """The group ids a request sent (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+    OffsetFetch, TxnOffsetCommit, ConsumerGroupHeartbeat), emitted when they differ from the
+    connection's previous GroupMember. Wire strings, unbounded here: the exporter bounds them.
+
+    A field the request does not carry (None: an OffsetFetch has no member id, a Heartbeat no
+    protocol type) keeps its last value while the group_id stays the same, so the event states
+    the connection's membership as known, and a consumer's requests alternating do not flap it.
+    A request naming several groups (an admin's OffsetFetch v8+) tells none; one naming several
+    members (an admin's LeaveGroup v3+) tells the group without a member."""
+
+    api_key: int
+    group_id: str
+    member_id: str | None  # None: the request has no member id ("" from a member not yet assigned one)
+    group_instance_id: str | None  # KIP-345 static membership; None: not sent
+    protocol_type: str | None  # JoinGroup's ("consumer", "connect", ...); None from the others
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransactionalId(Event):
+    """A transactional id a request sent (Produce v3+, InitProducerId, AddPartitionsToTxn,
+    AddOffsetsToTxn, EndTxn, TxnOffsetCommit), emitted when it differs from the connection's
+    previous one. A wire string: the exporter bounds it."""
+
+    api_key: int
+    transactional_id: str
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TlsDetected(Event):
     """The client's first bytes are a TLS record: nothing more is decodable."""

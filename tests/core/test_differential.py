@@ -3,8 +3,9 @@ mode and one event per request (issue 14: "one source of protocol truth").
 
 Every corpus is a pcap replayed by tests/core/differential.py in two subprocesses, one with the
 compiled extensions and one with KAFKA_CENSUS_PURE_PYTHON=1; each replays every pcap per
-request event and in tally mode. The four results (REST listings, /metrics, capture counters)
-must be equal. Corpora:
+request event and in tally mode, with topics off and on (`topics=True`). The results (REST
+listings, /metrics, capture counters; with topics on, the topic events summed per connection)
+must be equal between the builds, and between the two modes. Corpora:
 - golden: the six real clients' recorded conversations (tests/fixtures/golden), as TCP flows;
 - real: a live capture of the six real clients against Tansu, whole and with every 3rd and
   7th packet dropped (gaps, desyncs, resyncs);
@@ -193,12 +194,16 @@ def test_the_corpus_exercises_what_it_claims(results):
     counts = compiled["event_counts"]  # tally mode did replace the per-request events
     assert counts["events"]["RequestSeen"] > 1000 and counts["events"].get("RequestTally", 0) == 0, counts
     assert counts["tally"]["RequestTally"] > 100 and counts["tally"].get("RequestSeen", 0) == 0, counts
+    for mode in ("topics-events", "topics-tally"):  # topics, groups and ids were read, and malformed ones met
+        assert counts[mode]["TopicUsage"] > 100 and counts[mode]["GroupMember"] > 5, counts[mode]
+        assert counts[mode]["TopicIds"] > 0 and counts[mode]["DecodeError"] > counts["events"]["DecodeError"]
+        assert "TopicUsage" not in counts["events"] and "TopicUsage" not in counts["tally"]
     metrics = [m for case in cases.values() for m in case["events"]["metrics"]]
     assert any('api="unknown"' in m for m in metrics)
     assert any(m.startswith("kafka_census_request_duration_seconds_bucket") for m in metrics)
 
 
-@pytest.mark.parametrize("mode", ["events", "tally"])
+@pytest.mark.parametrize("mode", ["events", "tally", "topics-events", "topics-tally"])
 def test_compiled_equals_pure(results, mode):
     compiled, pure = results
     assert compiled["cases"].keys() == pure["cases"].keys()
@@ -212,6 +217,20 @@ def test_tally_mode_equals_one_event_per_request(results, side):
     for case, modes in results[side]["cases"].items():
         a, b = modes["events"], modes["tally"]
         assert a == b, f"{Path(case.rsplit('=', 1)[0]).name}: {first_difference(a, b)}"
+        # With topics on: the same, but when a topic was first and last seen (a TopicUsage of a tally
+        # run bears the run's time, as its RequestTally does).
+        a, b = without_topic_times(modes["topics-events"]), without_topic_times(modes["topics-tally"])
+        assert a == b, f"{Path(case.rsplit('=', 1)[0]).name} (topics): {first_difference(a, b)}"
+
+
+def without_topic_times(value, in_topics: bool = False):
+    """`value` without first_seen/last_seen in the entries of any "topics" list."""
+    if isinstance(value, dict):
+        return {k: without_topic_times(v, k == "topics") for k, v in value.items()
+                if not (in_topics and k in ("first_seen", "last_seen"))}
+    if isinstance(value, list):
+        return [without_topic_times(v, in_topics) for v in value]
+    return value
 
 
 class _SegmentOnly(FlowTracker):

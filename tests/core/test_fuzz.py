@@ -173,6 +173,9 @@ HOSTILE_INT32 = [2**31 - 1, -1, -(2**31), 0, 3, 7, 8, 10, 4097, 65537, 2**24, 10
 INTERESTING_BYTES = [0x00, 0x01, 0x7F, 0x80, 0xFF]
 OVERLONG_VARINT = b"\xff\xff\xff\xff\xff\x01"
 SMALL_LIMITS = dict(max_decoded_frame=4096, max_frame_size=65536, max_in_flight=8)
+# Topics mode (capture/kafka/topics.py) with both limits, one event per request and tally mode:
+# the same rules, more bodies read whole.
+TOPICS_LIMITS = (dict(topics=True), dict(SMALL_LIMITS, topics=True, tally=True, max_topics=4))
 #: tests/core/test_core_properties.py's: small frames, the default in-flight bound.
 SMALL_FRAMES = dict(max_decoded_frame=4096, max_frame_size=65536)
 
@@ -255,7 +258,7 @@ def core_runs(draw):
                 ops.append(("data", direction, chunk[a:b]))
     if ops and draw(st.booleans()):
         del ops[draw(st.integers(0, len(ops) - 1)):]  # closed early (RST, idle timeout)
-    options = dict(draw(st.sampled_from([{}, SMALL_LIMITS])), mid_stream=draw(st.booleans()))
+    options = dict(draw(st.sampled_from([{}, SMALL_LIMITS, *TOPICS_LIMITS])), mid_stream=draw(st.booleans()))
     return ops, options
 
 
@@ -310,7 +313,7 @@ def test_fuzz_core_only_events_and_bounded_memory(run):
 
 @pytest.mark.slow  # thousands of examples: make test and make fuzz, not the edit loop
 @fuzz(600)
-@given(mutated_chunks(), st.sampled_from([{}, SMALL_LIMITS]), st.booleans())
+@given(mutated_chunks(), st.sampled_from([{}, SMALL_LIMITS, *TOPICS_LIMITS]), st.booleans())
 def test_fuzz_core_byte_by_byte_equals_whole_chunks(chunks, limits, mid_stream):
     """h11's three ways: one byte at a time gives the same events as whole chunks, whenever
     the stream kept its frame boundaries (joined at the start, no Desync); never an exception
