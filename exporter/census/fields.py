@@ -24,11 +24,12 @@ from dataclasses import dataclass
 #   timestamp  RFC 3339 UTC with microseconds   seconds    a number >= 0
 #   requests   [RequestCount]                   first_requests   [FirstRequest]     first_request  FirstRequest
 #   inferred_software  an InferredSoftware object      fingerprint_unknown  a FingerprintUnknown object
+#   topics     [TopicUse]                       roles      [string], sorted
 KINDS = ("string", "state", "timestamp", "port", "count", "seconds", "requests", "first_requests",
-         "inferred_software", "fingerprint_unknown", "first_request")
+         "inferred_software", "fingerprint_unknown", "first_request", "topics", "roles")
 JSON_TYPES = {"string": str, "state": str, "timestamp": str, "port": int, "count": int, "seconds": float,
               "requests": list, "first_requests": list, "inferred_software": dict, "fingerprint_unknown": dict,
-              "first_request": dict}
+              "first_request": dict, "topics": list, "roles": list}
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,22 @@ CONNECTION_FIELDS: tuple[ConnectionField, ...] = (
     _F("unsupported_request", "first_request", "unsupported", nullable=True,
        description="close_reason unsupported_version: the request version the broker closed the connection on "
                    "(outside its ApiVersions ranges, or removed by KIP-896 on a 4.x broker); else null"),
+    _F("topics", "topics", "topics",
+       description="Topics its frames named (issue 31; empty with --no-topics), one entry per (use, topic), at most "
+                   "--max-topics-per-connection: a topic named only by its id (Fetch/Produce v13+) has topic null "
+                   "until a Metadata answer maps the id; \"<other>\" holds the topics past --max-topics"),
+    _F("topics_dropped", "count", "topics_dropped",
+       description="(use, topic) entries not listed in topics: past --max-topics-per-connection, past the "
+                   "decoder's per-frame bound, or not a valid topic name"),
+    _F("group_id", "string", "group_id", nullable=True,
+       description="The consumer group its last group request named (JoinGroup, Heartbeat, OffsetCommit, ...)"),
+    _F("member_id", "string", "member_id", nullable=True),
+    _F("group_instance_id", "string", "group_instance_id", nullable=True,
+       description="KIP-345 static membership"),
+    _F("transactional_id", "string", "transactional_id", nullable=True),
+    _F("roles", "roles", None, examples=(["consumer"],),
+       description="What it sent says it is, sorted: producer, consumer, admin, broker (replication and "
+                   "controller APIs); none for a connection that sent only ApiVersions and Metadata"),
 )
 del _F
 FIELDS: dict[str, ConnectionField] = {f.name: f for f in CONNECTION_FIELDS}

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from capture.kafka.upgrade_targets import UPGRADE_TARGETS
 from exporter.census import reads
 from exporter.census.reads import Copier
-from exporter.census.record import SLOT_INDEX, ConnectionRecord, detached, slot_values
+from exporter.census.record import SLOT_INDEX, ConnectionRecord, detached, record_copy
 
 _ID, _FIRST_SEEN = SLOT_INDEX["id"], SLOT_INDEX["first_seen"]
 
@@ -33,10 +33,10 @@ def target_of(target: str):
 
 
 def report(target: str, copied: Copier, refs: list[ConnectionRecord], now: float,
-           clients: Callable[[], list[dict]]) -> dict:
+           clients: Callable[[], list[dict]], names: dict[str, str] | None = None) -> dict:
     """Connections (`refs`, copied in chunks: each record is checked under the lock and only the
     offenders copied) and census rows (`clients()`, the census listing) that used API versions
-    the `target` broker removes."""
+    the `target` broker removes. `names`: the topic id map the connections' topics are named with."""
     known = target_of(target)
     removed, minimum = known.removed, known.minimum_version
 
@@ -50,13 +50,13 @@ def report(target: str, copied: Copier, refs: list[ConnectionRecord], now: float
     def copy(rec: ConnectionRecord):  # under the lock: only the offenders are copied
         for k, v in rec.requests:
             if v in removed.get(k, ()):
-                return slot_values(rec), dict(rec.requests)
+                return record_copy(rec)
         return None
 
     uses = [u for u in copied(refs, copy, reads.ROWS_PER_HOLD) if u is not None]
     uses.sort(key=lambda u: (u[0][_FIRST_SEEN], u[0][_ID]))
     conns = [dict(d, removed_requests=offending(d["requests"]))
-             for d in (detached(row, requests).to_dict(now) for row, requests in uses)]
+             for d in (detached(*use).to_dict(now, names) for use in uses)]
     listed = [dict(c, removed_requests=off) for c in clients() if (off := offending(c["requests"]))]
     return {"target": target, "ready": not conns and not listed, "clients_by_software": by_software(listed),
             "connections": conns, "clients": listed}

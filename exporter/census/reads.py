@@ -15,8 +15,14 @@ work done outside the lock is one long C call: CPython's GIL would stall the cap
 the same. The chunked copy itself is the registry's (`ConnectionRegistry._copied`, passed in as
 `copied`: it alone knows its lock).
 
-Imports only `exporter.census.record` and `exporter.census.fields` (the connection object's
-declaration); never imports the registry (exporter/census/registry.py).
+Issue 31: the `topic=` filter (any use; a name, or an id no answer named yet) is decided under
+the lock, a chunk of TOPIC_MATCH_PER_HOLD records per hold (a record may hold hundreds of
+entries), `group=` like any column; a census row keeps the groups, topics and uses of its
+connections (bounded: MAX_ROW_GROUPS, MAX_ROW_TOPICS) and lists them with its roles.
+
+Imports only `exporter.census.record`, `exporter.census.fields` (the connection object's
+declaration) and `exporter.census.topickeys` (the topic rules); never imports the registry
+(exporter/census/registry.py).
 """
 
 from __future__ import annotations
@@ -37,9 +43,10 @@ from exporter.census.record import (
     detached,
     identity_source,
     iso_time,
+    record_copy,
     request_counts,
-    slot_values,
 )
+from exporter.census.topickeys import connection_roles, key_label, wanted_keys
 
 ROWS_PER_HOLD = 512  # records whose slots are copied per hold (one C attrgetter call each)
 REQUESTS_PER_HOLD = 512  # request maps (or census parts of open records) copied per hold
@@ -47,6 +54,10 @@ CENSUS_PER_HOLD = 64  # census rows (a set and a Counter each) copied per hold
 SORT_CHUNK = 2048  # keys sorted per C call; the chunks are merged lazily, up to the limit
 # Client addresses a census row lists: it names the hosts of a client, not every spoofable one.
 MAX_ROW_ADDRESSES = 32
+# Groups and topics a census row lists (issue 31): a client's, not a wildcard consumer's every one.
+MAX_ROW_GROUPS = 16
+MAX_ROW_TOPICS = 64
+TOPIC_MATCH_PER_HOLD = 64  # records whose topic maps a `topic=` filter walks per hold (<= 256 entries each)
 
 # `ConnectionRegistry._copied(items, copy, per_hold, whole=False)`: `[copy(item) for item in
 # items]` (`whole`: one copy per chunk), a chunk per hold of the registry's lock.
@@ -66,18 +77,20 @@ QUERY_FILTERS: dict[str, str | None] = {
     "inferred_software_name": None,  # the name a sibling or a fingerprint gave (inferred_software.name)
     "identity_source": "identity_source",  # computed per record as it is copied (identity_source())
     "close_reason": "close_reason",
+    "topic": None,  # any use of the topic (`topic_keys`: its name, the ids mapped to it, the value as an id)
+    "group": "group_id",
 }
 
 # filter of the census listing (`census_rows`) -> a census row's field, matched exactly;
 # "inferred_software_name" is `inferred_software.name`.
 CLIENT_FILTERS = ("listener", "client_software_name", "client_software_version", "client_id", "principal",
-                  "identity_source", "inferred_software_name")
+                  "identity_source", "inferred_software_name", "topic", "group")
 
 # The fields a listing filters and orders by, copied as one list per field per chunk: no
 # container per record, so a copy of 100k records gives the cyclic collector little to scan.
 _COLUMNS = ("first_seen", "id", "state", "closed_at", "last_seen", "client_address", "client_port", "broker_address",
             "listener", "client_id", "software_name", "software_version", "principal", "bytes_from_client",
-            "bytes_from_broker", "inferred", "identity_source", "close_reason")
+            "bytes_from_broker", "inferred", "identity_source", "close_reason", "group_id")
 _COLUMN_GETTERS = tuple(identity_source if name == "identity_source" else attrgetter(name) for name in _COLUMNS)
 
 
@@ -85,10 +98,6 @@ _COLUMN_GETTERS = tuple(identity_source if name == "identity_source" else attrge
 
 def column_chunk(recs: list[ConnectionRecord]) -> list[list]:
     return [list(map(get, recs)) for get in _COLUMN_GETTERS]
-
-
-def record_copy(rec: ConnectionRecord) -> tuple:
-    return slot_values(rec), dict(rec.requests)
 
 
 # --- the connection listing -----------------------------------------------------------------
@@ -105,13 +114,15 @@ def checked_query(filters: dict | None, order_by: list[tuple[str, bool]] | tuple
 
 
 def listing(copied: Copier, refs: list[ConnectionRecord], now: float, state: str, filters: dict,
-            order_by: list[tuple[str, bool]] | tuple, limit: int | None) -> tuple[Iterator[list[dict]], int]:
+            order_by: list[tuple[str, bool]] | tuple, limit: int | None,
+            names: dict[str, str] | None = None) -> tuple[Iterator[list[dict]], int]:
     """The connection listing of `refs` (the registry's `query`): copies first the fields it
     filters and orders by (one list per field, `_COLUMNS`), then, as the page is iterated, the
     page's records (slots and request map); filters, orders and builds the dicts on the copies.
     The page's dicts exist a chunk at a time (the cyclic collector's pause grows with what a
     request keeps alive). A page row is the record as copied for the page, at most milliseconds
-    after the copy it was ordered by."""
+    after the copy it was ordered by. `names`: the topic id map (id -> name) the rows' ids are
+    named with, and a `topic` filter matches the ids of (`topickeys.wanted_keys`)."""
     if not refs:
         return iter(()), 0
     chunked = dict(zip(_COLUMNS, zip(*copied(refs, column_chunk, ROWS_PER_HOLD, whole=True))))
@@ -127,22 +138,33 @@ def listing(copied: Copier, refs: list[ConnectionRecord], now: float, state: str
         elif name == "inferred_software_name":
             inferred = columns["inferred"]
             index = [i for i in index if inferred[i] is not None and inferred[i].name == value]
+        elif name == "topic":  # last: the other filters first narrow what the lock is taken for
+            continue
         else:
             slot = QUERY_FILTERS[name]
             assert slot is not None  # the filters without a column of their own are above
             column = columns[slot]
             index = [i for i in index if column[i] == value]
+    if "topic" in filters:
+        wanted = wanted_keys(filters["topic"], names or {})
+
+        def holds(rec: ConnectionRecord) -> bool:  # under the lock
+            topics = rec.topics
+            return bool(topics) and any(key in wanted for _, key in topics)  # type: ignore[union-attr]
+
+        index = [i for i, ok in zip(index, copied([refs[i] for i in index], holds, TOPIC_MATCH_PER_HOLD)) if ok]
     total = len(index)
     page_refs = [refs[i] for i in _first_in_order(columns, index, order_by, now, total if limit is None else limit)]
     del columns
-    return page(copied, page_refs, now), total
+    return page(copied, page_refs, now, names), total
 
 
-def page(copied: Copier, recs: list[ConnectionRecord], now: float) -> Iterator[list[dict]]:
+def page(copied: Copier, recs: list[ConnectionRecord], now: float,
+         names: dict[str, str] | None = None) -> Iterator[list[dict]]:
     """The connection objects of `recs`, a chunk of REQUESTS_PER_HOLD at a time, each copied as it is reached."""
     for start in range(0, len(recs), REQUESTS_PER_HOLD):
         copies = copied(recs[start:start + REQUESTS_PER_HOLD], record_copy, REQUESTS_PER_HOLD)
-        yield [detached(slots, requests).to_dict(now) for slots, requests in copies]
+        yield [detached(*copy).to_dict(now, names) for copy in copies]
 
 
 def _in_order(items: list, limit: int | None = None) -> list:
@@ -214,22 +236,35 @@ class CensusRow:
     # A client's row (issue 28): the latest client of the key, whose inference the row shows as
     # it is when read.
     client: ClientRecord | None = None
+    # Issue 31: its connections' groups, topic keys (at most MAX_ROW_GROUPS, MAX_ROW_TOPICS) and topic uses.
+    groups: set = field(default_factory=set)
+    topics: set = field(default_factory=set)
+    uses: set = field(default_factory=set)
 
-    def add(self, first_seen: float, last_seen: float, address: str, requests) -> None:
-        """Count one connection: its first and last packet, its client address and its requests
-        (a `request_key` -> count mapping)."""
+    def add(self, first_seen: float, last_seen: float, address: str, requests, group: str | None = None,
+            topics: dict | None = None) -> None:
+        """Count one connection: its first and last packet, its client address, its requests
+        (a `request_key` -> count mapping), its group and its topic map."""
         self.total += 1
         self.first_seen = min(self.first_seen, first_seen)
         self.last_seen = max(self.last_seen, last_seen)
         if len(self.addresses) < MAX_ROW_ADDRESSES:  # a census row names its hosts, not every port
             self.addresses.add(address)
         self.requests.update(requests)
+        if group is not None and len(self.groups) < MAX_ROW_GROUPS:
+            self.groups.add(group)
+        if topics:
+            row_topics = self.topics
+            for use, key in topics:
+                self.uses.add(use)
+                if len(row_topics) < MAX_ROW_TOPICS:
+                    row_topics.add(key)
 
     def add_closed(self, rec: ConnectionRecord) -> None:
         """Count a connection that closed (the registry, under its lock)."""
         if rec.view:
             self.client = rec.client  # the client's inference when read (the latest client of the key)
-        self.add(rec.first_seen, rec.last_seen, rec.client_address, rec.requests)
+        self.add(rec.first_seen, rec.last_seen, rec.client_address, rec.requests, rec.group_id, rec.topics)
 
     def merge(self, other: CensusRow) -> None:
         """Fold in `other`, a row of the same identity: its counts, times, addresses (up to
@@ -243,6 +278,9 @@ class CensusRow:
                 break
             self.addresses.add(address)
         self.requests.update(other.requests)
+        self.groups.update(list(other.groups)[:max(0, MAX_ROW_GROUPS - len(self.groups))])
+        self.topics.update(list(other.topics)[:max(0, MAX_ROW_TOPICS - len(self.topics))])
+        self.uses.update(other.uses)
 
 
 def census_copy(item: tuple) -> tuple:
@@ -250,13 +288,15 @@ def census_copy(item: tuple) -> tuple:
     key, row = item
     client = row.client
     return key, CensusRow(0, row.total, row.first_seen, row.last_seen, set(row.addresses), Counter(row.requests),
-                          client.inferred if client is not None else row.inferred)
+                          client.inferred if client is not None else row.inferred, None, set(row.groups),
+                          set(row.topics), set(row.uses))
 
 
 def open_census_part(rec: ConnectionRecord) -> tuple:
     """What the census takes of an open record (under the lock)."""
+    topics = rec.topics
     return (rec.census_key(), rec.state == "open", rec.first_seen, rec.last_seen, rec.client_address,
-            dict(rec.requests), rec.inferred)
+            dict(rec.requests), rec.inferred, rec.group_id, dict(topics) if topics else None)
 
 
 def _resolved(rows: dict[tuple, CensusRow]) -> dict[tuple, CensusRow]:
@@ -286,7 +326,13 @@ def checked_client_filters(filters: dict[str, str] | None) -> dict[str, str]:
 
 def _client_matches(row: dict, filters: dict[str, str]) -> bool:
     for name, value in filters.items():
-        if name == "inferred_software_name":
+        if name == "topic":
+            if value not in row["topics"]:
+                return False
+        elif name == "group":
+            if value not in row["groups"]:
+                return False
+        elif name == "inferred_software_name":
             inferred = row["inferred_software"]
             if not inferred or inferred["name"] != value:
                 return False
@@ -296,21 +342,23 @@ def _client_matches(row: dict, filters: dict[str, str]) -> bool:
 
 
 def census_rows(copied: Copier, census: list[tuple], opened: list[ConnectionRecord],
-                filters: dict[str, str]) -> list[dict]:
+                filters: dict[str, str], names: dict[str, str] | None = None) -> list[dict]:
     """The census listing (the registry's `clients`): the census table's (key, row) items, then
     the open records (taken after them: a connection closing meanwhile is folded in once at
-    most), each copied in chunks; folded, ordered and filtered with the lock free."""
+    most), each copied in chunks; folded, ordered and filtered with the lock free. `names`: the
+    topic id map the rows' topics are named with (an id it does not map is listed as the id)."""
+    names = names or {}
     rows: dict[tuple, CensusRow] = {}
     for key, row in copied(census, census_copy, CENSUS_PER_HOLD):
         rows[key] = row
-    for key, open_, first_seen, last_seen, address, requests, inferred in copied(
+    for key, open_, first_seen, last_seen, address, requests, inferred, group, topics in copied(
             opened, open_census_part, REQUESTS_PER_HOLD):
         if not open_:  # closed since: folded into its census row, maybe after that row was copied
             continue
         row = rows.get(key)
         if row is None:
             row = rows[key] = CensusRow(inferred=inferred)
-        row.add(first_seen, last_seen, address, requests)
+        row.add(first_seen, last_seen, address, requests, group, topics)
         row.open += 1
     out = []
     for (name, version, client_id, principal, listener, inferred_key), row in _resolved(rows).items():
@@ -324,6 +372,9 @@ def census_rows(copied: Copier, census: list[tuple], opened: list[ConnectionReco
             "total_connections": row.total, "first_seen": iso_time(row.first_seen),
             "last_seen": iso_time(row.last_seen), "client_addresses": sorted(row.addresses),
             "requests": request_counts(row.requests),
+            "groups": sorted(row.groups),
+            "topics": sorted({key_label(k, names) for k in row.topics}),
+            "roles": connection_roles([k for k, _ in row.requests], row.uses),
         })
     out.sort(key=lambda r: (r["client_software_name"] or "", r["client_software_version"] or "",
                             r["client_id"] or "", r["listener"], r["identity_source"],

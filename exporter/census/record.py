@@ -10,8 +10,14 @@ of one client judged together, issue 28: what its unannounced connections show),
 `iso_time`. A detached copy of a record (`slot_values`, `detached`) is what the reads format with
 the registry's lock free.
 
-Imports only `capture.events` (the event contract), the generated API table and
-`exporter.census.fingerprint` (`ClientBasis`, a pure module); it decides nothing: the registry
+Issue 31: a record's topic usage, group and transactional ids (filled by
+exporter/census/topics.py) and its `roles`, served as the connection object's `topics` (ids
+named with the id map as it is when read), `topics_dropped`, `group_id`, `member_id`,
+`group_instance_id`, `transactional_id` and `roles`.
+
+Imports only `capture.events` (the event contract), the generated API table,
+`exporter.census.fingerprint` (`ClientBasis`, a pure module) and `exporter.census.topickeys`
+(the topic rules, a pure module); it decides nothing: the registry
 (exporter/census/registry.py) and its parts fill the records under the registry's lock, and no
 module of the census below the registry imports the registry.
 """
@@ -27,6 +33,7 @@ from operator import attrgetter
 from capture.events import ConnectionOpened
 from capture.kafka.api_table import API_TABLE
 from exporter.census.fingerprint import ClientBasis
+from exporter.census.topickeys import connection_roles, split_key
 
 API_VERSIONS = 18
 UNKNOWN = "unknown"  # the broker's own label value when a client sent no software fields
@@ -177,7 +184,8 @@ class ConnectionRecord:
                  "bytes_from_broker", "requests", "decode_errors", "desyncs", "restored", "restored_identity_version",
                  "api_versions_request_version", "first_requests", "pending_requests", "own_inferred",
                  "inferred_labels", "own_unnamed", "infer_calls", "infer_basis", "announce_pending", "unsupported",
-                 "client", "view", "folded")
+                 "client", "view", "folded", "topics", "topics_dropped", "group_id", "member_id",
+                 "group_instance_id", "transactional_id")
 
     def __init__(self, ev: ConnectionOpened) -> None:
         self.id = ev.conn_id
@@ -246,6 +254,15 @@ class ConnectionRecord:
         # later, closed or not; else its own (a sibling's, a restored one, or its own fingerprint).
         self.view = False
         self.folded = 0  # len(first_requests) + len(requests) when it last folded into its client
+        # Issue 31 (exporter/census/topics.py): (use, topic key) -> (frames, bytes, first_seen,
+        # last_seen), each value replaced whole (a reader's shallow copy is consistent); None
+        # until a frame names a topic. topics_dropped: entries not kept (its bound, invalid, the decoder's).
+        self.topics: dict[tuple[str, str], tuple[int, int, float, float]] | None = None
+        self.topics_dropped = 0
+        self.group_id: str | None = None
+        self.member_id: str | None = None
+        self.group_instance_id: str | None = None
+        self.transactional_id: str | None = None
 
     @property
     def inferred(self) -> InferredIdentity | None:
@@ -266,13 +283,15 @@ class ConnectionRecord:
         return (self.software_name, self.software_version, self.client_id, self.principal, self.listener,
                 None if inferred is None else inferred.census_part())
 
-    def to_dict(self, now: float | None = None) -> dict:
+    def to_dict(self, now: float | None = None, names: dict[str, str] | None = None) -> dict:
         """The connection object: CONNECTION_FIELDS' keys in their order (a literal, not a loop
-        over them: a listing builds up to 10,000 of these; tests/http/test_api.py holds it to them)."""
+        over them: a listing builds up to 10,000 of these; tests/http/test_api.py holds it to them).
+        `names`: the topic id map (id -> name) its topic ids are named with; none: left unnamed."""
         idle = None  # how long an open connection has been silent; meaningless once closed
         if now is not None and self.closed_at is None:
             idle = round(max(0.0, now - self.last_seen), 6)
         inferred = self.inferred
+        topics = self.topics
         return {
             "id": self.id,
             "client_address": self.client_address,
@@ -303,6 +322,13 @@ class ConnectionRecord:
             "api_versions_request_version": self.api_versions_request_version,
             "first_requests": first_requests(self.first_requests),
             "unsupported_request": None if self.unsupported is None else first_requests((self.unsupported,))[0],
+            "topics": topic_rows(topics, names or {}) if topics else [],
+            "topics_dropped": self.topics_dropped,
+            "group_id": self.group_id,
+            "member_id": self.member_id,
+            "group_instance_id": self.group_instance_id,
+            "transactional_id": self.transactional_id,
+            "roles": connection_roles([k for k, _ in self.requests], [u for u, _ in topics] if topics else ()),
         }
 
 
@@ -312,10 +338,31 @@ slot_values = attrgetter(*SLOTS)
 SLOT_INDEX = {name: i for i, name in enumerate(SLOTS)}
 
 
-def detached(row: tuple, requests: dict) -> ConnectionRecord:
-    """A record rebuilt from copied slot values, so `to_dict` formats it with the lock free."""
+def record_copy(rec: ConnectionRecord) -> tuple:
+    """What a read copies of a record under the lock: its slot values, and its request and topic
+    maps (which the capture changes in place), each one C call."""
+    topics = rec.topics
+    return slot_values(rec), dict(rec.requests), dict(topics) if topics else None
+
+
+def detached(row: tuple, requests: dict, topics: dict | None = None) -> ConnectionRecord:
+    """A record rebuilt from copied slot values and maps (`record_copy`), so `to_dict` formats it
+    with the lock free (never the live topic map: `topics` is the copy, or none)."""
     rec = object.__new__(ConnectionRecord)
     for name, value in zip(SLOTS, row):
         setattr(rec, name, value)
     rec.requests = requests
+    rec.topics = topics
     return rec
+
+
+def topic_rows(topics: dict, names: dict[str, str]) -> list[dict]:
+    """A topic map as the connection object's `topics`, ordered by topic and use; an id is named
+    when the id map names it now (topic null otherwise)."""
+    rows = []
+    for (use, key), (frames, nbytes, first, last) in topics.items():
+        topic, topic_id = split_key(key, names)
+        rows.append({"use": use, "topic": topic, "topic_id": topic_id, "frames": frames, "bytes": nbytes,
+                     "first_seen": iso_time(first), "last_seen": iso_time(last)})
+    rows.sort(key=lambda r: (r["topic"] is None, r["topic"] or "", r["topic_id"] or "", r["use"]))
+    return rows

@@ -17,7 +17,10 @@ copy function they are passed (`_copied`), if at all:
 - reads.py: the connection listing (`query`: filter, order, limit) and the client census
   (`clients`), readiness.py: upgrade readiness;
 - saved.py: what the state file keeps (`saved_identities`) and gives back (`restore_identities`);
-- churn.py: connections a minute per client (`churn`).
+- churn.py: connections a minute per client (`churn`);
+- topics.py: topic usage, topic ids, groups and transactional ids (issue 31: the handlers of
+  their events, the topic table and id map with their bounds, the --topic-metrics series),
+  topic_reads.py: who writes and reads each topic (`topics`, `topic`), topickeys.py: their rules.
 
 The registry keeps what only it can: the lock discipline of its reads (`_copied`: a REST read
 holds the lock only to copy, a bounded chunk of records per hold, and filters, orders and formats
@@ -29,9 +32,9 @@ reading method copies what it needs. Imports only `capture.events` (the event co
 generated API table (reference data) and its own package's modules, never capture's internals;
 nothing here knows about HTTP, Prometheus or the event log. Its length is its handlers' (about
 310 lines: each event's effect on the records and tables is written in one place, read at a
-glance as a protocol's state machine is) and its entries' (about 200: `apply`, and the reads
+glance as a protocol's state machine is) and its entries' (about 220: `apply`, and the reads
 with their lock's discipline, a chunk copied per hold), besides the constructor, the defaults
-and this docstring; the rest lives in the parts.
+and this docstring; the rest lives in the parts (issue 31's handlers too: topics.py's own state).
 
 Model:
 - A connection leaves the open set the moment its `ConnectionClosed` arrives (its gauge drops
@@ -86,7 +89,7 @@ from capture.events import (
     TrafficUpdate,
 )
 from capture.kafka.api_table import REMOVED_IN_KAFKA4
-from exporter.census import readiness, reads
+from exporter.census import readiness, reads, topic_reads, topickeys
 from exporter.census.basis import CANONICAL_PAIR, DEFAULT_SIBLING_WINDOW, MAX_FIRST_REQUESTS, FingerprintBasis
 from exporter.census.brokers import BrokerTable
 from exporter.census.churn import DEFAULT_CHURN_THRESHOLD_PER_MINUTE, DEFAULT_MAX_CHURN_CLIENTS, ChurnTracker
@@ -122,6 +125,7 @@ from exporter.census.series import (
     named,
     named_snapshot,
 )
+from exporter.census.topics import TopicState, named_metrics
 
 DEFAULT_MAX_OPEN = 100_000
 DEFAULT_MAX_CLOSED = 10_000
@@ -156,7 +160,11 @@ class ConnectionRegistry:
                  max_brokers: int = DEFAULT_MAX_BROKERS, sibling_window: float = DEFAULT_SIBLING_WINDOW,
                  max_fingerprints_per_second: int = DEFAULT_MAX_FINGERPRINTS_PER_SECOND,
                  max_churn_clients: int = DEFAULT_MAX_CHURN_CLIENTS,
-                 churn_threshold_per_minute: float = DEFAULT_CHURN_THRESHOLD_PER_MINUTE, clock=None) -> None:
+                 churn_threshold_per_minute: float = DEFAULT_CHURN_THRESHOLD_PER_MINUTE,
+                 max_topics_per_connection: int = topickeys.DEFAULT_MAX_TOPICS_PER_CONNECTION,
+                 max_topics: int = topickeys.DEFAULT_MAX_TOPICS, max_topic_ids: int = topickeys.DEFAULT_MAX_TOPIC_IDS,
+                 max_topic_entries: int = topickeys.DEFAULT_MAX_TOPIC_ENTRIES,
+                 topic_metrics: bool = False, clock=None) -> None:
         # Held by apply() for one event, and by readers only to copy (`_copied`: a bounded chunk
         # of records per hold), never while they filter, sort or serialize (issue 13).
         self._lock = threading.RLock()
@@ -223,6 +231,10 @@ class ConnectionRegistry:
         # `max_churn_clients` clients (exporter/census/churn.py); each connection noted once, at `_client_id`
         # or `_closed_ev`.
         self._churn = ChurnTracker(max_churn_clients, churn_threshold_per_minute)
+        # Issue 31: topics, topic ids, groups and transactional ids (exporter/census/topics.py).
+        self._topics = TopicState(find_open=self.open.get, bounded=self._bounded_string, series=self.series,
+                                  max_per_connection=max_topics_per_connection, max_topics=max_topics,
+                                  max_ids=max_topic_ids, max_entries=max_topic_entries, metrics=topic_metrics)
         self._handlers: dict[type, Callable[[Any], None]] = {
             ConnectionOpened: self._opened_ev, RequestSeen: self._request, ResponseSeen: self._response,
             RequestTally: self._tally,
@@ -231,7 +243,7 @@ class ConnectionRegistry:
             TlsSession: self._tls_session,
             TrafficUpdate: self._traffic, DecodeError: self._decode_error, Desync: self._desync,
             ConnectionClosed: self._closed_ev, CaptureStats: self._capture_stats,
-            FingerprintBasis: self._logged_basis,
+            FingerprintBasis: self._logged_basis, **self._topics.handlers(),
         }
 
     # --- writing ------------------------------------------------------------------------
@@ -272,6 +284,7 @@ class ConnectionRegistry:
                 if rec.closed_at > cutoff:
                     break
                 closed.popitem(last=False)
+                self._topics.forget(rec)
             if self._restorable.waiting:
                 self._restorable.expire(self.now())
 
@@ -301,7 +314,7 @@ class ConnectionRegistry:
         with self._lock:
             self.expire()
             rec = self._find_record(conn_id)
-            return rec.to_dict(self.now()) if rec is not None else None
+            return rec.to_dict(self.now(), self._topics.ids) if rec is not None else None
 
     def _copied(self, items: Sequence, copy, per_hold: int, whole: bool = False) -> list:
         """`[copy(item) for item in items]` (`whole`: `[copy(chunk) for chunk in chunks]`),
@@ -373,7 +386,7 @@ class ConnectionRegistry:
         builds the dicts with the lock free (exporter/census/reads.py)."""
         filters = reads.checked_query(filters, order_by)
         refs, now = self._snapshot_refs(state)
-        return reads.listing(self._copied, refs, now, state, filters, order_by, limit)
+        return reads.listing(self._copied, refs, now, state, filters, order_by, limit, self.topic_names())
 
     def connections(self, state: str = "all") -> list[dict]:
         return [c for chunk in self.query(state=state)[0] for c in chunk]
@@ -386,7 +399,28 @@ class ConnectionRegistry:
         with self._lock:
             census = list(self._census.items())
         opened = self._open_refs()  # after the census: a connection closing meanwhile is folded in once at most
-        return reads.census_rows(self._copied, census, opened, filters)
+        return reads.census_rows(self._copied, census, opened, filters, self.topic_names())
+
+    def topic_names(self) -> dict[str, str]:
+        """The topic id map (id -> name), copied in one hold (at most --max-topic-ids entries)."""
+        with self._lock:
+            return self._topics.names()
+
+    def topics(self, *, topic: str | None = None, role: str | None = None, group: str | None = None,
+               lazy: bool = False) -> dict:
+        """GET /api/v1/topics (exporter/census/topic_reads.py `listing`, `lazy` too): the open
+        and recently closed records' topic maps copied in chunks, grouped with the lock free."""
+        refs, _ = self._snapshot_refs("all")
+        with self._lock:
+            names, overflowed = self._topics.names(), self._topics.overflow
+        return topic_reads.listing(self._copied, refs, names, overflowed, topic=topic, role=role, group=group,
+                                   lazy=lazy)
+
+    def topic(self, name: str) -> dict | None:
+        """GET /api/v1/topics/{name}: a topic by name (or id), None if no connection named it."""
+        answer = self.topics(topic=name)
+        found = next(iter(answer["topics"]), None)
+        return found if found is None or "cut" not in answer else {**found, "cut": answer["cut"]}
 
     def churn(self) -> dict:
         """GET /api/v1/churn: the clients opening connections at or over the churn threshold now,
@@ -413,7 +447,7 @@ class ConnectionRegistry:
         the offenders copied."""
         readiness.target_of(target)  # an unknown target: a ValueError before any work
         refs, now = self._snapshot_refs("all")
-        return readiness.report(target, self._copied, refs, now, self.clients)
+        return readiness.report(target, self._copied, refs, now, self.clients, self.topic_names())
 
     def snapshot(self) -> MetricsSnapshot:
         """The metrics, copied in one hold (flat copies of bounded tables: the series budget
@@ -435,7 +469,8 @@ class ConnectionRegistry:
                 churning_clients=self._churn.count_churning(self.now()), churn_clients_evicted=self._churn.evicted,
                 unsupported_version_closes=named(RequestSeries, dict(self._unsupported)),
                 **series.totals(), **resolver.totals())
-        return named_snapshot(tables, latency, brokers, totals)
+            topics = self._topics.totals()
+        return named_snapshot(tables, latency, brokers, {**totals, **named_metrics(topics)})
 
     # --- handlers (called under the lock) -----------------------------------------------
 
@@ -713,6 +748,7 @@ class ConnectionRegistry:
             return
         self._at_sync_point(rec, closing=True)  # the last word: what the whole connection said
         del self.open[ev.conn_id]
+        self._topics.closed(rec)  # no longer an open client of its topics
         self.resolver.connection_closed(rec)  # its client, the waiting list and the inferred gauge
         if rec.client_id is None and not rec.mid_stream:  # never sent one (TLS, or no request): counted now
             self._churn.note(rec.client_address, None, rec.first_seen)
@@ -748,5 +784,5 @@ class ConnectionRegistry:
             self._open_order = list(self.open.values())
             self._dead = 0
         if len(self.closed) > self.max_closed:
-            self.closed.popitem(last=False)
+            self._topics.forget(self.closed.popitem(last=False)[1])
             self.forgotten += 1

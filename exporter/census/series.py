@@ -5,9 +5,10 @@ are the label names the collector, exporter/http/metrics.py, exports them under;
 own tables key them by plain tuples, equal and hashed the same), `MetricsSnapshot` (everything the
 collector needs, named after the registry's lock is released: `named_snapshot`) and
 `SeriesBudget`: the `--max-series` budget (`series_key`: once `max_series` label sets exist, a
-new one folds into "other", counted per family) and the software label values (`software_pair`:
-the first `max_software_labels` distinct (name, version) pairs get their own label values; later
-pairs share ("other", "other") and are counted).
+new one folds into "other", counted per family; `charge` and `refund` for the per-topic
+families of issue 31, whose label sets come and go with their topics) and the software label
+values (`software_pair`: the first `max_software_labels` distinct (name, version) pairs get their
+own label values; later pairs share ("other", "other") and are counted).
 
 Imports only `capture.events` (the event contract) and `exporter.census.record` (the label
 values "unknown" and "other"). The registry (exporter/census/registry.py), which it never
@@ -18,7 +19,7 @@ on the tables it copied.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from capture.events import LATENCY_BUCKETS, CaptureStats
@@ -33,7 +34,8 @@ ACKS = frozenset((-1, 0, 1))  # KIP-1: anything else is INVALID_REQUIRED_ACKS (2
 API_VERSIONS_ERRORS = {0: "NONE", 35: "UNSUPPORTED_VERSION", 42: "INVALID_REQUEST"}
 # What series_folded counts, by family: every name is exported, 0 until something folds.
 BUDGETED = ("connections", "connections_inferred", "requests", "deprecated_requests", "request_duration_seconds",
-            "api_versions_responses", "produce_requests", "sasl_authentications", "unsupported_version_closes")
+            "api_versions_responses", "produce_requests", "sasl_authentications", "unsupported_version_closes",
+            "topic_clients", "topic_bytes")
 
 
 class ConnectionSeries(NamedTuple):
@@ -89,6 +91,17 @@ class SaslSeries(NamedTuple):
     listener: str
     mechanism: str | None  # RFC 4422 form, else "other"
     outcome: str
+
+
+class TopicClientsSeries(NamedTuple):
+    topic: str  # a name, an id no Metadata answer named, or "<other>" (past --max-topics or the budget)
+    role: str  # producer, consumer, admin, other
+
+
+class TopicBytesSeries(NamedTuple):
+    topic: str
+    use: str  # produce, fetch, replicate: the uses that carry bytes
+    software: str  # the connection's client_software_name label value
 
 
 class BrokerApi(NamedTuple):
@@ -153,6 +166,16 @@ class MetricsSnapshot:
     churning_clients: int  # (client address, client_id) at or over the churn threshold now
     churn_clients_evicted: int  # clients the churn tracker forgot at --max-churn-clients
     unsupported_version_closes: dict[RequestSeries, int]  # connections the broker closed at a version it refuses
+    # Issue 31 (exporter/census/topics.py): topics and topic ids known, what their bounds dropped,
+    # and with --topic-metrics the per-topic series (None without).
+    topics: int = 0  # distinct topics the open and recently closed connections named
+    topic_ids: int = 0  # topic ids mapped to names
+    topic_entries: int = 0  # (use, topic) entries all the records hold, at most --max-topic-entries
+    topics_dropped: dict[str, int] = field(default_factory=dict)  # reason -> usage entries (or frames) not kept
+    topics_overflow: int = 0  # usage entries kept under "<other>": --max-topics topics were known
+    topic_ids_evicted: int = 0  # ids forgotten at --max-topic-ids
+    topic_clients: dict[TopicClientsSeries, int] | None = None  # open connections per topic and role
+    topic_bytes: dict[TopicBytesSeries, int] | None = None  # record-set bytes per topic, use and software
 
 
 def named(key_type, table: dict) -> dict:
@@ -212,6 +235,21 @@ class SeriesBudget:
             return key
         self.folded[metric] += 1
         return (key[0],) + (OTHER,) * (len(key) - 1)
+
+    def charge(self, metric: str, table: dict, key: tuple, folded: tuple) -> tuple:
+        """`series_key` for a family whose first label is not the listener (the topic ones):
+        `key` if `table` has it or the budget has room, else `folded`, counted."""
+        if key in table:
+            return key
+        if self.used < self.max_series:
+            self.used += 1
+            return key
+        self.folded[metric] += 1
+        return folded
+
+    def refund(self, n: int = 1) -> None:
+        """`n` label sets charged by `charge` no longer exist (a topic left the registry)."""
+        self.used = max(0, self.used - n)
 
     def software_pair(self, name: str | None, version: str | None) -> tuple[str, str]:
         """A connection's software label values, before the series budget's say: "unknown" for

@@ -3,8 +3,9 @@
 Owns `UsageError` (exit 2) and `StartError` (exit 1), parsing and binding `--http` (with
 capture.listeners' `HOST:PORT` rule and listening socket, the proxy's own), the HTTP side's
 bounds and the open-files split they are checked against (`http_limits`), the announcement of
-what is served, `--api-token-file`/`--metrics-auth` as `Service` arguments, and the registry,
-flow-tracker options, event log and state file of a command, each checked value one clear
+what is served, `--api-token-file`/`--metrics-auth` as `Service` arguments, and the registry
+(with its topic bounds, `topic_bounds`), flow-tracker options (with --topics, `topic_decoding`),
+event log and state file of a command, each checked value one clear
 UsageError. Part of the composition root (exporter.cli); imports capture.listeners.
 """
 
@@ -20,7 +21,8 @@ from exporter.cli.settings import ENV_PREFIX
 from exporter.http.bounds import HTTP_BACKLOG, FdBudget, HttpLimits, fd_budget
 
 __all__ = ["ENV_PREFIX", "StartError", "UsageError", "announce", "api_access", "bind_http", "http_limits", "listeners",
-           "live_registry", "open_event_log", "open_state", "parse_http", "registry_bounds", "tracker_options"]
+           "live_registry", "open_event_log", "open_state", "parse_http", "registry_bounds", "topic_bounds",
+           "topic_decoding", "tracker_options"]
 
 
 class UsageError(Exception):
@@ -120,6 +122,22 @@ def registry_bounds(args: argparse.Namespace) -> dict:
     return {**bounds, "churn_threshold_per_minute": threshold}
 
 
+def topic_bounds(args: argparse.Namespace) -> dict:
+    """The registry's topic bounds and --topic-metrics (ConnectionRegistry keyword arguments, issue 31)."""
+    bounds = {"max_topics_per_connection": args.max_topics_per_connection, "max_topics": args.max_topics,
+              "max_topic_ids": args.max_topic_ids, "max_topic_entries": args.max_topic_entries}
+    for name, value in bounds.items():
+        if value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    return {**bounds, "topic_metrics": args.topic_metrics}
+
+
+def topic_decoding(args: argparse.Namespace) -> dict:
+    """--topics and the decoder's bound of entries per frame (--max-topics-per-connection), as the
+    capture layers' keyword arguments (FlowTracker, capture.replay.replay, Proxy)."""
+    return {"topics": args.topics, "max_topics": topic_bounds(args)["max_topics_per_connection"]}
+
+
 def live_registry(args: argparse.Namespace) -> ConnectionRegistry:
     """The registry of a long-running command (capture, proxy): every table bounded by a flag."""
     if args.max_connections < 1 or args.max_closed_connections < 1:
@@ -130,7 +148,7 @@ def live_registry(args: argparse.Namespace) -> ConnectionRegistry:
         raise UsageError("--sibling-window must not be negative")
     return ConnectionRegistry(clock=time.time, max_open=args.max_connections,
                               max_closed=args.max_closed_connections, closed_ttl=args.closed_ttl,
-                              sibling_window=args.sibling_window, **registry_bounds(args))
+                              sibling_window=args.sibling_window, **registry_bounds(args), **topic_bounds(args))
 
 
 def tracker_options(args: argparse.Namespace) -> dict:
@@ -143,7 +161,7 @@ def tracker_options(args: argparse.Namespace) -> dict:
         raise UsageError("--max-buffer-mb must be at least 1")
     # tally: ordinary requests counted in the core and handed on in runs (capture.events.RequestTally)
     return {"idle_timeout": args.idle_timeout, "max_flows": args.max_flows,
-            "max_buffer_bytes": args.max_buffer_mb << 20, "tally": True}
+            "max_buffer_bytes": args.max_buffer_mb << 20, "tally": True, **topic_decoding(args)}
 
 
 def open_event_log(args: argparse.Namespace):
@@ -171,7 +189,8 @@ def open_event_log(args: argparse.Namespace):
     # every encoding of a rollup, write, fsync and deletion. Schema 2: one rollup per connection
     # and interval, as many connections as the registry holds open.
     return QueuedEventLog(log, max_queue_bytes=args.event_log_queue_mb << 20,
-                          rollup_seconds=args.event_log_rollup_seconds, max_rollup_connections=args.max_connections)
+                          rollup_seconds=args.event_log_rollup_seconds, max_rollup_connections=args.max_connections,
+                          max_topic_ids=args.max_topic_ids)  # the TopicIds pairs it remembers: the registry's bound
 
 
 def open_state(args: argparse.Namespace, registry: ConnectionRegistry):

@@ -1,11 +1,13 @@
-"""The incident CLI's commands: `kafka-census connections|clients|churn|upgrade-readiness` (issue 16).
+"""The incident CLI's commands: `kafka-census connections|clients|churn|upgrade-readiness` (issue 16),
+`topics` and `topic NAME` (issue 31).
 
 Owns their parsers (flags, filters, examples and the exit codes in --help; each setting declared
 in exporter.cli.settings, its default from exporter.incident.client), the checks of their values,
 which filter flag is which query parameter, and the dispatch: one request and its frame
 (`show`), or `--watch`. The engine is exporter.incident: `client` (the HTTP client of the REST
-API, its exit codes), `tables` (the terminal tables) and `watch` (the refresh loop); it imports
-nothing of the CLI. Imports neither capture nor the registry nor FastAPI: a client of the API.
+API, its exit codes), `tables` (the terminal tables), `topics` (the topic views) and `watch`
+(the refresh loop); it imports nothing of the CLI. Imports neither capture nor the registry nor
+FastAPI: a client of the API.
 
 Output: the table (or `-o json`) on stdout; every error one line on stderr, `error: ...`, never a
 traceback. `-o json` re-encodes the answer with every non-ASCII character escaped, so the JSON
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 from exporter.cli.options import add_setting
 from exporter.incident.client import (
@@ -41,6 +44,7 @@ from exporter.incident.tables import (
     frame_upgrade,
     table_width,
 )
+from exporter.incident.topics import frame_topic, frame_topics, topic_path
 from exporter.incident.watch import watch
 
 EXIT_CODES_HELP = """\
@@ -76,6 +80,15 @@ examples:
 examples:
   kafka-census upgrade-readiness --target 4.0 -o wide
   kafka-census upgrade-readiness -o json | jq .ready""",
+    "topics": """\
+examples:
+  kafka-census topics
+  kafka-census topics --role consumer --group billing -o wide
+  kafka-census topics -o json | jq '.topics[] | select(.consumers == []) | .topic'""",
+    "topic": """\
+examples:
+  kafka-census topic orders
+  kafka-census topic orders -o wide --watch 5""",
 }
 
 CONNECTION_FILTERS = {  # dest -> query parameter (dests prefixed: exporter.cli.settings has `listener`)
@@ -83,20 +96,25 @@ CONNECTION_FILTERS = {  # dest -> query parameter (dests prefixed: exporter.cli.
     "filter_software_version": "client_software_version", "filter_client_id": "client_id",
     "filter_principal": "principal", "filter_address": "address",
     "filter_inferred_software_name": "inferred_software_name", "filter_identity_source": "identity_source",
-    "filter_close_reason": "close_reason", "order_by": "order_by", "limit": "limit",
+    "filter_close_reason": "close_reason", "filter_topic": "topic", "filter_group": "group",
+    "order_by": "order_by", "limit": "limit",
 }
 CLIENT_FILTERS = {
     "filter_listener": "listener", "filter_software_name": "client_software_name",
     "filter_software_version": "client_software_version", "filter_client_id": "client_id",
     "filter_principal": "principal", "filter_identity_source": "identity_source",
-    "filter_inferred_software_name": "inferred_software_name",
+    "filter_inferred_software_name": "inferred_software_name", "filter_topic": "topic", "filter_group": "group",
 }
+TOPIC_FILTERS = {"filter_topic": "topic", "filter_role": "role", "filter_group": "group"}
 
-COMMANDS = {  # command -> (path, filters, frame builder)
+COMMANDS: dict[str, tuple[Any, dict[str, str], Any]] = {  # command -> (path, or the path of the parsed flags;
+    # filters; frame builder)
     "connections": (API_PREFIX + "/connections", CONNECTION_FILTERS, frame_connections),
     "clients": (API_PREFIX + "/clients", CLIENT_FILTERS, frame_clients),
     "churn": (API_PREFIX + "/churn", {}, frame_churn),
     "upgrade-readiness": (API_PREFIX + "/upgrade-readiness", {"target": "target"}, frame_upgrade),
+    "topics": (API_PREFIX + "/topics", TOPIC_FILTERS, frame_topics),
+    "topic": (lambda args: topic_path(args.name), {}, frame_topic),
 }
 
 
@@ -110,9 +128,14 @@ def show(args: argparse.Namespace, base: str, token: str | None, *, compact_json
 
     path, filters, build = COMMANDS[args.command]
     try:
-        answer = fetch(base, path, _params(args, filters), token=token, timeout=args.timeout,
-                       max_bytes=args.max_response_mb << 20)
+        answer = fetch(base, path if isinstance(path, str) else path(args), _params(args, filters), token=token,
+                       timeout=args.timeout, max_bytes=args.max_response_mb << 20)
     except Failure as exc:
+        if args.command == "topic" and exc.status == 404 and exc.detail not in ("", "Not Found"):
+            from exporter.textsafe import visible
+
+            # The server knows no such topic (its detail says so, naming it): not a wrong --server.
+            return Frame([], [f"error: {visible(base)}: {exc.detail}"], exc.code)
         return Frame([], [f"error: {exc.message}"], exc.code)
     peers = missing_peers(answer.body, answer.headers)
     notes = [] if peers is None else [partial_warning(answer.body, peers)]
@@ -130,8 +153,11 @@ def show(args: argparse.Namespace, base: str, token: str | None, *, compact_json
 
 
 def cmd_incident(args: argparse.Namespace) -> int:
-    """`connections`, `clients`, `churn`, `upgrade-readiness`: one request (or --watch), one table."""
+    """`connections`, `clients`, `churn`, `upgrade-readiness`, `topics`, `topic`: one request (or
+    --watch), one table (`topic`: its tables)."""
     try:
+        if args.command == "topic":
+            topic_path(args.name)  # a name Kafka could not have: exit 2 before any request
         if args.watch is not None and not (args.watch > 0 and args.watch != float("inf")):
             raise Failure(EXIT_USAGE, "--watch must be a positive number of seconds")
         if args.watch_count is not None and (args.watch_count < 1 or args.watch is None):
@@ -146,7 +172,8 @@ def cmd_incident(args: argparse.Namespace) -> int:
         print(f"kafka-census {args.command}: error: {exc.message}", file=sys.stderr)
         return exc.code
     if args.watch is not None:
-        return watch(lambda: show(args, base, token, compact_json=True), command=args.command, base=base,
+        command = f"topic {args.name}" if args.command == "topic" else args.command  # the title line's
+        return watch(lambda: show(args, base, token, compact_json=True), command=command, base=base,
                      every=args.watch, count=args.watch_count, output=args.output)
     try:
         frame = show(args, base, token, compact_json=False)
@@ -197,8 +224,14 @@ def _identity_filters(p: argparse.ArgumentParser, identity_choices=None) -> None
                                                       "tls, mid_stream or none"))
 
 
+def _usage_filters(p: argparse.ArgumentParser, what: str = "connections") -> None:
+    p.add_argument("--topic", dest="filter_topic", metavar="NAME",
+                   help=f"exact topic name (or unnamed topic id): {what} that used it, in any way")
+    p.add_argument("--group", dest="filter_group", metavar="ID", help=f"exact consumer group id: {what} in it")
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """Register `connections`, `clients`, `churn` and `upgrade-readiness`."""
+    """Register `connections`, `clients`, `churn`, `upgrade-readiness`, `topics` and `topic`."""
     fmt = argparse.RawDescriptionHelpFormatter
     con = sub.add_parser(
         "connections", help="list connections (open and recently closed) from a sidecar or an aggregator",
@@ -208,6 +241,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     _common(con)
     con.add_argument("--state", dest="filter_state", choices=("open", "closed", "all"), help="default all")
     _identity_filters(con)
+    _usage_filters(con)
     con.add_argument("--address", dest="filter_address", metavar="IP", help="exact client or broker address")
     con.add_argument("--close-reason", dest="filter_close_reason", metavar="REASON",
                      help="exact close reason, e.g. unsupported_version (closed by the broker at a version it refuses)")
@@ -225,6 +259,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     "the server. Inferred identities show as 'NAME RANGE (inferred)', never as announced.")
     _common(cli)
     _identity_filters(cli, ("announced", "sibling", "fingerprint", "none"))
+    _usage_filters(cli, "clients")
     cli.set_defaults(func=cmd_incident)
 
     churn = sub.add_parser(
@@ -244,3 +279,27 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     _common(upg)
     upg.add_argument("--target", default="4.0", metavar="VERSION", help="target broker version (default 4.0)")
     upg.set_defaults(func=cmd_incident)
+
+    tops = sub.add_parser(
+        "topics", help="who writes and who reads each topic: producers, consumers, bytes in and out",
+        formatter_class=fmt, epilog=EXAMPLES["topics"] + "\n\n" + EXIT_CODES_HELP,
+        description="GET /api/v1/topics: every topic the server saw used, with how many distinct clients\n"
+                    "wrote (Produce) and read it (Fetch, offsets, subscriptions), the record bytes produced\n"
+                    "and fetched, and when it was last used. `kafka-census topic NAME` names the clients.")
+    _common(tops)
+    tops.add_argument("--topic", dest="filter_topic", metavar="NAME", help="exact topic name (or unnamed topic id)")
+    tops.add_argument("--role", dest="filter_role", choices=("producer", "consumer", "admin"),
+                      help="topics with a client in this role")
+    tops.add_argument("--group", dest="filter_group", metavar="ID", help="topics a member of this consumer group used")
+    tops.set_defaults(func=cmd_incident)
+
+    one = sub.add_parser(
+        "topic", help="who writes and who reads one topic: its clients, with software, group and bytes",
+        formatter_class=fmt, epilog=EXAMPLES["topic"] + "\n\n" + EXIT_CODES_HELP,
+        description="GET /api/v1/topics/NAME: the clients that wrote the topic (WHO WRITES) and read it\n"
+                    "(WHO READS), then admin clients (create, delete); -o wide adds the clients that only\n"
+                    "asked Metadata about it or replicated it. A client is its software, client_id,\n"
+                    "principal, address, group and transactional id. An unknown topic is exit 1.")
+    one.add_argument("name", metavar="NAME", help="topic name, or the id of a topic no Metadata answer named")
+    _common(one)
+    one.set_defaults(func=cmd_incident)

@@ -52,7 +52,7 @@ def add_http_options(p: argparse.ArgumentParser, *, http_help: str | None = None
 
 def add_service_options(p: argparse.ArgumentParser) -> None:
     """What every command that serves a registry shares: the HTTP options, output format,
-    compat metrics and the registry's label bounds."""
+    compat metrics, the registry's label bounds and the topics' switches and bounds (issue 31)."""
     add_http_options(p)
     p.add_argument("--format", choices=("table", "json"), default="table")
     add_setting(p, "compat_metrics", type=parse_csv, metavar="strimzi,confluent")
@@ -60,6 +60,10 @@ def add_service_options(p: argparse.ArgumentParser) -> None:
                  "max_fingerprints_per_second", "max_churn_clients"):
         add_setting(p, dest, type=parse_int, metavar="N")
     add_setting(p, "churn_threshold_per_minute", type=parse_float, metavar="N")
+    add_setting(p, "topics", action=argparse.BooleanOptionalAction)
+    for dest in ("max_topics_per_connection", "max_topics", "max_topic_ids", "max_topic_entries"):
+        add_setting(p, dest, type=parse_int, metavar="N")
+    add_setting(p, "topic_metrics", action=argparse.BooleanOptionalAction)
 
 
 def add_event_log_options(p: argparse.ArgumentParser) -> None:

@@ -26,6 +26,7 @@ from exporter.cli.common import (
     http_limits,
     live_registry,
     open_event_log,
+    topic_decoding,
 )
 from exporter.cli.options import add_buffer_budget_option, add_event_log_options, add_service_options, add_setting
 from exporter.cli.output import print_connections, print_summary
@@ -150,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         proxy = Proxy(proxy_routes, service.emit if service else registry.apply, tls=tls,
                       connect_timeout=args.connect_timeout, max_connections=max_connections,
-                      max_buffer_bytes=args.max_buffer_mb << 20, event_loop=args.event_loop, tally=True)
+                      max_buffer_bytes=args.max_buffer_mb << 20, event_loop=args.event_loop, tally=True,
+                      **topic_decoding(args))
         proxy.bind()
     except ProxyError as exc:
         if event_log is not None:

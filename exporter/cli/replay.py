@@ -19,6 +19,7 @@ from exporter.cli.common import (
     http_limits,
     listeners,
     registry_bounds,
+    topic_bounds,
     tracker_options,
 )
 from exporter.cli.options import add_capture_options
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         access.update(http_limits(args)[0])
     listener_map = listeners(args)
     registry = ConnectionRegistry(max_closed=10**9, closed_ttl=float("inf"),  # a file is finite: keep all
-                                  **registry_bounds(args))
+                                  **registry_bounds(args), **topic_bounds(args))
     sock = bind_http(args) if args.serve else None
     try:
         result = replay(args.file, listener_map, registry.apply, progress=progress, **tracker_options(args))

@@ -34,6 +34,7 @@ from exporter.aggregator import defaults as _aggregator
 from exporter.census import basis as _basis
 from exporter.census import churn as _churn
 from exporter.census import registry as _registry
+from exporter.census import topickeys as _topickeys
 from exporter.eventlog import rollup as _rollup
 from exporter.eventlog import writer as _eventlog
 from exporter.http import bounds as _httpbounds
@@ -236,6 +237,24 @@ _CLI_SETTINGS = (
     _S("max_closed_connections", parse_int, _registry.DEFAULT_MAX_CLOSED, "recently closed connections kept for "
        "the REST API; the oldest go first"),
     _S("closed_ttl", parse_float, _registry.DEFAULT_CLOSED_TTL, "how long a closed connection stays listed"),
+    # topics, groups and transactional ids (issue 31: exporter/census/topics.py; docs/hardening.md)
+    _S("topics", parse_bool, True, "decode the topics, consumer groups and transactional ids each connection names "
+       "(GET /api/v1/topics, the connections' topics); --no-topics: the decoder reads no request body for them"),
+    _S("max_topics_per_connection", parse_int, _topickeys.DEFAULT_MAX_TOPICS_PER_CONNECTION, "(use, topic) entries "
+       "a connection keeps, and the decoder lists per frame; past it counted in its topics_dropped and "
+       "kafka_census_topics_dropped_total"),
+    _S("max_topics", parse_int, _topickeys.DEFAULT_MAX_TOPICS, "distinct topics the open and recently closed "
+       "connections may name; a new one past it is kept under the topic \"<other>\", counted in "
+       "kafka_census_topics_overflow_total"),
+    _S("max_topic_ids", parse_int, _topickeys.DEFAULT_MAX_TOPIC_IDS, "topic ids mapped to names from the Metadata "
+       "answers seen (Fetch and Produce v13+ name topics by id); past it the least recently named is forgotten, "
+       "counted in kafka_census_topic_ids_evicted_total"),
+    _S("max_topic_entries", parse_int, _topickeys.DEFAULT_MAX_TOPIC_ENTRIES, "(use, topic) entries all the open "
+       "and recently closed connections keep together (about 200 bytes each); past it a new one is counted in "
+       "kafka_census_topics_dropped_total{reason=\"total\"}"),
+    _S("topic_metrics", parse_bool, False, "also serve kafka_census_topic_clients{topic,role} and "
+       "kafka_census_topic_bytes_total{topic,use,software}: a label set per topic, within --max-series (default "
+       "{default}: a cluster of many topics would fill the budget)"),
     _S("sibling_window", parse_float, _basis.DEFAULT_SIBLING_WINDOW, "a connection that announced its software "
        "names the unannounced connections of the same client address and client_id for this long after it was "
        "last seen"),
@@ -302,7 +321,7 @@ _AGGREGATE_SETTINGS = (
     _S("peer_max_mb", parse_int, _aggregator.DEFAULT_PEER_MAX_MB, "bytes read from one peer's answer; beyond, the "
        "answer is dropped (kind too_large) and the bytes counted"),
     _S("peer_max_items", parse_int, _aggregator.DEFAULT_PEER_MAX_ITEMS, "JSON values in one peer's answer, counted "
-       "as its bytes arrive (a 10,000-row connections page holds ~560,000); beyond, the answer is dropped before "
+       "as its bytes arrive (a 10,000-row connections page holds ~670,000); beyond, the answer is dropped before "
        "it is parsed (kind too_large) and counted"),
     _S("peer_concurrency", parse_int, _aggregator.DEFAULT_PEER_CONCURRENCY, "peers asked at once; the answers being "
        "read hold at most N x --peer-max-mb"),

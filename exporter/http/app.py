@@ -1,7 +1,7 @@
-"""The read-only REST API: connections, the client census, churning clients, brokers, upgrade readiness.
+"""The read-only REST API: connections, the client census, topics, churning clients, brokers, upgrade readiness.
 
 Owns `create_app`, the FastAPI application served next to `/metrics`, the query strings of its
-listings (`connection_query`, `client_query`, `upgrade_target`: FastAPI dependencies the
+listings (`connection_query`, `client_query`, `topic_query`, `upgrade_target`: FastAPI dependencies the
 aggregator's routes take too), the chunked JSON encoding of its answers within the response
 budget (`BodyBuilder`, `json_body`) and the headers every response gets (`BrowserSafeHeaders`).
 The pydantic models that make its OpenAPI schema (at /openapi.json, browsable at /docs)
@@ -23,7 +23,8 @@ Errors: a request that violates the schema's types or ranges (a bad `state`, `li
 1..10000, more `order_by` terms than fields) gets FastAPI's 422 with the offending parameter and
 the allowed values; a request the schema describes but the server cannot honour in meaning (an
 unknown `order_by` field, an unknown upgrade target) gets 400 `{"detail": "..."}` naming the
-allowed values; an unknown connection id gets 404 `{"detail": "no connection ..."}`. With an API
+allowed values; an unknown connection id gets 404 `{"detail": "no connection ..."}`, a topic no
+connection named 404 `{"detail": "no topic ..."}`. With an API
 token (exporter.http.auth), a request without it gets 401 `{"detail": "..."}` before any of this.
 """
 
@@ -58,6 +59,9 @@ from exporter.http.models import (
     Error,
     IdentitySourceOfRow,
     Status,
+    TopicDetail,
+    TopicList,
+    TopicRole,
     UpgradeReadiness,
 )
 from exporter.http.page import PAGE_PATHS
@@ -112,6 +116,9 @@ def parse_order_by(value: str) -> list[tuple[str, bool]]:
 
 
 # --- query strings --------------------------------------------------------------------------
+
+_TOPIC_HELP = ("A topic any of its frames named (any use): its name, or a topic id (a name's ids count too; an id "
+               "no Metadata answer named yet is accepted as the name)")
 #
 # Declared once, as FastAPI dependencies: the sidecar's routes and the aggregator's
 # (exporter/aggregator/app.py, which forwards the query to every peer) take the same parameters,
@@ -156,6 +163,8 @@ def connection_query(
                     "mid_stream or none")] = None,
     close_reason: Annotated[str, Query(
         description="Exact close_reason, e.g. unsupported_version (the casualties of a broker upgrade)")] = None,
+    topic: Annotated[str, Query(description=_TOPIC_HELP)] = None,
+    group: Annotated[str, Query(description="Exact group_id")] = None,
     order_by: Annotated[str, Query(
         description=f"{_ORDER_BY_HELP}. Default: first_seen. None values sort last in both directions; "
                     "ties keep first_seen order.",
@@ -175,7 +184,7 @@ def connection_query(
         ("listener", listener), ("client_software_name", client_software_name),
         ("client_software_version", client_software_version), ("client_id", client_id),
         ("principal", principal), ("address", address), ("inferred_software_name", inferred_software_name),
-        ("identity_source", identity_source), ("close_reason", close_reason),
+        ("identity_source", identity_source), ("close_reason", close_reason), ("topic", topic), ("group", group),
     ) if value is not None}
     return ConnectionQuery(state, filters, terms, order_by, limit)
 
@@ -189,15 +198,27 @@ def client_query(
     identity_source: Annotated[IdentitySourceOfRow, Query()] = None,
     inferred_software_name: Annotated[str, Query(description="Name inferred for clients that announced none")] \
         = None,
+    topic: Annotated[str, Query(description="A topic of the row's topics (any use)")] = None,
+    group: Annotated[str, Query(description="A group of the row's groups")] = None,
 ) -> dict[str, str]:
     """The /clients query string (a dependency): the registry's CLIENT_FILTERS given, exact
-    values, in declaration order ("inferred_software_name" matches `inferred_software.name`)."""
+    values, in declaration order ("inferred_software_name" matches `inferred_software.name`;
+    "topic" and "group" a member of the row's lists)."""
     return {name: value for name, value in (
         ("listener", listener), ("client_software_name", client_software_name),
         ("client_software_version", client_software_version), ("client_id", client_id),
         ("principal", principal), ("identity_source", identity_source),
-        ("inferred_software_name", inferred_software_name),
+        ("inferred_software_name", inferred_software_name), ("topic", topic), ("group", group),
     ) if value is not None}
+
+
+def topic_query(
+    topic: Annotated[str, Query(description=_TOPIC_HELP)] = None,
+    role: Annotated[TopicRole, Query(description="Topics with at least one client in that role")] = None,
+    group: Annotated[str, Query(description="Only the connections of this group_id count")] = None,
+) -> dict[str, str]:
+    """The /topics query string (a dependency): the filters given, in declaration order."""
+    return {name: value for name, value in (("topic", topic), ("role", role), ("group", group)) if value is not None}
 
 
 def upgrade_target(
@@ -483,6 +504,27 @@ def create_app(registry: ConnectionRegistry, *, metrics_app=None, ready: Callabl
         rows = registry.clients(wanted)
         overflow = registry.census_overflow  # an int: read whole, no lock needed
         return json_body({"clients": rows, "total": len(rows), "census_overflow": overflow}, max_bytes, guard)
+
+    @app.get(API_PREFIX + "/topics", response_model=TopicList, tags=["topics"],
+             summary="Who writes and who reads each topic: its producers, consumers, admins and others, as clients")
+    def list_topics(wanted: Annotated[dict[str, str], Depends(topic_query)]) -> Response:
+        answer = registry.topics(**wanted, lazy=True)  # each chunk of topics built as the budget reads it
+        out = BodyBuilder(max_bytes, guard.pacer)
+        out.rows("topics", answer["topics"], answer["listed"])
+        out.field("topics_overflowed", answer["topics_overflowed"])
+        out.field("unresolved_ids", answer["unresolved_ids"])
+        out.notes.extend(answer["notes"])
+        return out.response(guard)
+
+    @app.get(API_PREFIX + "/topics/{name}", response_model=TopicDetail, tags=["topics"],
+             summary="One topic: who writes and who reads it",
+             responses={404: {"model": Error, "description": "No connection named this topic"}})
+    def get_topic(name: Annotated[str, Path(description="A topic name, or a topic id")]) -> Response:
+        topic = registry.topic(name)
+        if topic is None:
+            raise HTTPException(404, f"no topic {name!r} (no open or recently closed connection named it)")
+        cut = topic.pop("cut", None)  # client lists past topic_reads.MAX_TOPIC_CLIENTS
+        return json_body(topic, max_bytes, guard, notes=[cut] if cut else ())
 
     @app.get(API_PREFIX + "/churn", response_model=ChurnList, tags=["clients"],
              summary="Clients opening connections at or over --churn-threshold-per-minute now (reconnect loops)")

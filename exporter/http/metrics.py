@@ -31,6 +31,8 @@ from exporter.census.series import (
     InferredSeries,
     RequestSeries,
     SaslSeries,
+    TopicBytesSeries,
+    TopicClientsSeries,
 )
 
 P = "kafka_census_"
@@ -172,6 +174,7 @@ class CensusCollector:
                      {(): s.churning_clients})
         yield _counter("churn_clients_evicted", "Clients the connection-rate tracker forgot, the least recently "
                        "seen first, because --max-churn-clients were tracked.", [], {(): s.churn_clients_evicted})
+        yield from self._topics(s)
         yield _counter("forgotten_closed_connections", "Recently closed connections dropped at the count bound.",
                        [], {(): s.forgotten_connections})
         yield _counter("truncated_strings", "Strings from the wire (client_id, principal, software, TLS subject) "
@@ -197,6 +200,35 @@ class CensusCollector:
         yield GaugeMetricFamily(P + "scrape_duration_seconds", "Time this scrape took to build.",
                                 value=self.last_duration)
 
+
+    @staticmethod
+    def _topics(s):
+        """Issue 31: the topic table and id map, what their bounds dropped; the per-topic series
+        only with --topic-metrics (a label set per topic, within --max-series)."""
+        yield _gauge("topics", "Distinct topics the open and recently closed connections named (an id no Metadata "
+                     "answer named counts as one), at most --max-topics.", [], {(): s.topics})
+        yield _gauge("topic_ids", "Topic ids mapped to names from Metadata answers, at most --max-topic-ids.", [],
+                     {(): s.topic_ids})
+        yield _gauge("topic_entries", "(use, topic) entries the open and recently closed connections hold "
+                     "together, at most --max-topic-entries.", [], {(): s.topic_entries})
+        yield _counter("topics_dropped", "Topic usage not kept, by reason: 'per_connection' entries past "
+                       "--max-topics-per-connection, 'total' past --max-topic-entries, 'invalid_name' a use, name "
+                       "or id the registry refused, "
+                       "'decoder' entries the decoder did not list (past its bound per frame, or invalid names), "
+                       "'unread' frames whose topics were not read (larger than the decode limit, or malformed).",
+                       ["reason"], s.topics_dropped)
+        yield _counter("topics_overflow", "Topic usage entries kept under the topic '<other>' because --max-topics "
+                       "topics were known.", [], {(): s.topics_overflow})
+        yield _counter("topic_ids_evicted", "Topic ids forgotten at --max-topic-ids, the least recently named first.",
+                       [], {(): s.topic_ids_evicted})
+        if s.topic_clients is not None:
+            yield _gauge("topic_clients", "Open connections per topic and role (--topic-metrics): producer, "
+                         "consumer, admin, other (replication, or only Metadata about it); '<other>' past "
+                         "--max-topics or --max-series.", [*TopicClientsSeries._fields], s.topic_clients)
+        if s.topic_bytes is not None:
+            yield _counter("topic_bytes", "Record-set bytes per topic, use (produce, fetch, replicate) and client "
+                           "software name (--topic-metrics); '<other>' past --max-topics or --max-series.",
+                           [*TopicBytesSeries._fields], s.topic_bytes)
 
     @staticmethod
     def _capture_health(s):

@@ -3,7 +3,8 @@
 Owns `Model` (the base: unknown fields forbidden), the response models of every route
 (`Connection`, built from the connection object's declaration in exporter/census/fields.py;
 `ConnectionList`, `Client`, `ClientList`, `Broker`, `UpgradeReadiness`, `ChurnList`, `Error`,
-`Status`, ...), `MAX_LIMIT` (the page bound the listing's schema states) and `InvalidAnswer`,
+`Status`, the topics' `Topic`, `TopicClient`, `TopicList` and the connection's `TopicUse`, ...),
+`MAX_LIMIT` (the page bound the listing's schema states) and `InvalidAnswer`,
 the error of an answer that is not of these shapes (raised by the aggregator's checks:
 exporter.aggregator.merge, exporter.http.health's `check_health`). The health models are
 exporter.http.health's.
@@ -12,17 +13,19 @@ The routes (exporter.http.app) do not validate their answers against these model
 request (see its docstring): tests/http/test_api.py holds the registry's objects to them, field for
 field, and the aggregator (exporter.aggregator.models) extends them with its peers.
 
-Imports pydantic and exporter.census.fields only: no FastAPI, no registry, nothing of this
-package (exporter.http.app and exporter.http.health import it).
+Imports pydantic, exporter.census.fields and exporter.census.topickeys (the topic uses and
+roles) only: no FastAPI, no registry, nothing of this package (exporter.http.app and
+exporter.http.health import it).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from exporter.census.fields import CONNECTION_FIELDS, ConnectionField
+from exporter.census.topickeys import USES
 
 MAX_LIMIT = 10_000  # the page bound: a response never holds more connections than this
 
@@ -110,10 +113,36 @@ class FirstRequest(Model):
     api_version: Count
 
 
+# Issue 31. What a frame did with a topic (capture.events.TOPIC_USES), and a connection's roles.
+TopicUseName = Literal["produce", "fetch", "replicate", "list_offsets", "offset_commit", "offset_fetch", "metadata",
+                       "create", "delete", "subscribe", "txn"]
+assert set(get_args(TopicUseName)) == set(USES), "capture.events.TOPIC_USES changed: update TopicUseName"
+Role = Literal["producer", "consumer", "admin", "broker"]
+TopicRole = Literal["producer", "consumer", "admin"]
+
+
+class TopicUse(Model):
+    """One (use, topic) of a connection: what its frames did with the topic, since it opened."""
+
+    use: TopicUseName = Field(description="produce, fetch (a client's), replicate (a follower broker's fetch), "
+                              "list_offsets, offset_commit, offset_fetch, metadata (asked about it), create, "
+                              "delete, subscribe (JoinGroup, ConsumerGroupHeartbeat), txn (AddPartitionsToTxn)")
+    topic: str | None = Field(description="null: named only by topic_id, which no Metadata answer seen maps yet; "
+                              "\"<other>\": topics past --max-topics")
+    topic_id: str | None = Field(description="Kafka's Uuid.toString (22 characters) when the frames named the "
+                                 "topic by id (Fetch v13+, Produce v13+); else null")
+    frames: Count = Field(description="Requests naming it (an incremental fetch session names a topic only when "
+                          "its partitions change: 0 frames with bytes is possible)")
+    bytes: Count = Field(description="produce: its record sets' sizes in the requests; fetch, replicate: in the "
+                         "responses; other uses 0")
+    first_seen: Timestamp
+    last_seen: Timestamp
+
+
 _KIND_TYPES = {"string": str, "state": Literal["open", "closed"], "timestamp": Timestamp, "port": Port, "count": Count,
                "seconds": float, "requests": list[RequestCount], "first_requests": list[FirstRequest],
                "inferred_software": InferredSoftware, "fingerprint_unknown": FingerprintUnknown,
-               "first_request": FirstRequest}
+               "first_request": FirstRequest, "topics": list[TopicUse], "roles": list[Role]}
 _KIND_BOUNDS = {"seconds": {"ge": 0}}  # on the field, so that null stays allowed beside the bound
 
 
@@ -175,6 +204,66 @@ class Client(Model):
     last_seen: Timestamp
     client_addresses: list[str] = Field(description="Distinct client hosts, at most 100 per row")
     requests: list[RequestCount]
+    groups: list[str] = Field(default_factory=list, description="Consumer groups its connections named, at most 16")
+    topics: list[str] = Field(default_factory=list, description="Topics its connections named (any use), at most "
+                              "64; a topic no Metadata answer named is listed as its id")
+    roles: list[Role] = Field(default_factory=list, description="What its connections sent says it is, sorted")
+
+
+class TopicClient(Model):
+    """The connections of one client towards one topic, in one role: those with the same software,
+    client_id, principal, client address, group_id and transactional_id."""
+
+    software_name: str | None = Field(description="Announced (KIP-511), else inferred (identity_source); null: "
+                                      "unknown")
+    software_version: str | None = Field(description="Announced version, else the inferred version range")
+    identity_source: IdentitySourceOfRow
+    client_id: str | None
+    principal: str | None
+    client_address: str
+    group_id: str | None
+    transactional_id: str | None
+    uses: list[TopicUseName] = Field(description="This role's uses of the topic: producers produce, txn; "
+                                     "consumers fetch, offset_commit, offset_fetch, subscribe, list_offsets; admins "
+                                     "create, delete; others replicate, and metadata when the client did nothing "
+                                     "else with the topic")
+    frames: Count = Field(description="Requests of those uses naming the topic")
+    bytes: Count = Field(description="Record-set bytes of those uses (produce: sent; fetch, replicate: received)")
+    connections: Count = Field(description="Connections (open and recently closed)")
+    open_connections: Count
+    conn_ids: list[str] = Field(max_length=16, description="At most 16 of them, each a GET /api/v1/connections/{id}")
+    first_seen: Timestamp
+    last_seen: Timestamp
+
+
+class Topic(Model):
+    """Who writes and who reads one topic, from the open and recently closed connections."""
+
+    topic: str | None = Field(description="null: known only by topic_id (no Metadata answer seen names it); "
+                              "\"<other>\": the topics past --max-topics")
+    topic_id: str | None = Field(description="Its id, when a Metadata answer or a frame gave one")
+    producers: list[TopicClient]
+    consumers: list[TopicClient]
+    admins: list[TopicClient]
+    others: list[TopicClient] = Field(description="Followers replicating it, and clients that only asked about it")
+    bytes_produced: Count = Field(description="Record-set bytes produced to it")
+    bytes_fetched: Count = Field(description="Record-set bytes clients fetched from it (replication not counted)")
+    first_seen: Timestamp
+    last_seen: Timestamp
+
+
+class TopicDetail(Topic):
+    """GET /api/v1/topics/{name}: a Topic, whose client lists the response budget may cut."""
+
+    cut: str | None = _CUT
+
+
+class TopicList(Model):
+    topics: list[Topic] = Field(description="Ordered by name; \"<other>\", then the topics known only by id, last")
+    topics_overflowed: Count = Field(
+        description="Usage entries kept under \"<other>\" since start: --max-topics topics were known")
+    unresolved_ids: Count = Field(description="Topics of this answer known only by their id")
+    cut: str | None = _CUT
 
 
 class ClientList(Model):

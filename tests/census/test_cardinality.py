@@ -55,6 +55,7 @@ from exporter.census.registry import (
 )
 from exporter.census.saved import SavedIdentity
 from exporter.census.series import BUDGETED, HISTOGRAM_SERIES
+from exporter.census.topics import DROP_REASONS
 from exporter.cli.common import UsageError, live_registry, registry_bounds
 from exporter.cli.main import build_parser, resolve_settings
 from exporter.http.app import create_app
@@ -63,10 +64,12 @@ from exporter.http.metrics import CensusCollector
 P = "kafka_census_"
 TABLE_PAIRS = sum(s.max_version - s.min_version + 1 for s in API_TABLE.values())  # 361 today
 API_NAMES = {s.name for s in API_TABLE.values()}
+# Issue 31: topics, topic_ids, topics_overflow, topic_ids_evicted and topics_dropped (one per reason).
+TOPIC_SINGLES = 4 + len(DROP_REASONS)
 # Families of one sample each: software_label_overflow, untracked and forgotten connections,
 # series, series_limit, build_info, scrape_duration_seconds; plus series_folded (one per
 # budgeted family) and broker_answers_dropped (one per kind).
-FIXED = 7 + len(BUDGETED) + len(BROKER_DROPS)
+FIXED = 7 + len(BUDGETED) + len(BROKER_DROPS) + TOPIC_SINGLES
 CAPTURE_FAMILIES = 10  # capture_* families of one sample per source (capture_drops: one per reason)
 # One line of the exposition: the longest family name (~45) and label names (~110), and label
 # values each bounded: listener 64 (--listener's pattern), software name and version 128 each,

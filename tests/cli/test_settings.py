@@ -25,7 +25,7 @@ from capture.listeners import (
     security_protocol,
 )
 from exporter.aggregator import defaults as aggregator
-from exporter.census import basis, churn, registry
+from exporter.census import basis, churn, registry, topickeys
 from exporter.cli import main as cli
 from exporter.cli import proxy as proxy_command
 from exporter.cli import settings
@@ -51,6 +51,10 @@ OWNED = {
     "sibling_window": basis.DEFAULT_SIBLING_WINDOW,
     "churn_threshold_per_minute": churn.DEFAULT_CHURN_THRESHOLD_PER_MINUTE,
     "max_churn_clients": churn.DEFAULT_MAX_CHURN_CLIENTS,
+    "max_topics_per_connection": topickeys.DEFAULT_MAX_TOPICS_PER_CONNECTION,
+    "max_topics": topickeys.DEFAULT_MAX_TOPICS,
+    "max_topic_ids": topickeys.DEFAULT_MAX_TOPIC_IDS,
+    "max_topic_entries": topickeys.DEFAULT_MAX_TOPIC_ENTRIES,
     "event_log_max_mb": eventlog.DEFAULT_MAX_BYTES // MiB,
     "event_log_max_age": eventlog.DEFAULT_MAX_AGE_SECONDS,
     "event_log_max_total_mb": eventlog.DEFAULT_MAX_TOTAL_BYTES // MiB,
@@ -93,7 +97,7 @@ CLI_OWN = {"http": None, "api_token_file": None, "metrics_auth": False, "log_lev
            "event_log": None, "interface": None, "state_file": None, "listen": [], "upstream": [],
            "proxy_listener": ["PLAINTEXT"], "tls_cert": None, "tls_key": None, "tls_client_ca": None,
            "upstream_tls": False, "upstream_ca": None, "peers": [], "peers_dns": None, "peer_token_file": None,
-           "allow_unauthenticated": False, "token_file": None}
+           "allow_unauthenticated": False, "token_file": None, "topics": True, "topic_metrics": False}
 
 
 def test_every_default_is_its_owners():
@@ -111,6 +115,9 @@ def test_the_bounds_given_to_more_than_one_owner_agree():
     assert inspect.signature(proxy.Proxy).parameters["connect_timeout"].default == SETTINGS["connect_timeout"].default
     assert inspect.signature(proxy.Proxy).parameters["event_loop"].default == SETTINGS["event_loop"].default
     assert inspect.signature(flows.FlowTracker).parameters["idle_timeout"].default == SETTINGS["idle_timeout"].default
+    # --max-topics-per-connection bounds the registry's entries per connection and the decoder's per frame
+    from capture.kafka import topics as core_topics
+    assert core_topics.DEFAULT_MAX_TOPICS == topickeys.DEFAULT_MAX_TOPICS_PER_CONNECTION
 
 
 def test_the_aggregators_defaults_are_those_of_its_settings():

@@ -248,9 +248,9 @@ def test_filters_before_building_dicts(client, monkeypatch):
     calls = []
     original = ConnectionRecord.to_dict
 
-    def counting_to_dict(self, now=None):
+    def counting_to_dict(self, now=None, names=None):
         calls.append(self.id)
-        return original(self, now)
+        return original(self, now, names)
 
     monkeypatch.setattr(ConnectionRecord, "to_dict", counting_to_dict)
     assert ids(client.get("/api/v1/connections", params={"principal": "alice"})) == [C3]
@@ -490,7 +490,7 @@ def test_openapi_document(client):
     assert doc["info"]["title"] == "kafka-census"
     assert set(doc["paths"]) == {"/healthz", "/readyz", "/api/v1/connections", "/api/v1/connections/{conn_id}",
                                  "/api/v1/clients", "/api/v1/churn", "/api/v1/brokers", "/api/v1/upgrade-readiness",
-                                 "/api/v1/health"}
+                                 "/api/v1/health", "/api/v1/topics", "/api/v1/topics/{name}"}
     assert all(set(ops) == {"get"} for ops in doc["paths"].values())  # read-only
     schemas = doc["components"]["schemas"]
     assert {"Connection", "RequestCount", "Client", "Broker", "UpgradeReadiness", "Error"} <= set(schemas)

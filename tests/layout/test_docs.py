@@ -62,7 +62,7 @@ def metrics_reference() -> str:
     from exporter.http.metrics import COMPAT_MODES, CensusCollector
     from exporter.service.state import StateKeeper
 
-    registry = ConnectionRegistry()
+    registry = ConnectionRegistry(topic_metrics=True)  # the opt-in --topic-metrics families too
     with tempfile.TemporaryDirectory() as tmp:
         queued = QueuedEventLog(EventLog(Path(tmp) / "events"), rollup_seconds=60)
         state = StateKeeper(str(Path(tmp) / "state.json"), registry, idle_timeout=60, max_entries=10)
