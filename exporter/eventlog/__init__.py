@@ -5,7 +5,9 @@
     reader.py   list_logs and read_events: the finished files of a directory and their records
     writer.py   EventLog (buffering, rotation, counters) and QueuedEventLog (its queue and thread)
     rollup.py   per-connection rollups of request traffic, and `route`: what a writer does with
-                each event; `OpenConnections`: what each new file restates (schema 3)
+                each event (it hands on restate.py's and topics.py's names)
+    restate.py  `OpenConnections`: what each new file restates (schema 3)
+    topics.py   topic usage in the rollups, the TopicIds pairs written (issue 31)
 
 May import `capture.events`, `capture.kafka.api_table` (reference data), the identity basis
 (`exporter.census.basis`) and the standard library (tests/layout/test_layers.py). The pipeline

@@ -21,8 +21,8 @@ record carries elsewhere, bumps it; and so does a change of what a file holds (s
 Schema 2 records connections, not requests. Lifecycle (ConnectionOpened,
 ConnectionClosed), identity (ClientSoftware, ApiVersionsAnswer, TlsSession), SASL, groups,
 errors, desyncs and capture health stay one record per event, as in schema 1.
-Request traffic (RequestSeen, ResponseSeen, ProduceAcks, and the core's RequestTally runs) is
-no longer written per request or per run: the writer accumulates it per connection
+Request traffic (RequestSeen, ResponseSeen, ProduceAcks, the core's RequestTally runs, and
+TopicUsage) is no longer written per request or per run: the writer accumulates it per connection
 (exporter/eventlog/rollup.py) and writes one `ConnectionRollup` record per connection with
 traffic, at its close (just before its ConnectionClosed) and every `rollup_seconds`
 (`--event-log-rollup-seconds`, default 60) for the connections still open. TrafficUpdate
@@ -35,13 +35,14 @@ same way: the latest one is held and written after the rollup, the earlier ones 
      "requests":[[0,9,118230,126617400],[3,12,2,120]],
      "responses":[[0,9,118230,5438580,[0,0,3,10,...,0],591.150125],[3,12,2,900,[2,0,...],0.0021]],
      "acks":[[-1,false,118230]],
-     "folded":0}
+     "folded":0,
+     "topics":[["metadata","orders",null,2,0],["produce","orders",null,118230,120931200]]}
 
 - counts are DELTAS: what the connection did since its previous ConnectionRollup record (or
   since it opened); a reader sums a connection's records. No record is written for a
   connection without traffic in the interval, and none is ever empty.
-- `ts`: the latest request or response counted; `client_id`: the last non-null client_id of a
-  request counted (null: none in this delta).
+- `ts`: the latest request, response or TopicUsage counted; `client_id`: the last non-null
+  client_id of a request counted (null: none in this delta).
 - `requests`: [api_key, api_version, count, bytes] (frame payload bytes, as RequestSeen.size);
   `responses`: [api_key, api_version, count, bytes, buckets, latency_sum]: buckets are counts
   per upper bound of `capture.events.LATENCY_BUCKETS` (seconds, `le` semantics, 0.0005 ...
@@ -58,9 +59,27 @@ same way: the latest one is held and written after the rollup, the earlier ones 
   connection; one that changed after the connection's last traffic gets a record of its own
   (empty arrays) at the next round or just before its ConnectionClosed. `to_events` hands them
   back (`FingerprintBasis`), so a registry rebuilt from a log fingerprints like the live one.
-- the rollup state is bounded (exporter/eventlog/rollup.py: connections and entries); past a bound the
-  longest-held connection's record is written early, so a connection may get more records
-  than its rounds, never fewer counts. A crash loses the counts of the current round.
+- `topics` (issue 31; present when the delta counted a TopicUsage, i.e. the core decodes topics):
+  [[use, topic, topic_id, frames, bytes], ...], the connection's TopicUsage entries summed per
+  (use, topic, topic_id), sorted by them (null sorting first); at most 64 entries
+  (exporter/eventlog/topics.py MAX_TOPICS), the usage entries past them counted in
+  `topics_folded`; the TopicUsage events' own `dropped` and `unread` summed into `topics_dropped`
+  and `topics_unread`. Each of the three only when not zero. `to_events` hands them back as one
+  TopicUsage after the RequestTally (`dropped` = topics_dropped + topics_folded).
+- the rollup state is bounded (exporter/eventlog/rollup.py: connections and entries, a topic
+  entry counting as two); past a bound the longest-held connection's record is written early,
+  so a connection may get more records than its rounds, never fewer counts. A crash loses the
+  counts of the current round.
+GroupMember and TransactionalId (issue 31) are identity events, one record each as they happen
+(the core hands one on when they change); TopicIds too, but the writer of rollups
+(`exporter.eventlog.rollup.route`) keeps of it only the (topic_id, topic) pairs it has not yet
+written to the current file (pcap-decode: to the current day), at most `max_topic_ids` remembered
+(10,000; past it the least recently written is forgotten, so written again when next seen), and
+writes nothing when none is new:
+
+    {"schema":3,"type":"TopicIds","ts":1763762641.0,"conn_id":"c1","ids":[["AAAAAAAAAAAAAAAAAAAAAQ","orders"]],
+     "dropped":0}
+
 `EventLog` itself writes whatever event it is given as one record (the schema 3 envelope);
 only `QueuedEventLog(rollup_seconds=...)`, what the CLI builds, and `pipeline.pcaps` (through
 `exporter.eventlog.rollup.Roller`) roll traffic up (exporter/eventlog/writer.py).
@@ -78,7 +97,8 @@ connection open in it, with its identity, whenever it opened:
      "listener":"PLAINTEXT","security_protocol":"PLAINTEXT","mid_stream":false,"source":"capture",
      "client_id":"rdkafka","request_version":3,"name":"librdkafka","version":"2.3.0",
      "api_versions_request_version":3,"first_requests":[[18,3],[3,12]],
-     "mechanism":"SCRAM-SHA-512","principal":"svc-1","client_subject":"CN=app"}
+     "mechanism":"SCRAM-SHA-512","principal":"svc-1","client_subject":"CN=app","group_id":"orders",
+     "member_id":"rdkafka-4f8e","group_instance_id":null,"transactional_id":null}
 
 - `ts`: when the file was opened (the writer's clock; pcap-decode's parts: 00:00:00 UTC of the
   part's day of packet time); `first_seen`, the addresses ... `source`: its ConnectionOpened's.
@@ -86,7 +106,10 @@ connection open in it, with its identity, whenever it opened:
   `request_version`, `name`, `version`: its last accepted ClientSoftware (null: none);
   `api_versions_request_version` and `first_requests`: its fingerprint basis as its records
   carried it so far (null / []); `mechanism`, `principal`: its last successful SaslIdentity;
-  `client_subject`: its TlsSession's (null: none). Field names are the other records' on purpose.
+  `client_subject`: its TlsSession's (null: none); `group_id`, `member_id`, `group_instance_id`:
+  its latest GroupMember's, `transactional_id`: its latest TransactionalId's (null: none; cut to
+  256 characters, the last "…", like the registry's). Field names are the other records' on
+  purpose.
 - A restatement says again what earlier lines said: a tool replaying a whole log into the
   registry applies nothing for it (`to_events` gives [], `to_event` refuses it); a reader of
   one file or one day takes it where the connection's ConnectionOpened and identity records are
@@ -115,7 +138,7 @@ import typing
 from dataclasses import fields, is_dataclass
 
 import capture.events as _events
-from capture.events import Event, RequestTally
+from capture.events import Event, RequestTally, TopicUsage
 from exporter.census.basis import FingerprintBasis
 from exporter.eventlog.rollup import ROLLUP_TYPE, STATE_TYPE, Accumulator, record
 
@@ -260,26 +283,32 @@ def to_event(rec: dict) -> Event:
 
 
 def to_events(rec: dict) -> list[Event]:
-    """`to_event`, plus the fingerprint basis a ConnectionRollup record may carry (issue 15): a
-    `FingerprintBasis` first, then the RequestTally (none for a record that carries only the
-    basis); nothing for a ConnectionState (schema 3's restatement of what the log said before).
-    A tool rebuilding a registry from a log applies these, so that the registry's connections are
-    fingerprinted on the pairs the live one folded, not on the rollups' order."""
+    """`to_event`, plus what else a ConnectionRollup record carries: its fingerprint basis (issue
+    15) as a `FingerprintBasis` first, then the RequestTally (none for a record that carries only
+    the basis or only topics), then its topic usage (issue 31) as a `TopicUsage` (its
+    `topics_folded` counted in `dropped`); nothing for a ConnectionState (schema 3's restatement
+    of what the log said before). A tool rebuilding a registry from a log applies these, so that
+    the registry's connections are fingerprinted on the pairs the live one folded, not on the
+    rollups' order, and know the topics they used."""
     if rec.get("type") == STATE_TYPE:  # what earlier records said: nothing to apply again
         return []
-    if rec.get("type") != ROLLUP_TYPE or "first_requests" not in rec:
+    if rec.get("type") != ROLLUP_TYPE or ("first_requests" not in rec and "topics" not in rec):
         return [to_event(rec)]
-    try:
-        first = tuple((_int16(k), _int16(v)) for k, v in rec["first_requests"])
-        avv = rec.get("api_versions_request_version")
-        if avv is not None:
-            avv = _int16(avv)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{ROLLUP_TYPE}: first_requests: {e}") from None
-    out: list[Event] = [FingerprintBasis(conn_id=rec["conn_id"], ts=rec["ts"], first_requests=first,
-                                         api_versions_request_version=avv)]
-    if rec.get("requests") or rec.get("responses") or rec.get("acks") or rec.get("folded"):  # not basis-only
+    out: list[Event] = []
+    if "first_requests" in rec:
+        try:
+            first = tuple((_int16(k), _int16(v)) for k, v in rec["first_requests"])
+            avv = rec.get("api_versions_request_version")
+            if avv is not None:
+                avv = _int16(avv)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{ROLLUP_TYPE}: first_requests: {e}") from None
+        out.append(FingerprintBasis(conn_id=rec["conn_id"], ts=rec["ts"], first_requests=first,
+                                    api_versions_request_version=avv))
+    if rec.get("requests") or rec.get("responses") or rec.get("acks") or rec.get("folded"):  # counts
         out.append(_rollup_event(rec))
+    if "topics" in rec:
+        out.append(_usage_event(rec))
     return out
 
 
@@ -287,6 +316,34 @@ def _int16(value) -> int:
     if type(value) is not int or not -0x8000 <= value < 0x8000:
         raise ValueError(f"{value!r} is not an int16")
     return value
+
+
+def _count(value) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{value!r} is not a count")
+    return value
+
+
+def _str(value) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a string")
+    return value
+
+
+def _name(value) -> str | None:
+    return None if value is None else _str(value)
+
+
+def _usage_event(rec: dict) -> TopicUsage:
+    """A rollup's topic fields as the TopicUsage they sum (what it did not itemise is `dropped`)."""
+    try:
+        usage = tuple((_str(use), _name(topic), _name(topic_id), _count(frames), _count(size))
+                      for use, topic, topic_id, frames, size in rec["topics"])
+        dropped = _count(rec.get("topics_dropped", 0)) + _count(rec.get("topics_folded", 0))
+        return TopicUsage(conn_id=rec["conn_id"], ts=rec["ts"], usage=usage, dropped=dropped,
+                          unread=_count(rec.get("topics_unread", 0)))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{ROLLUP_TYPE}: topics: {type(e).__name__}: {e}") from None
 
 
 def _rollup_event(rec: dict) -> RequestTally:

@@ -1,19 +1,22 @@
 """Per-connection rollups of request traffic: what event log v2 writes instead of one line per
-request; and the table of open connections that schema 3 restates at the start of every file.
+request.
 
 Owns `Rollup` (the accumulator: per connection, per (api_key, api_version), request and response
-counts, bytes and latency buckets, plus Produce acks counts), `record` (one accumulator as a
-`ConnectionRollup` record (plus its connection's latest TrafficUpdate), schema 2 and 3, see
-exporter/eventlog/format.py's docstring), `route` (what a writer does with each event: the one
-routing of traffic, for `QueuedEventLog` and `Roller`), `Roller` and `rolled` (an event stream ->
-the same stream with its traffic rolled up, for batch writers: `pipeline.pcaps` and tests) and
-`TRAFFIC` (the event types a rollup absorbs), and each open connection's fingerprint basis (`note`:
-its first requests as the registry folds them, carried by the records and read back as
-`exporter.census.basis.FingerprintBasis`), and `OpenConnections` (every open connection's identity
-as the log recorded it, `ConnectionState` records: `state_record`, `RESTATED`, `STATE_READS`;
-schema 3, see exporter/eventlog/format.py's docstring). Imports only `capture.events`, the identity basis
-(`exporter.census.basis`: with it the pairs of the generated API table) and the standard library;
-`exporter.eventlog.format` and `exporter.eventlog.writer` import it, never the reverse.
+counts, bytes and latency buckets, Produce acks counts and TopicUsage entries), `record` (one
+accumulator as a `ConnectionRollup` record (plus its connection's latest TrafficUpdate), schema
+2 and 3, see exporter/eventlog/format.py's docstring), `route` (what a writer does with each
+event: the one routing of traffic, for `QueuedEventLog` and `Roller`), `Roller` and `rolled` (an
+event stream -> the same stream with its traffic rolled up, for batch writers: `pipeline.pcaps`
+and tests), `TRAFFIC` (the event types a rollup absorbs), the TopicIds pairs already written
+(`Rollup.topic_ids`) and each open connection's fingerprint basis (`note`: its first requests as
+the registry folds them, carried by the records and read back as
+`exporter.census.basis.FingerprintBasis`). The table of open connections each new file restates
+(schema 3: `OpenConnections`, `state_record`, `RESTATED`, `STATE_READS`, `STATE_TYPE`) is
+exporter/eventlog/restate.py's, the topic tallies exporter/eventlog/topics.py's: this module hands
+them on, so that the record format and the writer import this module alone. Imports only
+`capture.events`, the identity basis (`exporter.census.basis`: with it the pairs of the
+generated API table), those two modules and the standard library; `exporter.eventlog.format` and
+`exporter.eventlog.writer` import it, never the reverse.
 
 Semantics: a rollup record holds **deltas**: what the connection did since its previous
 `ConnectionRollup` record (or since it opened), never running totals; a reader sums them. An
@@ -26,31 +29,35 @@ Bounds (whatever the wire says): at most `max_connections` accumulators (the exp
 (200,000, about 56 MiB); a new connection or entry past them takes the place of the oldest
 accumulator, whose record is handed out to be written early (`evicted`, nothing is lost: the
 connection's next record is a delta from there). Per connection at most `MAX_PAIRS` (api_key,
-api_version) entries each for requests and responses and `MAX_ACKS` (acks, transactional)
-entries: a real client uses a dozen or two pairs, the generated API table has 361; what falls
-outside is not itemised but counted, in the record (`folded`) and in `folded` here (the
-exporter's `event_log_rollup_folded_total`). Memory: an entry is about 150 bytes (a response's
-with its buckets about 400), so a connection holds at most about 36 KiB, and only connections
-with traffic in the current interval are held. Besides, every open connection has its fingerprint
-basis (`bases`, at most `max_connections`): measured 274 bytes with 8 pairs folded, so about
-27 MB at 100,000 open connections. The writer's `OpenConnections` (below) is a second such table,
-kept in the order of the lines, on the writer's side.
+api_version) entries each for requests and responses, `MAX_ACKS` (acks, transactional)
+entries and `MAX_TOPICS` (use, topic, topic_id) entries: a real client uses a dozen or two pairs,
+the generated API table has 361; what falls outside is not itemised but counted, in the record
+(`folded`, `topics_folded`) and here (`folded`, `topics_folded`: the exporter's
+`event_log_rollup_folded_total`, `event_log_rollup_topics_folded_total`). Memory: an entry is
+about 150 bytes (a response's with its buckets about 400, a topic's 170 plus its name and id, up
+to ~540: it counts as TOPIC_ENTRY_WEIGHT entries against `max_entries`), so a connection holds at
+most about 70 KiB, and only connections with traffic in the current interval are held.
+Besides, every open connection has its fingerprint basis (`bases`, at most `max_connections`):
+measured 274 bytes with 8 pairs folded, so about 27 MB at 100,000 open connections. The
+writer's `OpenConnections` (exporter/eventlog/restate.py) is a second such table, kept in the
+order of the lines, on the writer's side. The TopicIds pairs written (`topic_ids`) are at most
+`max_topic_ids` (exporter/eventlog/topics.py: 2.5 to 4.5 MB at the default 10,000).
 
 Cost on the capture thread: a `RequestTally` (what the serving commands' core hands on at each
-sweep) is merged in place (a few dict updates per (api, version) of the run); a `RequestSeen` /
-`ResponseSeen` / `ProduceAcks` (the library default) is one dict update each. Nothing is encoded
-per request.
+sweep) is merged in place (a few dict updates per (api, version) of the run), and so is the
+TopicUsage that follows it (one per topic it names); a `RequestSeen` / `ResponseSeen` /
+`ProduceAcks` (the library default) is one dict update each. Nothing is encoded per request.
 """
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from operator import add as _add
 from typing import cast, overload
 
 from capture.events import (
     LATENCY_BUCKETS,
-    ClientSoftware,
     ConnectionClosed,
     ConnectionOpened,
     Event,
@@ -58,29 +65,42 @@ from capture.events import (
     RequestSeen,
     RequestTally,
     ResponseSeen,
-    SaslIdentity,
-    TlsSession,
+    TopicIds,
+    TopicUsage,
     TrafficUpdate,
 )
-from exporter.census.basis import BASIS_SYNC, CANONICAL_PAIR, MAX_FIRST_REQUESTS, fold_first_requests
+from exporter.census.basis import BASIS_SYNC, MAX_FIRST_REQUESTS
+from exporter.eventlog.restate import DEFAULT_MAX_CONNECTIONS, ROLLUP_SCHEMA, basis_seen, basis_sync
+
+# Handed on (`X as X`): the record format, the writer and pipeline.pcaps take the table from here.
+from exporter.eventlog.restate import MAX_RESTATED_STRING as MAX_RESTATED_STRING
+from exporter.eventlog.restate import RESTATED as RESTATED
+from exporter.eventlog.restate import STATE_READS as STATE_READS
+from exporter.eventlog.restate import STATE_TYPE as STATE_TYPE
+from exporter.eventlog.restate import OpenConnections as OpenConnections
+from exporter.eventlog.restate import state_record as state_record
+from exporter.eventlog.topics import (
+    DEFAULT_MAX_TOPIC_IDS,
+    MAX_TOPICS,
+    TOPIC_ENTRY_WEIGHT,
+    SeenTopicIds,
+    TopicTally,
+)
 
 ROLLUP_TYPE = "ConnectionRollup"
-STATE_TYPE = "ConnectionState"
-# The schema of the records built here (= exporter.eventlog.format.SCHEMA_VERSION, which imports
-# this module; tests/eventlog holds them equal).
-ROLLUP_SCHEMA = 3
 # What a rollup absorbs. TrafficUpdate (cumulative TCP counters, one per connection per second
 # of traffic) is not summed but kept, the latest one, and written after the rollup record.
-TRAFFIC = frozenset({RequestSeen, ResponseSeen, ProduceAcks, RequestTally, TrafficUpdate})
+TRAFFIC = frozenset({RequestSeen, ResponseSeen, ProduceAcks, RequestTally, TopicUsage, TrafficUpdate})
 MAX_PAIRS = 64  # (api_key, api_version) entries per connection, for requests and for responses
 MAX_ACKS = 8  # (acks, transactional) entries per connection; a real producer has one or two
-DEFAULT_MAX_CONNECTIONS = 100_000  # exporter.census.registry.DEFAULT_MAX_OPEN, without importing it
 # Entries held in all (measured: ~280 bytes each on average with a typical client's mix, the
-# response's bucket list included): about 56 MiB at the bound. A typical client holds ~20
-# (10 pairs, requests and responses), so the bound starts evicting past ~10,000 connections
-# with traffic in one interval; an eviction writes a record early, it loses nothing.
+# response's bucket list included; a topic entry counts as TOPIC_ENTRY_WEIGHT): about 56 MiB at
+# the bound. A typical client holds ~20 (10 pairs, requests and responses) plus two per topic,
+# so the bound starts evicting past ~7,000 to 10,000 connections with traffic in one interval;
+# an eviction writes a record early, it loses nothing.
 DEFAULT_MAX_ENTRIES = 200_000
 DEFAULT_INTERVAL = 60.0
+DAY = 86400.0  # a UTC day of the Unix clock (= exporter.eventlog.writer.DAY)
 _NBUCKETS = len(LATENCY_BUCKETS) + 1
 
 # --- the fingerprint basis (issue 15) ----------------------------------------------------------
@@ -109,48 +129,13 @@ class _Basis:
         self.ts = 0.0
 
 
-def _seen(basis, cls, event) -> None:
-    """Pairs of a request or a tally, pending until the next sync point (as the registry's
-    `_request` and `_tally`). `basis`: a `_Basis` or an `_Open` (the same three fields)."""
-    keys: tuple[tuple[int, int], ...] | list[tuple[int, int]]
-    if cls is RequestSeen:
-        keys = ((event.api_key, event.api_version),)
-    elif cls is RequestTally:
-        keys = [(k, v) for k, v, _, _ in event.requests]
-    else:
-        return
-    for key in keys:
-        pair = CANONICAL_PAIR.get(key)  # one shared tuple: a basis holds references
-        if pair is not None:
-            if basis.pending is None:
-                basis.pending = {pair}
-            else:
-                basis.pending.add(pair)
-
-
-def _sync(basis, cls, event) -> bool:
-    """A sync point (a type in BASIS_SYNC): the first ClientSoftware gives the ApiVersions request
-    version, the pending pairs are folded. True if the basis changed."""
-    changed = False
-    if cls is ClientSoftware and basis.avv is None:
-        basis.avv = cast(ClientSoftware, event).request_version
-        changed = True
-    pending = basis.pending
-    if pending:
-        basis.pending = None
-        first = fold_first_requests(basis.first, pending)
-        if first is not basis.first:
-            basis.first = first
-            changed = True
-    return changed
-
-
 class Accumulator:
     """One connection's traffic since its last record. `ts`: the latest request or response
     counted; `client_id`: the last non-null client_id of a request counted; `traffic`: the
-    latest TrafficUpdate (its counters are cumulative: the earlier ones say nothing more)."""
+    latest TrafficUpdate (its counters are cumulative: the earlier ones say nothing more);
+    `topics`: its TopicUsage since its last record (None: none)."""
 
-    __slots__ = ("ts", "client_id", "requests", "responses", "acks", "folded", "traffic", "basis")
+    __slots__ = ("ts", "client_id", "requests", "responses", "acks", "folded", "traffic", "basis", "topics")
 
     def __init__(self) -> None:
         self.ts = 0.0
@@ -163,13 +148,17 @@ class Accumulator:
         # (first_requests, api_versions_request_version) when they changed since the connection's
         # previous record (set as the accumulator is taken out), else None
         self.basis: tuple | None = None
+        self.topics: TopicTally | None = None
 
     def entries(self) -> int:
-        return len(self.requests) + len(self.responses) + len(self.acks)
+        """Entries held, as counted against the rollup's `max_entries`."""
+        n = len(self.requests) + len(self.responses) + len(self.acks)
+        return n if self.topics is None else n + TOPIC_ENTRY_WEIGHT * len(self.topics.entries)
 
     def counted(self) -> bool:
         """Anything for a ConnectionRollup record (else only a TrafficUpdate is held)."""
-        return bool(self.requests or self.responses or self.acks or self.folded or self.basis is not None)
+        return bool(self.requests or self.responses or self.acks or self.folded or self.basis is not None
+                    or self.topics is not None)
 
 
 class Rollup:
@@ -180,8 +169,8 @@ class Rollup:
     connection or entry bound (the longest held first), to be written now."""
 
     def __init__(self, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
-        if max_connections < 1 or max_entries < MAX_PAIRS * 2 + MAX_ACKS:
+                 max_entries: int = DEFAULT_MAX_ENTRIES, max_topic_ids: int = DEFAULT_MAX_TOPIC_IDS) -> None:
+        if max_connections < 1 or max_entries < MAX_PAIRS * 2 + MAX_ACKS + MAX_TOPICS * TOPIC_ENTRY_WEIGHT:
             raise ValueError("max_connections must be at least 1 and max_entries at least one connection's")
         self.max_connections = max_connections
         self.max_entries = max_entries
@@ -189,6 +178,9 @@ class Rollup:
         self.entries = 0  # (api, version) and acks entries held, all connections
         self.evicted = 0  # accumulators written early at the connection or entry bound
         self.folded = 0  # requests, responses and acks not itemised (MAX_PAIRS, MAX_ACKS)
+        self.topics_folded = 0  # TopicUsage entries not itemised (MAX_TOPICS)
+        # TopicIds pairs written (route): at most max_topic_ids, `topic_ids.forgotten` past it
+        self.topic_ids = SeenTopicIds(max_topic_ids)
         self._out: list[tuple[str, Accumulator]] = []
         # The fingerprint basis of every open connection (`note`), at most `max_connections`
         # (the oldest dropped first, counted in `bases_dropped`: its later records carry none);
@@ -215,7 +207,7 @@ class Rollup:
             self._count(acc, cls, event)
             basis = self.bases.get(event.conn_id)
             if basis is not None and len(basis.first) < MAX_FIRST_REQUESTS:
-                _seen(basis, cls, event)
+                basis_seen(basis, cls, event)
         if self._out:
             out, self._out = self._out, []
             return out
@@ -241,7 +233,7 @@ class Rollup:
         basis = self.bases.get(event.conn_id)
         if basis is None:
             return
-        if _sync(basis, cls, event):
+        if basis_sync(basis, cls, event):
             basis.ts = event.ts
             if (basis.first, basis.avv) != basis.written:
                 self._changed[event.conn_id] = None
@@ -279,9 +271,9 @@ class Rollup:
         self._out.append((conn_id, self._with_basis(conn_id, acc)))
         return True
 
-    def _entry(self, acc: Accumulator) -> None:
+    def _entry(self, acc: Accumulator, weight: int = 1) -> None:
         """A new entry is about to be made in `acc`: keep the total within `max_entries`."""
-        self.entries += 1
+        self.entries += weight
         while self.entries > self.max_entries and self._evict_oldest(acc):
             pass
 
@@ -307,6 +299,13 @@ class Rollup:
                            bisect_left(LATENCY_BUCKETS, event.latency), None)
         elif cls is ProduceAcks:
             self._acks(acc, (event.acks, event.transactional), 1)
+        elif cls is TopicUsage:
+            tally = acc.topics
+            if tally is None:
+                if not (event.usage or event.dropped or event.unread):
+                    return  # nothing to say: no record for it
+                tally = acc.topics = TopicTally()
+            self.topics_folded += tally.add(event, lambda: self._entry(acc, TOPIC_ENTRY_WEIGHT))
         else:
             raise TypeError(f"not traffic: {cls.__name__}")
         if event.ts > acc.ts:
@@ -405,6 +404,8 @@ def record(conn_id: str, acc: Accumulator) -> dict | None:
         "acks": [[a, t, n] for (a, t), n in sorted(acc.acks.items())],
         "folded": acc.folded,
     }
+    if acc.topics is not None:
+        rec.update(acc.topics.fields())
     if acc.basis is not None:
         first, avv = acc.basis
         rec["first_requests"] = [[k, v] for k, v in first]
@@ -413,26 +414,31 @@ def record(conn_id: str, acc: Accumulator) -> dict | None:
 
 
 # The event types `route` does anything with; any other is written as it is.
-ROUTED = TRAFFIC | NOTED
+ROUTED = TRAFFIC | NOTED | {TopicIds}
 
 
-def route(rollup: Rollup, event: Event) -> tuple[list[tuple[str, Accumulator]] | None, bool]:
+def route(rollup: Rollup, event: Event, generation: int = 0) -> tuple[list[tuple[str, Accumulator]] | None,
+                                                                      Event | None]:
     """Hand one event to `rollup`, as every writer of rollups does (`QueuedEventLog.write`,
     `Roller.feed`): traffic (a type in TRAFFIC) is counted into its connection's accumulator and
-    not written itself; any other event is noted for the fingerprint basis (`Rollup.note`) and
-    written, a ConnectionClosed just after its connection's accumulator (`Rollup.pop`). Returns
-    `(ready, write)`: the (conn_id, Accumulator) pairs to write now, before the event (evicted at
-    a bound, or the closing connection's; None when there are none), and whether the event itself
-    is to be written. The caller serialises the calls, as `Rollup` requires."""
+    not written itself; a TopicIds is written with only its pairs not yet written in `generation`
+    (the writer's file; `Rollup.topic_ids`), or not at all; any other event is noted for the
+    fingerprint basis (`Rollup.note`) and written, a ConnectionClosed just after its connection's
+    accumulator (`Rollup.pop`). Returns `(ready, write)`: the (conn_id, Accumulator) pairs to
+    write now, before the event (evicted at a bound, or the closing connection's; None when there
+    are none), and the event to write (None: nothing). The caller serialises the calls, as
+    `Rollup` requires."""
     cls = type(event)
     if cls in TRAFFIC:
-        return rollup.add(event), False
+        return rollup.add(event), None
+    if cls is TopicIds:
+        return None, rollup.topic_ids.new(cast(TopicIds, event), generation)
     rollup.note(event)
     if cls is ConnectionClosed:
         taken = rollup.pop(event.conn_id)
         if taken is not None:
-            return [taken], True
-    return None, True
+            return [taken], event
+    return None, event
 
 
 class Roller:
@@ -455,11 +461,13 @@ class Roller:
             # step back of a whole interval (a clock reset) starts a round early.
             self._last = event.ts
             out.extend(self.rollup.take())
-        ready, write = route(self.rollup, event)
+        # a TopicIds pair is written once per day of event time (pcap-decode writes a file per day)
+        day = math.floor(event.ts / DAY) if type(event) is TopicIds and math.isfinite(event.ts) else 0
+        ready, write = route(self.rollup, event, day)
         if ready is not None:
             out.extend(ready)
-        if write:
-            out.append(event)
+        if write is not None:
+            out.append(write)
         return out
 
     def finish(self) -> list:
@@ -477,120 +485,3 @@ def rolled(events, *, interval: float = DEFAULT_INTERVAL, max_connections: int =
     for event in events:
         yield from roller.feed(event)
     yield from roller.finish()
-
-
-# --- the open connections, restated at the start of every file (schema 3) -------------------------
-# What `OpenConnections.note` reads of a log written with rollups (the requests' client_id and the
-# basis come with the rollup records, `rolled`): lifecycle and identity, a few events per connection.
-RESTATED = frozenset({ConnectionOpened, ConnectionClosed, ClientSoftware, SaslIdentity, TlsSession})
-# ... and of a log written event by event (`EventLog` alone): the requests too.
-STATE_READS = RESTATED | BASIS_SYNC | {RequestSeen, RequestTally}
-
-
-class _Open:
-    """One open connection as the log has recorded it so far: its ConnectionOpened, the latest
-    non-null client_id, its last accepted ClientSoftware, its last successful SaslIdentity, the
-    subject of its TlsSession, and its fingerprint basis (`first`, `avv`; `pending` when the
-    requests themselves are noted)."""
-
-    __slots__ = ("opened", "client_id", "software", "sasl", "subject", "first", "avv", "pending")
-
-    def __init__(self, opened: ConnectionOpened) -> None:
-        self.opened = opened
-        self.client_id: str | None = None
-        self.software: ClientSoftware | None = None
-        self.sasl: SaslIdentity | None = None
-        self.subject: str | None = None
-        self.first: tuple = ()
-        self.avv: int | None = None
-        self.pending: set | None = None
-
-
-class OpenConnections:
-    """The connections open in a log, from their ConnectionOpened to their ConnectionClosed, with
-    what a `ConnectionState` record restates of each (`records`): fed, in the order of the log,
-    with the events written (`note`) and the rollups written (`rolled`), so that a restatement
-    says what the lines before it said. At most `max_connections` (the exporter passes
-    `--max-connections`, the registry's bound of open connections): a new connection past it
-    takes the place of the oldest, which is no longer restated (`evicted`, the exporter's
-    `event_log_restate_evicted_total`). Holds references to the events it keeps (no copy):
-    measured 165 bytes per connection beyond them, about 660 with them and their strings (a
-    ConnectionOpened, a ClientSoftware, a SaslIdentity): 66 MB at 100,000. Not thread-safe: the owner serialises
-    the calls (EventLog under its lock, on QueuedEventLog's writer thread)."""
-
-    def __init__(self, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
-        if max_connections < 1:
-            raise ValueError("max_connections must be at least 1")
-        self.max_connections = max_connections
-        self.conns: dict[str, _Open] = {}
-        self.evicted = 0
-
-    def __len__(self) -> int:
-        return len(self.conns)
-
-    def note(self, event: Event) -> None:
-        """One event as it is written (a type in STATE_READS; any other is ignored)."""
-        cls = type(event)
-        conns = self.conns
-        if cls is ConnectionOpened:
-            if conns.pop(event.conn_id, None) is None and len(conns) >= self.max_connections:
-                del conns[next(iter(conns))]
-                self.evicted += 1
-            conns[event.conn_id] = _Open(cast(ConnectionOpened, event))
-            return
-        conn = conns.get(event.conn_id)
-        if conn is None:
-            return
-        if cls is RequestSeen or cls is RequestTally:
-            client_id = cast(RequestSeen, event).client_id
-            if client_id is not None:
-                conn.client_id = client_id
-            if len(conn.first) < MAX_FIRST_REQUESTS:
-                _seen(conn, cls, event)
-        elif cls is ConnectionClosed:
-            del conns[event.conn_id]
-        else:
-            if cls is ClientSoftware:
-                if cast(ClientSoftware, event).accepted:
-                    conn.software = cast(ClientSoftware, event)
-            elif cls is SaslIdentity:
-                if cast(SaslIdentity, event).outcome == "success":
-                    conn.sasl = cast(SaslIdentity, event)
-            elif cls is TlsSession:
-                conn.subject = cast(TlsSession, event).client_subject
-            if cls in BASIS_SYNC:
-                _sync(conn, cls, event)
-
-    def rolled(self, conn_id: str, acc: Accumulator) -> None:
-        """A rollup record as it is written: its client_id and the basis it carries."""
-        conn = self.conns.get(conn_id)
-        if conn is None:
-            return
-        if acc.client_id is not None:
-            conn.client_id = acc.client_id
-        if acc.basis is not None:
-            conn.first, conn.avv = acc.basis
-
-    def records(self, ts: float):
-        """The `ConnectionState` records (JSON-ready dicts) of every open connection, oldest first,
-        restated at `ts`: a generator (one record at a time, whatever the number of connections)."""
-        for conn in list(self.conns.values()):
-            yield state_record(conn, ts)
-
-
-def state_record(conn: _Open, ts: float) -> dict:
-    """One open connection's `ConnectionState` record (exporter/eventlog/format.py's docstring)."""
-    o, sw, sasl = conn.opened, conn.software, conn.sasl
-    return {
-        "schema": ROLLUP_SCHEMA, "type": STATE_TYPE, "ts": ts, "conn_id": o.conn_id, "first_seen": o.ts,
-        "client_address": o.client_address, "client_port": o.client_port, "broker_address": o.broker_address,
-        "broker_port": o.broker_port, "listener": o.listener, "security_protocol": o.security_protocol,
-        "mid_stream": o.mid_stream, "source": o.source,
-        "client_id": conn.client_id,
-        "request_version": None if sw is None else sw.request_version,
-        "name": None if sw is None else sw.name, "version": None if sw is None else sw.version,
-        "api_versions_request_version": conn.avv,
-        "first_requests": [[k, v] for k, v in conn.first],
-        "mechanism": None if sasl is None else sasl.mechanism, "principal": None if sasl is None else sasl.principal,
-        "client_subject": conn.subject,
-    }

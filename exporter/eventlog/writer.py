@@ -56,6 +56,7 @@ from capture.events import ConnectionClosed, Event
 from exporter.eventlog.files import LogFiles, host_part, open_directory
 from exporter.eventlog.format import encode, encode_record, rollup_lines
 from exporter.eventlog.rollup import (
+    DAY,
     DEFAULT_MAX_CONNECTIONS,
     RESTATED,
     ROLLUP_TYPE,
@@ -80,7 +81,6 @@ DROP_REASONS = ("queue_full", "write_error", "encode_error", "closed")
 # a Produce v9 request and response entry with its buckets encode to about 90 bytes, the rest ~120).
 _ROLLUP_BASE_BYTES = 160
 _ROLLUP_ENTRY_BYTES = 100
-DAY = 86400.0  # a UTC day of the Unix clock (no leap seconds): a file never spans two
 
 log = logging.getLogger("kafka-census")
 
@@ -121,6 +121,7 @@ class EventLog:
         self._day_end = math.inf  # the UTC midnight after the last file was opened
         self._size = 0  # bytes of whole records on disk in the active file
         self._restated = 0  # bytes of the active file's restatements (not counted against max_bytes)
+        self.files_opened = 0  # the generation of the TopicIds pairs written (QueuedEventLog, route)
         self.open = OpenConnections(max_connections)  # what each new file restates
         self._buf: list[bytes] = []
         self._buf_bytes = 0
@@ -289,6 +290,7 @@ class EventLog:
         if created is None:
             return False
         self._fd, self._path = created
+        self.files_opened += 1
         self._opened_at = now
         self._day_end = (math.floor(now / DAY) + 1) * DAY
         self._size = 0
@@ -374,17 +376,18 @@ class QueuedEventLog:
     With `rollup_seconds` (schema 2 and 3, what the CLI does) request traffic is not queued: `write`
     hands each event `route` reads (a type in `exporter.eventlog.rollup.ROUTED`; any other goes
     straight to the queue) to `exporter.eventlog.rollup.route` under the queue's lock, which
-    counts a RequestSeen, ResponseSeen, ProduceAcks or RequestTally into the connection's
-    accumulator in place (a few dict updates, no encoding) and has a ConnectionClosed queue its
-    connection's accumulator just before itself; the writer thread takes every accumulator out every
-    `rollup_seconds` of the log's clock (and at close) and encodes the ConnectionRollup records
-    itself, so the capture thread never builds a rollup line. Measured
-    (bench/eventlog_volume.py --cpu, per traffic event): counting in place costs the capture
-    thread 0.7 us (a RequestSeen) to 2.2 us (a tally run); queueing the event for the writer to
-    count would cost it 0.7 / 0.5 us but the process 1.4 / 2.1 us in all (the threads share the
-    core under the GIL), hold the events in the queue and lose counts when it is full; encoding
-    a schema 1 line cost 5-7 us. `rollup_seconds=None` writes every event as it comes (the
-    library's behaviour and schema 1's shape).
+    counts a RequestSeen, ResponseSeen, ProduceAcks, RequestTally or TopicUsage into the
+    connection's accumulator in place (a few dict updates, no encoding), keeps of a TopicIds the
+    pairs not yet written to the current file (`files_opened`; `max_topic_ids` pairs remembered)
+    and has a ConnectionClosed queue its connection's accumulator just before itself; the writer
+    thread takes every accumulator out every `rollup_seconds` of the log's clock (and at close)
+    and encodes the ConnectionRollup records itself, so the capture thread never builds a rollup
+    line. Measured (bench/eventlog_volume.py --cpu, per traffic event): counting in place costs
+    the capture thread 0.7 us (a RequestSeen) to 2.2 us (a tally run); queueing the event for the
+    writer to count would cost it 0.7 / 0.5 us but the process 1.4 / 2.1 us in all (the threads
+    share the core under the GIL), hold the events in the queue and lose counts when it is full;
+    encoding a schema 1 line cost 5-7 us. `rollup_seconds=None` writes every event as it comes
+    (the library's behaviour and schema 1's shape).
 
     The log's table of open connections (what each new file restates) is kept by the writer
     thread, in the order of the lines: the capture thread queues the few events it reads
@@ -392,7 +395,8 @@ class QueuedEventLog:
     requests' client_id and basis come with the rollups the writer encodes; nothing per request."""
 
     def __init__(self, log: EventLog, *, max_queue_bytes: int = DEFAULT_QUEUE_BYTES,
-                 rollup_seconds: float | None = None, max_rollup_connections: int | None = None) -> None:
+                 rollup_seconds: float | None = None, max_rollup_connections: int | None = None,
+                 max_topic_ids: int | None = None) -> None:
         if max_queue_bytes <= 0:
             raise ValueError("max_queue_bytes must be positive")
         if rollup_seconds is not None and not 0 < rollup_seconds <= MAX_ROLLUP_SECONDS:
@@ -400,8 +404,9 @@ class QueuedEventLog:
         self.log = log
         self.max_queue_bytes = max_queue_bytes
         self.rollup_seconds = rollup_seconds
-        self._rollup = None if rollup_seconds is None else Rollup(
-            **({} if max_rollup_connections is None else {"max_connections": max_rollup_connections}))
+        bounds = {k: v for k, v in (("max_connections", max_rollup_connections), ("max_topic_ids", max_topic_ids))
+                  if v is not None}
+        self._rollup = None if rollup_seconds is None else Rollup(**bounds)
         self._noted = STATE_READS if self._rollup is None else RESTATED
         self._last_rollup = log.clock()
         self._rollup_asked = False
@@ -443,6 +448,8 @@ class QueuedEventLog:
             health["event_log_rollup_records"] = self.rollup_records
             health["event_log_rollup_evicted"] = self._rollup.evicted  # written early at the connection/entry bound
             health["event_log_rollup_folded"] = self._rollup.folded  # not itemised past the per-connection bound
+            health["event_log_rollup_topics_folded"] = self._rollup.topics_folded  # TopicUsage entries, likewise
+            health["event_log_topic_ids_forgotten"] = self._rollup.topic_ids.forgotten  # past max_topic_ids
         return health
 
     def write(self, event: Event) -> None:
@@ -454,12 +461,14 @@ class QueuedEventLog:
                 if self._closing and type(event) in TRAFFIC:  # the writer took its last round
                     self.closed_dropped += 1
                     return
-                ready, write = route(rollup, event)
+                # TopicIds: a pair once per file (read without the log's lock: a pair may be written twice)
+                ready, write = route(rollup, event, self.log.files_opened)
                 if ready is not None:
                     for taken in ready:
                         self._put_rollup(taken)
-            if not write:
+            if write is None:
                 return
+            event = write
         line = self.log.encode(event)
         if line is None:
             if type(event) is ConnectionClosed:

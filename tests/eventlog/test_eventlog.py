@@ -84,6 +84,12 @@ EXAMPLES = [
                     kernel_received=None, kernel_dropped=None, kernel_if_dropped=None),
     ev.TlsSession(conn_id="c3", ts=T0, tls_version="TLSv1.3", cipher="TLS_AES_128_GCM_SHA256",
                   client_subject="CN=billing\\, eu,O=Acme"),
+    ev.TopicUsage(conn_id="c1", ts=T0 + 0.013, usage=(("fetch", None, "kX3r0vYkT5mWq2a1bC9dEg", 0, 4096),
+                                                      ("produce", "orders.v1", None, 2, 2048)), dropped=1, unread=0),
+    ev.TopicIds(conn_id="c1", ts=T0 + 0.014, ids=(("kX3r0vYkT5mWq2a1bC9dEg", "orders.v1"),), dropped=0),
+    ev.GroupMember(conn_id="c1", ts=T0 + 0.015, api_key=11, group_id="orders-консьюмер", member_id="",
+                   group_instance_id=None, protocol_type="consumer"),
+    ev.TransactionalId(conn_id="c1", ts=T0 + 0.016, api_key=22, transactional_id="orders-txn\n1"),
     ev.RequestTally(conn_id="c1", ts=T0 + 0.02, client_id="rdkafka",
                     requests=((0, 9, 3, 3100), (3, 12, 1, 60)),
                     responses=((0, 9, 3, 180, (0, 1, 2) + (0,) * 13, 0.0035),),
@@ -505,7 +511,7 @@ def test_close_from_another_thread_while_writing(tmp_path):
 # --- schema 2: request traffic rolled up per connection (exporter/eventlog/rollup.py) ----------------------
 
 from exporter.eventlog.format import encode_rollup  # noqa: E402
-from exporter.eventlog.rollup import MAX_ACKS, MAX_PAIRS, Rollup, rolled  # noqa: E402
+from exporter.eventlog.rollup import MAX_ACKS, MAX_PAIRS, MAX_TOPICS, TOPIC_ENTRY_WEIGHT, Rollup, rolled  # noqa: E402
 from exporter.eventlog.writer import QueuedEventLog  # noqa: E402
 from harness.census import wait_for  # noqa: E402
 
@@ -694,29 +700,30 @@ def test_only_the_latest_traffic_update_is_written_after_the_rollup(tmp_path):
 
 
 def test_the_entry_budget_evicts_the_longest_held_connection_and_loses_nothing():
-    rollup = Rollup(max_connections=100, max_entries=2 * MAX_PAIRS + MAX_ACKS)
+    rollup = Rollup(max_connections=100, max_entries=2 * MAX_PAIRS + MAX_ACKS + TOPIC_ENTRY_WEIGHT * MAX_TOPICS)
     written = []
 
     def add(event):
         evicted = rollup.add(event)
         written.extend(evicted or ())
 
-    for conn, pairs in (("a", 50), ("b", 40), ("c", 30)):
+    for conn, pairs in (("a", 64), ("b", 64), ("c", 64), ("d", 30)):
         for k in range(pairs):
             for event in _produce(conn, T0 + k, k, version=k):  # a request, acks and a response entry
                 add(event)
         for k in range(pairs):  # counted again: no new entry
             add(_produce(conn, T0 + 100 + k, k, version=k)[0])
-    # a: 101 entries; b's 81 pass the bound of 136 with a held: a goes; c's 61 with b's: b goes.
+    # a, b: 129 entries each; c's pass the bound of 264 with a and b held: a goes; d's with b's
+    # and c's: b goes.
     assert [conn for conn, _ in written] == ["a", "b"] and rollup.evicted == 2
-    assert rollup.entries == 61 == sum(acc.entries() for acc in rollup.conns.values())
+    assert rollup.entries == 129 + 61 == sum(acc.entries() for acc in rollup.conns.values())
     written.extend(rollup.take())
     assert rollup.entries == 0 and not rollup.conns
     totals = Counter()
     for conn, acc in written:
         for (_, _version), (n, _) in acc.requests.items():
             totals[conn] += n
-    assert totals == {"a": 100, "b": 80, "c": 60}  # every request in some record
+    assert totals == {"a": 128, "b": 128, "c": 128, "d": 60}  # every request in some record
     with pytest.raises(ValueError):
         Rollup(max_entries=10)
 

@@ -35,7 +35,7 @@ MIDNIGHT = 1795305600.0  # 2026-11-22T00:00:00Z
 STATE_KEYS = ["schema", "type", "ts", "conn_id", "first_seen", "client_address", "client_port", "broker_address",
               "broker_port", "listener", "security_protocol", "mid_stream", "source", "client_id", "request_version",
               "name", "version", "api_versions_request_version", "first_requests", "mechanism", "principal",
-              "client_subject"]
+              "client_subject", "group_id", "member_id", "group_instance_id", "transactional_id"]
 
 
 class FakeClock:
@@ -101,7 +101,8 @@ def expected_c1(ts: float, t: float = T0) -> dict:
             "listener": "SASL_SSL", "security_protocol": "SASL_SSL", "mid_stream": False, "source": "proxy",
             "client_id": "rdkafka", "request_version": 3, "name": "librdkafka", "version": "2.3.0",
             "api_versions_request_version": 3, "first_requests": [[18, 3], [17, 1], [36, 2]],
-            "mechanism": "SCRAM-SHA-512", "principal": "svc-1", "client_subject": "CN=app,O=Acme"}
+            "mechanism": "SCRAM-SHA-512", "principal": "svc-1", "client_subject": "CN=app,O=Acme",
+            "group_id": None, "member_id": None, "group_instance_id": None, "transactional_id": None}
 
 
 def files_of(directory) -> list[list[dict]]:
@@ -288,7 +289,8 @@ def test_the_capture_thread_queues_nothing_more_per_request(tmp_path):
     the requests' client_id and basis come with the rollups the writer thread encodes: a request
     queues nothing (it is counted in place), an identity event its line with the event."""
     assert not RESTATED & TRAFFIC
-    assert RESTATED == {ev.ConnectionOpened, ev.ConnectionClosed, ev.ClientSoftware, ev.SaslIdentity, ev.TlsSession}
+    assert RESTATED == {ev.ConnectionOpened, ev.ConnectionClosed, ev.ClientSoftware, ev.SaslIdentity, ev.TlsSession,
+                        ev.GroupMember, ev.TransactionalId}
     log = EventLog(tmp_path, clock=FakeClock(), host="h")
     queued = QueuedEventLog(log, rollup_seconds=60)
     opened, software = _opened("c1"), _software("c1", T0 + 0.1, "librdkafka", "2.3.0", True)
