@@ -6,6 +6,7 @@ Its modules, each building only on those above it:
     peers      who to ask: static and DNS peers, each one's state, the peer token, PeerFailure
     cache      the answer cache and the peer failure cache
     merge      a peer's answer checked, and the answers merged: pure functions
+    topics     the same for who writes and who reads each topic (merged by topic name)
     fanout     Aggregator: every peer asked at once, each answer read within its bounds
     models     the pydantic models of its answers (the sidecar's, with their peers)
     collector  its own /metrics
@@ -33,7 +34,7 @@ at once: --http-max-requests, plus the probe):
   values: at most 300 bytes of RSS a counted item (287 measured for the costliest shapes,
   one-key objects nested with distinct keys; the sidecar's 10,000-row page costs 62).
 - R x W: a fan-out's merge: for connections, twice `limit` rows kept and the answer's bytes,
-  ~8 KiB x limit (the bench's 10,000-row pages over 3 peers: 80 MiB); for clients and
+  ~8 KiB x limit (the bench's 10,000-row pages over 3 peers: 80 MiB); for clients, topics and
   upgrade-readiness, the union of the peers' rows. A peer adds at most I items to it.
 - K: the answer cache's bytes; the peer failure cache is at most --cache-entries small entries.
 

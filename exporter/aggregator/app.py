@@ -1,10 +1,11 @@
 """The aggregator's application: the sidecar's REST API over every peer (issue 16).
 
 Owns `create_app` (the FastAPI application: each route asks every peer through the fan-out,
-merges with exporter.aggregator.merge, caches whole answers, and says in the body and the
-headers what did not answer; `/api/v1/peers`; its /metrics, /docs and the incident page) and
+merges with exporter.aggregator.merge (topics: exporter.aggregator.topics, one topic asked again
+under the other names and ids the peers gave it), caches whole answers, and says in the body and
+the headers what did not answer; `/api/v1/peers`; its /metrics, /docs and the incident page) and
 `background` (the DNS re-resolution and the peer probe). The query strings (exporter.http.app's
-`connection_query`, `client_query` and `upgrade_target` dependencies: filters, order_by,
+`connection_query`, `client_query`, `topic_query` and `upgrade_target` dependencies: filters, order_by,
 limit, the upgrade targets), the JSON encoding within the response budget and the security
 headers are the sidecar's, imported, and tests/aggregator/test_aggregate_peers.py holds the aggregator's
 OpenAPI parameters to the sidecar's.
@@ -27,7 +28,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry
 from starlette.routing import Route
 
-from exporter.aggregator import merge
+from exporter.aggregator import merge, topics
 from exporter.aggregator.collector import AggregateCollector
 from exporter.aggregator.defaults import DEFAULT_PEER_PROBE_INTERVAL, DEFAULT_PEERS_DNS_INTERVAL
 from exporter.aggregator.fanout import DETAIL_CHARS, Aggregator, Outcome
@@ -39,9 +40,12 @@ from exporter.aggregator.models import (
     AggConnection,
     AggConnectionList,
     AggHealth,
+    AggTopicDetail,
+    AggTopicList,
     AggUpgradeReadiness,
     NoPeerAnswered,
     PeerList,
+    TopicNotFound,
 )
 from exporter.aggregator.peers import PeerFailure
 from exporter.http.app import (
@@ -54,6 +58,7 @@ from exporter.http.app import (
     connection_query,
     document_bearer,
     json_body,
+    topic_query,
     upgrade_target,
 )
 from exporter.http.auth import ApiToken, BearerAuth
@@ -75,8 +80,11 @@ HEADER_PEERS = "X-Kafka-Census-Peers"
 HEADER_MISSING = "X-Kafka-Census-Missing-Peers"
 HEADER_CACHE = "X-Kafka-Census-Cache"
 #: The `endpoint` label values of kafka_census_aggregate_answers_total and _fanout_duration_seconds.
-ENDPOINTS = ("connections", "connection", "clients", "churn", "brokers", "upgrade_readiness", "health", "peers",
-             "probe")
+ENDPOINTS = ("connections", "connection", "clients", "churn", "brokers", "upgrade_readiness", "health", "topics",
+             "topic", "peers", "probe")
+#: Other names or ids of one topic asked of the peers whose answers do not cover them (a topic
+#: recreated has several ids; more are not followed).
+MAX_TOPIC_ALIASES = 4
 
 
 # --- the application ------------------------------------------------------------------------
@@ -154,7 +162,9 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
         return JSONResponse({"status": "not ready"}, status_code=503)
 
     async def serve(request: Request, endpoint: str, path: str, params: list[tuple[str, str]], check,
-                    make_merger, finish=None) -> Response:
+                    make_merger, finish=None, fan=None, not_found=None) -> Response:
+        """`fan(merger)`: the fan-out, when it is more than one round (the topics'); `not_found(outcome)`:
+        the 404's detail when peers answered and the merge has nothing (one topic)."""
         if not agg.peers.current():
             agg.answers[(endpoint, "failed")] += 1
             detail = "no peers: " + (f"--peers-dns {agg.peers.dns[0]} resolved to no address"
@@ -165,8 +175,11 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
 
         async def compute():
             merger = _CutNoting(make_merger())
-            outcome = await agg.fan_out(endpoint, path, params, check, merger)
+            outcome = await (fan(merger) if fan is not None else agg.fan_out(endpoint, path, params, check, merger))
             headers = _fanout_headers(outcome)
+            if outcome.body is None and not_found is not None and outcome.answered:
+                agg.answers[(endpoint, "partial" if outcome.partial else "whole")] += 1
+                return 404, _body_bytes({"detail": not_found(outcome), **_fanout_fields(outcome)}), headers, False
             if outcome.body is None:
                 agg.answers[(endpoint, "failed")] += 1
                 body = {"detail": "no peer answered", **_fanout_fields(outcome)}
@@ -270,6 +283,66 @@ def create_app(agg: Aggregator, *, version: str = "unknown", api_token: ApiToken
     async def capture_health(request: Request) -> Response:
         return await serve(request, "health", API_PREFIX + "/health", [], check_health,
                            lambda: HealthMerger(http=guard.health))
+
+    async def topic_rounds(endpoint: str, asked: str, merger: _CutNoting, first: Outcome, check,
+                           ask_alias) -> Outcome:
+        """After `first` (every peer asked about the topic `asked`): the other names and ids the
+        answers gave it (a peer knows a topic by its id only until it sees a Metadata answer
+        naming it), each asked, `ask_alias(alias)` -> (path, params), of the peers that answered
+        and whose entries do not cover it yet, at most MAX_TOPIC_ALIASES rounds (the merger
+        drops what a peer gives twice). A peer failing a later round is missing too."""
+        inner = merger.merger
+        missing = {m["peer"]: m for m in first.missing}
+        rounds = 0
+        for alias in inner.aliases(asked)[:MAX_TOPIC_ALIASES]:
+            ask = [p for p in agg.peers.current() if p.name not in missing and not inner.covers(p.name, alias)]
+            if not ask:
+                continue
+            path, params = ask_alias(alias)
+            again = await agg.fan_out(endpoint, path, params, check, merger, absent=[], only=ask)
+            missing.update((m["peer"], m) for m in again.missing)
+            rounds += 1
+        body = (await asyncio.to_thread(merger.result)) if rounds else first.body
+        return Outcome(body, first.asked, sorted(missing.values(), key=lambda m: m["peer"]))
+
+    @app.get(API_PREFIX + "/topics", response_model=AggTopicList, tags=["topics"],
+             summary="Who writes and who reads each topic, over every peer, merged by topic name",
+             responses={400: {"model": Error}, **FANOUT_ERRORS})
+    async def list_topics(request: Request, wanted: Annotated[dict[str, str], Depends(topic_query)]) -> Response:
+        path, params = API_PREFIX + "/topics", list(wanted.items())
+        asked = wanted.get("topic")
+
+        async def fan(merger: _CutNoting) -> Outcome:  # one topic: asked by its other names and ids too
+            assert asked is not None
+            first = await agg.fan_out("topics", path, params, topics.check_topics, merger)
+            return await topic_rounds("topics", asked, merger, first, topics.check_topics,
+                                      lambda alias: (path, [(k, alias if k == "topic" else v) for k, v in params]))
+
+        return await serve(request, "topics", path, params, topics.check_topics, topics.TopicsMerger,
+                           fan=fan if asked is not None else None)
+
+    @app.get(API_PREFIX + "/topics/{name}", response_model=AggTopicDetail, tags=["topics"],
+             summary="One topic over every peer: who writes and who reads it (an id one peer could not name is "
+                     "asked by name of the others, and the other way round)",
+             responses={404: {"model": TopicNotFound, "description": "No peer that answered knows the topic"},
+                        **FANOUT_ERRORS})
+    async def get_topic(request: Request, name: Annotated[str, Path(description="A topic name, or a topic id")]) \
+            -> Response:
+        def path_of(topic: str) -> str:
+            return API_PREFIX + "/topics/" + quote(topic, safe="")
+
+        async def fan(merger: _CutNoting) -> Outcome:
+            absent: list[str] = []  # the peers that answered 404: none by that name
+            first = await agg.fan_out("topic", path_of(name), [], topics.check_topic, merger, absent=absent)
+            return await topic_rounds("topic", name, merger, first, topics.check_topic,
+                                      lambda alias: (path_of(alias), []))
+
+        def not_found(outcome: Outcome) -> str:
+            said = "no peer that answered knows" if outcome.partial else "no peer knows"
+            return f"{said} topic {visible(name[:DETAIL_CHARS])!r} (no open or recently closed connection named it)"
+
+        return await serve(request, "topic", path_of(name), [], topics.check_topic, topics.TopicMerger, fan=fan,
+                           not_found=not_found)
 
     @app.get(API_PREFIX + "/peers", response_model=PeerList, tags=["peers"],
              summary="Every peer, asked now: up, last answer, last error")

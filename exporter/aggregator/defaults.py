@@ -22,11 +22,12 @@ DEFAULT_PEER_MAX_MB = 32
 DEFAULT_PEER_CONCURRENCY = 16
 # JSON values counted in one peer's answer as it is read (`,` `{` `[` outside strings, an upper
 # bound on the values json would build). The sidecar's 10,000-row connections page (bench's
-# synthetic rows, exporter.http.app's encoding) holds 558,555: 56 a row, at most 89; x 4.5 headroom
-# = 2.5M. Its densest rows run 10-19 bytes an item, so a real answer reaches this only near
+# synthetic rows, exporter.http.app's encoding) holds 668,555 (558,555 before issue 31 gave each
+# connection its topics, groups and roles): 67 a row; x 4.5 headroom = 3M. A connection's topic
+# uses add 8 items each. Its densest rows run 10-19 bytes an item, so a real answer reaches this only near
 # --peer-max-mb; tiny hostile rows (`{},` 1.5 bytes an item) stop here after ~4 MB, before a
 # parse that would cost up to 300 bytes an item.
-DEFAULT_PEER_MAX_ITEMS = 2_500_000
+DEFAULT_PEER_MAX_ITEMS = 3_000_000
 # Large answers parsed and merged at once: the parse holds the GIL, so a second slot would hold a
 # second parsed answer in memory without finishing sooner.
 DEFAULT_PEER_PARSE_CONCURRENCY = 1

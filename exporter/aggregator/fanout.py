@@ -419,14 +419,17 @@ class Aggregator:
     # --- every peer -------------------------------------------------------------------------
 
     async def fan_out(self, endpoint: str, path: str, params: list[tuple[str, str]], check: Callable,
-                      merger) -> Outcome:
+                      merger, *, absent: list[str] | None = None, only: list[Peer] | None = None) -> Outcome:
         """Ask every current peer at once; `merger.add(peer, body)` as each answers, inside the
         answer's slots (so the merge keeps what it needs, and no page waits for it outside its
-        bound). Over-limit DNS peers are missing too."""
+        bound). Over-limit DNS peers are missing too. With `absent` (one topic asked by name), a
+        peer's 404 is its answer that it has none: the peer named there, neither missing nor
+        merged. `only`: ask these peers (a second round), none named over the limit."""
         started = self.clock()
-        peers = self.peers.current()
-        missing = [{"peer": p.name, "url": p.url, "kind": "over_max_peers",
-                    "error": f"not asked: over --max-peers ({self.peers.max_peers})"} for p in self.peers.over_limit]
+        peers = self.peers.current() if only is None else only
+        missing = [] if only is not None else [
+            {"peer": p.name, "url": p.url, "kind": "over_max_peers",
+             "error": f"not asked: over --max-peers ({self.peers.max_peers})"} for p in self.peers.over_limit]
         lock = asyncio.Lock()  # one merge at a time: a merger is not thread-safe
 
         async def add(name: str, body: dict) -> None:
@@ -446,7 +449,9 @@ class Aggregator:
         try:
             for next_done in asyncio.as_completed(tasks):
                 peer, exc = await next_done
-                if exc is not None:
+                if exc is not None and absent is not None and exc.status == 404:
+                    absent.append(peer.name)
+                elif exc is not None:
                     missing.append({"peer": peer.name, "url": peer.url, "kind": exc.kind, "error": str(exc)})
                     continue
                 answered += 1

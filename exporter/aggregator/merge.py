@@ -28,6 +28,9 @@ from exporter.http.models import InvalidAnswer
 ID_SEPARATOR = "/"
 #: Distinct client hosts in a merged census row: the API's documented bound (Client.client_addresses).
 MAX_CLIENT_ADDRESSES = 100
+#: Groups and topics a merged census row lists (issue 31): the sidecar's bounds (Client.groups, .topics).
+MAX_CLIENT_GROUPS = 16
+MAX_CLIENT_TOPICS = 64
 
 # The order_by fields by the JSON type of their value (exporter/census/fields.py), so a peer's
 # row cannot make the merge compare a string with a number (idle_seconds, a number or null, is
@@ -141,6 +144,16 @@ def check_client(row: Any, where: str = "client") -> None:
     if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
         raise InvalidAnswer(f"{where}: client_addresses is not a list of strings")
     _check_requests(row, "requests", where)
+    for name in ("groups", "topics", "roles"):  # absent from a sidecar older than issue 31
+        value = row.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            raise InvalidAnswer(f"{where}: {name} is not a list of strings")
+
+
+def _union(have: list, more: list, bound: int | None = None) -> list:
+    """Two of a census row's lists as one: what `have` holds, then what `more` adds, sorted, at most `bound`."""
+    merged = sorted(set(have) | set(more))
+    return merged if bound is None else merged[:bound]
 
 
 def check_clients(body: Any) -> None:
@@ -305,8 +318,9 @@ def _client_order(row: dict) -> tuple:
 
 class ClientsMerger:
     """Census rows merged by their key: open and total connections and request counts summed,
-    first_seen the earliest, last_seen the latest, client addresses unioned (bounded), the
-    peers that saw the row listed. The first peer's inferred identity (and evidence) stays."""
+    first_seen the earliest, last_seen the latest, client addresses, groups, topics and roles
+    unioned (bounded as the sidecar bounds them), the peers that saw the row listed. The first
+    peer's inferred identity (and evidence) stays."""
 
     def __init__(self) -> None:
         self.rows: dict[tuple, dict] = {}
@@ -322,6 +336,9 @@ class ClientsMerger:
             if "removed_requests" in row:
                 have["removed_requests"] = merge_requests([], row["removed_requests"])
             have["peers"] = [peer]
+            for name, bound in (("groups", MAX_CLIENT_GROUPS), ("topics", MAX_CLIENT_TOPICS), ("roles", None)):
+                if name in row:
+                    have[name] = _union([], row[name], bound)
             return
         have["open_connections"] += row["open_connections"]
         have["total_connections"] += row["total_connections"]
@@ -332,6 +349,9 @@ class ClientsMerger:
         have["requests"] = merge_requests(have["requests"], row["requests"])
         if "removed_requests" in row:
             have["removed_requests"] = merge_requests(have.get("removed_requests", []), row["removed_requests"])
+        for name, bound in (("groups", MAX_CLIENT_GROUPS), ("topics", MAX_CLIENT_TOPICS), ("roles", None)):
+            if name in row:
+                have[name] = _union(have.get(name, []), row[name], bound)
         if peer not in have["peers"]:
             have["peers"].append(peer)
 

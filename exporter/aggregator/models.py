@@ -30,9 +30,13 @@ from exporter.http.models import (
     Connection,
     ConnectionList,
     ConnectionUsingRemoved,
+    Count,
     Error,
     Model,
     SoftwareUsingRemoved,
+    Topic,
+    TopicClient,
+    TopicList,
     UpgradeReadiness,
 )
 
@@ -121,6 +125,39 @@ class AggCaptureSource(CaptureSource):
 
 class AggHealth(Health, _Fanout):
     capture: list[AggCaptureSource]  # type: ignore[assignment]
+
+
+# --- topics (issue 31) -----------------------------------------------------------------------
+
+class AggTopicClient(TopicClient):
+    peer: str = Field(description="The peer (host:port) that saw this client use the topic; `conn_ids` are "
+                      "prefixed with it (PEER/ID, as the aggregator lists connections)")
+
+
+class AggTopic(Topic):
+    producers: list[AggTopicClient]  # type: ignore[assignment]
+    consumers: list[AggTopicClient]  # type: ignore[assignment]
+    admins: list[AggTopicClient]  # type: ignore[assignment]
+    others: list[AggTopicClient]  # type: ignore[assignment]
+    bytes_produced: Count = Field(description="Summed over the peers")
+    bytes_fetched: Count = Field(description="Summed over the peers")
+
+
+class AggTopicList(TopicList, _Fanout):
+    topics: list[AggTopic] = Field(  # type: ignore[assignment]
+        description="Merged by topic name over the peers (a topic is cluster-wide): each peer's client rows listed "
+                    "with their peer, bytes summed, first/last seen widened; an id one peer could not name is named "
+                    "by another peer's entry with the same topic_id")
+    unresolved_ids: Count = Field(description="Topics listed by id only: no peer saw a Metadata answer naming them")
+
+
+class AggTopicDetail(AggTopic, _Fanout):
+    cut: str | None = Field(None, description="Peers that cut their answer at their --http-max-response-mb, or "
+                            "this answer cut at this aggregator's")
+
+
+class TopicNotFound(_Fanout):
+    detail: str
 
 
 class NoPeerAnswered(_Fanout):

@@ -51,12 +51,15 @@ MAX_DETAIL_CHARS = 400  # of a server's error detail, in the one error line
 
 
 class Failure(Exception):
-    """Ends the command: `message` is the one stderr line, `code` the exit code."""
+    """Ends the command: `message` is the one stderr line, `code` the exit code; `status` and
+    `detail` (escaped) the server's, when it answered with an error."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: int, message: str, status: int | None = None, detail: str = "") -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.status = status
+        self.detail = detail
 
 
 def server_base(server: str) -> str:
@@ -180,8 +183,9 @@ def fetch(base: str, path: str, params: dict, *, token: str | None, timeout: flo
                 raise Failure(EXIT_SERVER, f"{shown}: {status} no peer answered: {_peers_line(body, missing)}") \
                     from None
         if status == 404:
+            detail = _detail(raw)
             raise Failure(EXIT_SERVER, f"{shown}: 404 not found (is --server a kafka-census server or "
-                          f"aggregator?): {_detail(raw)}") from None
+                          f"aggregator?): {detail}", 404, detail) from None
         raise Failure(EXIT_SERVER, f"{shown}: {status} {visible(str(exc.reason or ''))}: {_detail(raw)}") from None
     except urllib.error.URLError as exc:
         reason = exc.reason

@@ -119,6 +119,7 @@ WITHIN = {
     "exporter.incident.client": set(),
     "exporter.incident.tables": {"exporter.incident.client"},
     "exporter.incident.watch": {"exporter.incident.client", "exporter.incident.tables"},
+    "exporter.incident.topics": {"exporter.incident.client", "exporter.incident.tables"},
 }
 
 

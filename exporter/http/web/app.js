@@ -5,7 +5,7 @@
 
 const API = '/api/v1';
 const FILTERS = ['listener', 'client_software_name', 'client_software_version', 'client_id', 'principal',
-  'address', 'inferred_software_name', 'identity_source', 'close_reason'];
+  'address', 'inferred_software_name', 'identity_source', 'close_reason', 'topic', 'group'];
 const CONN_PARAMS = ['state', ...FILTERS, 'order_by', 'limit'];  // the /connections query, passed as is
 const ORDERABLE = new Set(['first_seen', 'last_seen', 'idle_seconds', 'client_address', 'client_port', 'client_id',
   'client_software_name', 'client_software_version', 'listener', 'bytes_from_client', 'bytes_from_broker', 'state']);
@@ -15,7 +15,7 @@ const DEFAULT_REFRESH = 5;
 
 const $ = (id) => document.getElementById(id);
 
-const view = { conn: new URLSearchParams(), target: '', refresh: DEFAULT_REFRESH, detail: null };
+const view = { conn: new URLSearchParams(), target: '', refresh: DEFAULT_REFRESH, detail: null, topic: null };
 let lastRefresh = DEFAULT_REFRESH;  // what "resume" goes back to
 let aggregator = false;  // the answers carry peers_asked: this is the aggregator
 let targets = [];  // the upgrade targets offered
@@ -69,6 +69,7 @@ function readUrl() {
   view.conn = new URLSearchParams();
   for (const [key, value] of params) if (CONN_PARAMS.includes(key) && value !== '') view.conn.append(key, value);
   view.target = params.get('target') || '';
+  view.topic = params.get('open_topic') || null;
   const refresh = Number(params.get('refresh'));
   view.refresh = params.has('refresh') && REFRESH_CHOICES.includes(refresh) ? refresh : DEFAULT_REFRESH;
   if (view.refresh > 0) lastRefresh = view.refresh;
@@ -81,6 +82,7 @@ function readUrl() {
 function urlOf() {
   const params = new URLSearchParams(view.conn);
   if (view.target) params.set('target', view.target);
+  if (view.topic) params.set('open_topic', view.topic);
   if (view.refresh !== DEFAULT_REFRESH) params.set('refresh', String(view.refresh));
   const query = params.toString();
   return location.pathname + (query ? '?' + query : '') + (view.detail ? '#conn=' + encodeURIComponent(view.detail) : '');
@@ -222,6 +224,83 @@ function connectionsOf(client) {  // a null client_id cannot be a filter: its ad
   if (client.client_id !== null) view.conn.set('client_id', client.client_id);
   go(true);
   $('connections-section').scrollIntoView();
+}
+
+// Who writes and who reads each topic (GET /api/v1/topics); one opens with its clients
+// (GET /api/v1/topics/{name}), each client a link to its connections filtered by topic and client.
+const topicName = (t) => (t.topic !== null ? t.topic : t.topic_id);
+const topicLabel = (t) => (t.topic !== null ? t.topic : `${t.topic_id} (id, unnamed)`);
+const distinct = (rows) => new Set(rows.map((c) => JSON.stringify([c.software_name, c.software_version, c.client_id,
+  c.principal, c.client_address, c.group_id, c.transactional_id]))).size;  // the aggregator lists one per peer
+const INFERRED = new Set(['sibling', 'fingerprint', 'restored_sibling', 'restored_fingerprint']);
+const ROLES = [['producers', 'Who writes'], ['consumers', 'Who reads'], ['admins', 'Admin clients'],
+  ['others', 'Other clients (metadata only, replication)']];
+
+function renderTopics(body) {
+  const rows = body.topics.map((t) => el('tr', { 'data-topic': topicName(t) },
+    el('td', { class: 'wire' }, el('a', { href: topicUrl(topicName(t)), onclick: (e) => {
+      e.preventDefault();
+      openTopic(topicName(t));
+    } }, topicLabel(t))),
+    td(distinct(t.producers), 'num'), td(distinct(t.consumers), 'num'), td(num(t.bytes_produced), 'num'),
+    td(num(t.bytes_fetched), 'num'), tdWhen(t.last_seen)));
+  $('topics-table').tBodies[0].replaceChildren(...rows);
+  $('topics-table').hidden = rows.length === 0;
+  $('topics-empty').hidden = rows.length > 0;
+  let count = `${rows.length} topics`;
+  if (body.topics_overflowed) count += `, ${num(body.topics_overflowed)} more counted under <other>`;
+  if (body.unresolved_ids) count += `, ${num(body.unresolved_ids)} ids not named yet`;
+  $('topics-count').textContent = '(' + count + ')';
+}
+
+function topicUrl(name) {  // the view with that topic open (a link: it can be copied, and prints)
+  const saved = view.topic;
+  view.topic = name;
+  const url = urlOf();
+  view.topic = saved;
+  return url;
+}
+
+function openTopic(name) {
+  view.topic = name;
+  go(true);
+  $('topic-section').scrollIntoView();
+}
+
+function topicConnections(t, c) {  // a null client_id or address cannot be a filter: left out
+  view.conn = new URLSearchParams({ topic: topicName(t) });
+  if (c.client_id !== null) view.conn.set('client_id', c.client_id);
+  if (c.client_address !== null) view.conn.set('address', c.client_address);
+  go(true);
+  $('connections-section').scrollIntoView();
+}
+
+function topicClients(t, role) {
+  const heads = ['software', 'client_id', 'principal', 'address', 'group', 'transactional id', 'uses', 'bytes',
+    'connections (open)', 'last seen (UTC)', ''];
+  return el('table', { id: 'topic-' + role }, el('thead', {}, el('tr', {}, ...heads.map((h) => el('th', {}, h)))),
+    el('tbody', {}, ...t[role].map((c) => el('tr', {},
+      td([c.software_name, c.software_version].filter((v) => v !== null).join(' ') +
+        (INFERRED.has(c.identity_source) ? ' (inferred)' : '') || null),
+      td(c.client_id, 'wire'), td(c.principal, 'wire'),
+      el('td', { class: 'id' }, dash(c.client_address), c.peer === undefined ? null : el('span', { class: 'peer' }, 'on ' + c.peer)),
+      td(c.group_id, 'wire'), td(c.transactional_id, 'wire'), td(c.uses.join(', ')), td(num(c.bytes), 'num'),
+      td(`${num(c.connections)} (${num(c.open_connections)})`, 'num'), tdWhen(c.last_seen),
+      el('td', { class: 'act' }, el('button', { type: 'button', class: 'link', onclick: () => topicConnections(t, c) },
+        'connections'))))));
+}
+
+function renderTopic(t) {
+  $('topic-title').textContent = topicLabel(t);
+  const parts = [el('p', {}, (t.topic !== null && t.topic_id ? `id ${t.topic_id}; ` : '') +
+    `${num(t.bytes_produced)} bytes produced, ${num(t.bytes_fetched)} fetched; first seen ${when(t.first_seen)}, ` +
+    `last seen ${when(t.last_seen)}`)];
+  for (const [role, title] of ROLES) {
+    if (!t[role].length && (role === 'admins' || role === 'others')) continue;
+    parts.push(el('h3', {}, `${title}: ${distinct(t[role])} client(s)`),
+      t[role].length ? topicClients(t, role) : el('p', { class: 'note' }, 'none seen'));
+  }
+  $('topic-detail').replaceChildren(...parts);
 }
 
 const COLUMNS = [  // [heading, order_by field or null, cell, shown only if (rows) => true]
@@ -488,11 +567,11 @@ function renderMissing() {
 
 function clearData() {
   // Refused: nothing read with an earlier token stays on the screen.
-  for (const id of ['census-table', 'churn-table', 'connections-table', 'upgrade-table', 'peers-table']) {
+  for (const id of ['census-table', 'churn-table', 'topics-table', 'connections-table', 'upgrade-table', 'peers-table']) {
     $(id).tBodies[0].replaceChildren();
   }
   for (const id of ['health', 'health-line', 'brokers', 'detail', 'verdict', 'census-count', 'churn-count', 'churn-empty',
-    'connections-count']) {
+    'connections-count', 'topics-count', 'topic-title', 'topic-detail']) {
     $(id).replaceChildren();
   }
   $('partial').hidden = true;
@@ -512,6 +591,7 @@ async function refresh() {
   const jobs = [
     ['census-section', () => api(API + '/clients').then(renderCensus)],
     ['churn-section', () => api(API + '/churn').then(renderChurn)],
+    ['topics-section', () => api(API + '/topics').then(renderTopics)],
     ['connections-section', () => api(API + '/connections' + (connQuery ? '?' + connQuery : '')).then(renderConnections)],
     ['upgrade-section', () => api(API + '/upgrade-readiness' + target).then(renderUpgrade)],
     ['brokers-section', () => api(API + '/brokers').then(renderBrokers)],
@@ -528,6 +608,10 @@ async function refresh() {
     jobs.push(['detail-section', () => api(API + '/connections/' + encodeURIComponent(view.detail))
       .then(async (c) => renderDetail(c, await clientMembers(c)))]);
   }
+  if (view.topic) jobs.push(['topic-section', () => api(API + '/topics/' + encodeURIComponent(view.topic)).then(renderTopic)]);
+  $('topic-section').hidden = !view.topic;
+  if (view.topic) $('topic-title').textContent = view.topic;
+  else $('topic-detail').replaceChildren();
   if (aggregator) jobs.push(['peers-section', () => api(API + '/peers').then(renderPeers)]);
   $('detail-section').hidden = !view.detail;
   if (!view.detail) $('detail').replaceChildren();
@@ -610,6 +694,7 @@ function init() {
   $('refresh-now').addEventListener('click', () => refresh());
   $('target').addEventListener('change', (e) => { view.target = e.target.value; go(true); });
   $('detail-close').addEventListener('click', () => { view.detail = null; go(true); });
+  $('topic-close').addEventListener('click', () => { view.topic = null; go(true); });
   $('token-form').addEventListener('submit', (e) => {
     e.preventDefault();
     const input = $('token-input');
