@@ -8,11 +8,12 @@ input is unusable, 2 bad usage). Jobs: ingest (event logs -> the Parquet table b
 source, pipeline/ingest.py), inventory, adoption, api-usage, upgrade-readiness (over the
 ingested table, or event logs ingested into OUT/table/ first; a row per UTC day a connection
 was connected; upgrade-readiness also writes its table by software, the unannounced clients
-named), pcap-decode (pcaps -> event logs) and report (one HTML file). Progress: a line per
+named), topic-lineage (who writes and who reads each topic over the window, pipeline/lineage.py),
+pcap-decode (pcaps -> event logs) and report (one HTML file). Progress: a line per
 stage on stderr; Spark's own console progress bar when stderr is a terminal.
 
-The top of `pipeline`: it imports the job modules (ingest, events, jobs, identity, pcaps,
-report, ship) and what they share (`pipeline.errors`, `pipeline.files`); none of them imports it
+The top of `pipeline`: it imports the job modules (ingest, events, jobs, identity, lineage,
+pcaps, report, ship) and what they share (`pipeline.errors`, `pipeline.files`); none of them imports it
 (tests/layout/test_core_imports.py holds that no import cycle exists in `pipeline/`). Within the
 package only `pipeline.__main__` imports it.
 """
@@ -29,7 +30,8 @@ from datetime import UTC, datetime
 from pipeline.errors import MAX_QUARANTINED_LINES, InputError, UsageError
 from pipeline.files import load_input
 
-JOBS = ("ingest", "inventory", "adoption", "api-usage", "upgrade-readiness", "pcap-decode", "report")
+JOBS = ("ingest", "inventory", "adoption", "api-usage", "upgrade-readiness", "topic-lineage", "pcap-decode",
+        "report")
 TABLE_JOBS = ("inventory", "adoption", "api-usage", "upgrade-readiness")
 
 
@@ -178,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.job == "ingest":
             from pipeline.ingest import run_ingest
             summary = run_ingest(spark, args, progress)
+        elif args.job == "topic-lineage":
+            from pipeline.lineage import run_lineage
+            summary = run_lineage(spark, args, progress)
         elif args.job == "pcap-decode":
             from pipeline.pcaps import run_pcap_decode
             summary = run_pcap_decode(spark, args, progress)

@@ -10,8 +10,10 @@ Owns the file side of a window (`input_files`: the files under `--input` the pip
 `connection_days` (one row per connection and UTC day it was connected, with that day's
 last_seen), `requests` (per connection, api and version, and per day, a count),
 `connection_facts` (what `pipeline.identity` reads: mid_stream, the first ApiVersions version,
-the identity basis, the broker's maxima) and `counts`. Imports pyspark and the generated API
-table; nothing imports `pipeline`.
+the identity basis, the broker's maxima) and `counts`; and the record types the jobs use
+(`USED_TYPES`; `LINEAGE_TYPES`, issue 31's, which `pipeline.lineage` reads from the table's rows
+and the facts leave out). Imports pyspark and the generated API table; nothing imports
+`pipeline`.
 
 The model (docs/pipeline.md says it for operators):
 - A connection is (source, conn_id) with a ConnectionOpened or a ConnectionState (a schema 3
@@ -60,6 +62,10 @@ ACTIVITY_TYPES = frozenset({*REQUEST_TYPES, "ResponseSeen"})
 STATE_TYPES = frozenset({"ConnectionOpened", "ConnectionState", "ClientSoftware", "SaslIdentity", "TlsSession",
                          "ApiVersionsAnswer", "ConnectionClosed"})
 USED_TYPES = frozenset((STATE_TYPES | ACTIVITY_TYPES) - {"ConnectionState"})  # the ingest adds ConnectionState
+# Issue 31's records, kept by the ingest for `pipeline.lineage` (which reads the table's rows, with
+# the rollups' `topics`), not for the facts: the other tables are what they were without them.
+LINEAGE_TYPES = frozenset({"TopicUsage", "TopicIds", "GroupMember", "TransactionalId"})
+FACT_TYPES = USED_TYPES | {"ConnectionState"}
 # Types whose ts is not a connection's activity for last_seen (an answer is read for its maxima only).
 NOT_ACTIVITY = ("ApiVersionsAnswer",)
 _START = re.compile(r"^events-(?P<start>[0-9]{8}T[0-9]{6}Z)-.+-[0-9]+\.ndjson$")
@@ -184,7 +190,7 @@ def facts(rows: DataFrame, since: float | None = None, until: float | None = Non
     version it used): cache it, every table reads it."""
     ts = F.col("ts")
     inside = _within(ts, since, until)
-    kept = rows.where(~F.col("type").isin(*ACTIVITY_TYPES) | inside)
+    kept = rows.where(F.col("type").isin(*sorted(FACT_TYPES)) & (~F.col("type").isin(*ACTIVITY_TYPES) | inside))
     derived = {"d": F.floor(ts / DAY).cast("int"), "inside": inside}
     keyed = kept.select(*[derived[c].alias(c) if c in derived else F.col(c) for c in _FACT_KEY],
                         "ts", "n", "entry")

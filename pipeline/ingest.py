@@ -4,11 +4,12 @@ Owns the job: the listing of the input, the run manifest (`is_table`, the increm
 windows, `ingest` / `run_ingest`, the Spark task launch, and a task's loop over one file
 (`ingest_file`: its blocks of whole lines, the overlong lines, its summary). The table itself
 (its one schema, the mapping of the event log's fields onto its columns, the parsing and checks
-of a block or a line, the writing of the Parquet parts and the quarantine, the layout of both,
-the file systems) is `pipeline.table`'s. Imports pyarrow, pyspark (through `pipeline.events`:
-the input listing, `source_of`, `in_window`), `pipeline.table`, `exporter.eventlog.format`
-(the readable schema versions), and `pipeline.errors`; never `pipeline.cli` or
-`pipeline.files`, which import it, and `pipeline.table` never imports it.
+of a block or a line) is `pipeline.table`'s; the writing of the Parquet parts and the
+quarantine, the layout of both and the file systems are `pipeline.parts`'. Imports pyarrow,
+pyspark (through `pipeline.events`: the input listing, `source_of`, `in_window`),
+`pipeline.table`, `pipeline.parts`, `exporter.eventlog.format` (the readable schema versions),
+and `pipeline.errors`; never `pipeline.cli` or `pipeline.files`, which import it, and neither
+`pipeline.table` nor `pipeline.parts` imports it.
 
 Work: the driver lists the input files (Spark's listing: any Hadoop URI), drops those already
 ingested, and runs one Spark *Python* task per file (small files packed a few per task). A task
@@ -19,7 +20,7 @@ lines): the JVM does no per-row work, and a task's memory is a few blocks whatev
 size. A line longer than `MAX_LINE_BYTES` is quarantined unread.
 
 Layout under TABLE: the parts `day=YYYY-MM-DD/source=<source>/part-<file-id>.parquet` and the
-quarantine `_quarantine/<file-id>.json` (`pipeline.table`), and
+quarantine `_quarantine/<file-id>.json` (`pipeline.parts`), and
 - `_ingested/<run-id>.json`: the run's window and, per file ingested: uri, size, modified, rows,
   events, lines, bad_lines, file_id, source, days (of its parts).
 
@@ -32,7 +33,7 @@ until) written: a rerun of a day replaces that day of those sources and nothing 
 over one sidecar's logs leaves the other sidecars' days). Two runs must not write one table at
 the same time.
 
-Reading in the tasks and writing the table: any URI pyarrow.fs opens (`pipeline.table._fs`).
+Reading in the tasks and writing the table: any URI pyarrow.fs opens (`pipeline.parts._fs`).
 """
 
 from __future__ import annotations
@@ -50,20 +51,14 @@ import pyarrow.fs as pafs
 
 from exporter.eventlog.format import READABLE_SCHEMAS
 from pipeline.errors import MAX_QUARANTINED_LINES, InputError, UsageError
+from pipeline.parts import _Bad, _fs, _join, _Parts, _split_days, _write_quarantine, _write_whole
 from pipeline.table import (
     _STR,
     COMPRESSION,
     TABLE_SCHEMA,
     _arrow_rows,
-    _Bad,
-    _fs,
-    _join,
-    _Parts,
     _read_block,
-    _split_days,
     _used_types,
-    _write_quarantine,
-    _write_whole,
     check_line,
     day_of,
     partition_value,

@@ -335,7 +335,7 @@ class _Decoded:
                 table.note(event)
 
         try:
-            self.result = replay(self.path, self.listeners, emit)
+            self.result = replay(self.path, self.listeners, emit, topics=True)  # as a serving census does by default
         except CaptureError as exc:
             self.error = str(exc)
             return

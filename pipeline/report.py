@@ -3,12 +3,13 @@
 Owns the report's content and markup: the header (when, inputs, window, counts), the
 upgrade-readiness verdict and table (and by software: the unannounced clients named by sibling
 or fingerprint, `pipeline.identity`), inline SVG charts (version adoption over time, share of
-connections without a client identity, requests with removed API versions by client) and the
-inventory, adoption and api-usage tables. The tables come from `pipeline.jobs` over
+connections without a client identity, requests with removed API versions by client), the
+inventory, adoption and api-usage tables, and who writes and reads each topic (issue 31,
+`pipeline.lineage`). The tables come from `pipeline.jobs` and `pipeline.lineage` over
 `pipeline.events`, exactly what the table jobs write, and are also written next to the HTML
 (Parquet and CSV, `pipeline.jobs.write_table`), so a table cut at `MAX_TABLE_ROWS` in the
-page points at its full CSV. Imports pyspark and `pipeline`'s events, identity, jobs, errors and
-files; never `pipeline.cli`, which alone imports it.
+page points at its full CSV. Imports pyspark and `pipeline`'s events, identity, jobs, lineage,
+errors and files; never `pipeline.cli`, which alone imports it.
 
 Self-contained and safe to attach to a ticket: no script, no external stylesheet, font,
 image or link (only `#` anchors); charts are SVG drawn here. Every string from the data
@@ -327,6 +328,14 @@ def _broker(r: dict) -> str:
     return f"{_fmt(r.get('broker'))} ({_fmt(r.get('listener'))})"
 
 
+def _topic(r: dict) -> str:
+    return r["topic"] if r.get("topic") is not None else f"{_fmt(r.get('topic_id'))} (id, no name known)"
+
+
+def _txn(r: dict) -> str:
+    return _fmt(r.get("transactional_id"))
+
+
 def _lowest(r: dict) -> str:
     v = r.get("minimum_version")
     return "none: API removed" if v is None else f"v{v}"
@@ -368,6 +377,15 @@ COLUMNS = {
         ("API", _api, PLAIN),
         ("Key", _field("api_key"), NUM), ("Software", _software, FREE),
         ("Requests", _field("requests"), NUM)],
+    "topic_lineage": [
+        ("Topic", _topic, FREE), ("Role", _field("role"), PLAIN),
+        ("Software (announced or inferred)", lambda r: f"{_fmt(r.get('software_name'))} "
+                                                      f"{_fmt(r.get('software_version'))}", FREE),
+        ("Client id", _field("client_id"), FREE), ("Principal", _field("principal"), FREE),
+        ("Address", _field("client_address"), PLAIN), ("Group", _field("group_id"), FREE),
+        ("Transactional id", _txn, FREE), ("Uses", _field("uses"), LIST),
+        ("Connections", _field("connections"), NUM), ("Bytes", _field("bytes"), NUM),
+        ("Last seen (UTC)", _field("last_seen"), PLAIN)],
 }
 
 
@@ -433,6 +451,16 @@ code { font-size: 12px; } footer { margin-top: 32px; color: var(--muted); font-s
 """
 
 
+def _lineage_note(counts: dict) -> str:
+    unresolved = counts.get("unresolved_ids", 0)
+    return (f'<p class="note">{_fmt(counts.get("topics", 0))} topics named by their clients\u2019 requests in '
+            "the window; per topic its producers (Produce, transactions), consumers (Fetch, offsets, "
+            "subscriptions), admins (create, delete) and others (only Metadata, replication), one row per client "
+            "(software, client id, principal, address, group, transactional id)."
+            + (f" Topic ids no Metadata answer in the input named, shown as ids: {_fmt(unresolved)}."
+               if unresolved else "") + "</p>")
+
+
 def render(*, generated: float, inputs: list[str], target: str, since: float | None, until: float | None,
            first_ts: float | None, last_ts: float | None, counts: dict, tables: dict, totals: dict,
            charts: dict, must_upgrade: int) -> str:
@@ -486,6 +514,9 @@ def render(*, generated: float, inputs: list[str], target: str, since: float | N
          + table_html("adoption", tables["adoption"], totals["adoption"])),
         ("api-usage", "API usage", table_html("api_usage", tables["api_usage"], totals["api_usage"])),
     ]
+    if "topic_lineage" in tables:
+        sections.append(("topics", "Who writes and reads each topic", _lineage_note(counts)
+                         + table_html("topic_lineage", tables["topic_lineage"], totals["topic_lineage"])))
     nav = "".join(f'<li><a href="#{sid}">{_e(title)}</a></li>' for sid, title, _ in sections)
     body = "".join(f'<section id="{sid}"><h2>{_e(title)}</h2>{content}</section>' for sid, title, content in sections)
     return (
@@ -512,6 +543,7 @@ def run_report(spark, args, progress) -> dict:
     from pipeline import events as ev
     from pipeline import jobs
     from pipeline.identity import identities
+    from pipeline.lineage import NAME, lineage_of
 
     if args.target not in jobs.TARGETS:
         raise UsageError(f"--target {args.target!r} is not known; known: {', '.join(jobs.TARGETS)}")
@@ -527,12 +559,13 @@ def run_report(spark, args, progress) -> dict:
     days = ev.connection_days(facts, loaded.since, loaded.until).cache()
     reqs = ev.requests(facts).cache()
     n_conns = conns.count()
+    idents = identities(facts, conns)
 
     frames = {"upgrade_readiness": jobs.upgrade_readiness(spark, conns, reqs, args.target),
-              "upgrade_readiness_by_software": jobs.readiness_by_software(
-                  spark, identities(facts, conns), reqs, args.target),
+              "upgrade_readiness_by_software": jobs.readiness_by_software(spark, idents, reqs, args.target),
               "inventory": jobs.inventory(conns, reqs), "adoption": jobs.adoption(days),
-              "api_usage": jobs.api_usage(conns, reqs)}
+              "api_usage": jobs.api_usage(conns, reqs),
+              NAME: lineage_of(spark, loaded, args.since, args.until, idents)}
     totals = {}
     for name, df in frames.items():
         totals[name] = jobs.write_table(df, out, name)
@@ -541,6 +574,9 @@ def run_report(spark, args, progress) -> dict:
     shown = {name: _rows(df, MAX_TABLE_ROWS) for name, df in frames.items()}
     readiness = frames["upgrade_readiness"]
     must_upgrade = readiness.select(*jobs.CLIENT_KEY).distinct().count()
+    topics = spark.read.parquet(f"{out}/{NAME}").agg(  # as written: not computed again
+        F.countDistinct("topic").alias("topics"),
+        F.countDistinct(F.when(F.col("topic").isNull(), F.col("topic_id"))).alias("unresolved_ids")).first()
     charts = {"adoption": adoption_chart(adoption_series(frames["adoption"])),
               "unknown": unknown_chart(unknown_share(days)),
               "removed": removed_chart(removed_by_client(readiness))}
@@ -548,7 +584,8 @@ def run_report(spark, args, progress) -> dict:
     page = render(generated=generated, inputs=list(args.input), target=args.target, since=args.since,
                   until=args.until, first_ts=first_ts, last_ts=last_ts,
                   counts={"events": n_events, "connections": n_conns, "clients": totals["inventory"],
-                          "quarantined_lines": n_bad},
+                          "quarantined_lines": n_bad, "topics": topics["topics"],
+                          "unresolved_ids": topics["unresolved_ids"]},
                   tables=shown, totals=totals, charts=charts, must_upgrade=must_upgrade)
     path = f"{out}/{REPORT_NAME}"
     write_file(spark, path, page)

@@ -2,14 +2,15 @@
 
 Owns the table: its schema (`TABLE_SCHEMA`, with `spark_schema` / `SPARK_DDL` for its readers:
 `pipeline.files.read_table`), the partitions (`PARTITIONS`, `day_of`, `partition_value`), the
-mapping of the event log's fields onto its columns (`_COLUMNS`), the parsing and checks of a
-block of lines (`_read_block`, `_arrow_rows`) and of one line (`check_line`, `record_rows`), and
-the writing of a file's Parquet parts and quarantine (`_Parts`, `_Bad`, `_split_days`,
-`_write_quarantine`, `_write_whole`, on the file systems of `_fs`). `pipeline.ingest` (the job:
-the driver, and the task's loop over one file, `ingest_file`) imports it. Imports pyarrow,
-`exporter.eventlog.format` (the checks of `parse_line`) and, lazily, `pipeline.events` (the used
-record types, the quarantined line's length); never `pipeline.ingest`, `pipeline.cli` or
-`pipeline.files`, which import it.
+record types kept (`_used_types`), the mapping of the event log's fields onto its columns
+(`_COLUMNS`), and the parsing and checks of a block of lines (`_read_block`, `_arrow_rows`) and
+of one line (`check_line`, `record_rows`). The topic columns' types and the reading of the topic
+arrays are `pipeline.topic_columns`'; the writing of a file's Parquet parts and quarantine, and
+the file systems, `pipeline.parts`'. `pipeline.ingest` (the job: the driver, and the task's loop
+over one file, `ingest_file`) and `pipeline.parts` import it. Imports pyarrow,
+`exporter.eventlog.format` (the checks of `parse_line`), `pipeline.topic_columns` and, lazily,
+`pipeline.events` (the used record types); never `pipeline.ingest`, `pipeline.parts`,
+`pipeline.cli` or `pipeline.files`, which import it.
 
 A block of whole lines is parsed with pyarrow's C++ JSON reader against an explicit schema
 (`READ_SCHEMA`: the fields the columns take), checked with vectorised pyarrow.compute
@@ -25,42 +26,42 @@ alone on its line, a known schema version, type, ts, conn_id), a finite ts; then
 types the table keeps, each field a column takes of the JSON type of its column (a 32-bit integer
 where an int column is, text where text is), and the shapes of the arrays (a RequestTally's or
 ConnectionRollup's `requests` entries [api_key, api_version, count, bytes], an accepted
-ApiVersionsAnswer's `api_ranges` [api_key, min, max], `first_requests` [api_key, api_version]).
-Blank lines are skipped, as the JSON readers do. Lines of other record types are checked for
-their envelope only and not kept.
+ApiVersionsAnswer's `api_ranges` [api_key, min, max], `first_requests` [api_key, api_version],
+a rollup's `topics` and a TopicUsage's `usage` [use, topic, topic_id, frames, bytes], a
+TopicIds' `ids` [topic_id, topic]). Blank lines are skipped, as the JSON readers do. Lines of
+other record types are checked for their envelope only and not kept.
 
-Layout under TABLE (the parts and the quarantine; the run manifest `_ingested/` is
-`pipeline.ingest`'s):
-- `day=YYYY-MM-DD/source=<source>/part-<file-id>.parquet`: the rows of one input file on one UTC
-  day (of the row's ts); `source` is `pipeline.events.source_of` (escaped as Spark escapes a
-  partition value); file-id the first 16 hex digits of the sha1 of the file's URI, so re-ingesting a
-  file overwrites its own parts. A part is written beside its place under a hidden name and
-  renamed when whole (local and HDFS; an object store's upload is whole on close).
-- `_quarantine/<file-id>.json`: JSON lines {"file", "reason", "line", "lines"}: a kept bad line
-  (`lines` 1), or per reason the count of the lines whose text was not kept (`line` null).
-
-File systems (`_fs`): `file:` paths are opened in place; other URIs through `pyarrow.fs`:
-`hdfs://` (libhdfs and the Hadoop CLASSPATH on the executors), `s3://` and `s3a://`
-(credentials from the executors' environment or AWS configuration, not Spark's `fs.s3a.*`
-settings), `gs://`. The input is read and the table written the same way. Supported: any URI
-pyarrow.fs opens.
+Issue 31's records (docs/event-log.md) give columns of their own: `topics` (a rollup's or a
+TopicUsage's topic usage, on the record's first row only, like `first_requests`) with
+`topics_folded`, `topics_dropped` and `topics_unread` (a TopicUsage's and a TopicIds' `dropped`
+and `unread` too); `topic_ids` (a TopicIds record's pairs); `group_id`, `member_id`,
+`group_instance_id`, `protocol_type` (GroupMember; but the last, also a ConnectionState's) and
+`transactional_id` (TransactionalId, ConnectionState), with a GroupMember's or TransactionalId's
+`api_key`. A log or a table from before them reads as nulls there.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import uuid
 from datetime import UTC, datetime
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.json as pajson
-import pyarrow.parquet as pq
 
 from exporter.eventlog.format import READABLE_SCHEMAS, parse_line
+from pipeline.topic_columns import (
+    TOPIC_IDS_TYPE,
+    TOPICS_TYPE,
+    USAGE_FIELD,
+    bad_ids,
+    block_topics,
+    id_rows,
+    ids_column,
+    ids_error,
+    topic_rows,
+    topics_error,
+)
 
 # --- the table ---------------------------------------------------------------------------------
 
@@ -92,6 +93,17 @@ TABLE_SCHEMA = pa.schema([
     ("broker_max", pa.list_(pa.struct([("api_key", _I32), ("max_version", _I32)]))),
     ("first_seen", _F64),
     ("avv", _I32),
+    # issue 31 (null in a table or log from before)
+    ("group_id", _STR),
+    ("member_id", _STR),
+    ("group_instance_id", _STR),
+    ("protocol_type", _STR),
+    ("transactional_id", _STR),
+    ("topics", TOPICS_TYPE),   # use, topic, topic_id, frames, bytes: deltas, as the record's
+    ("topics_folded", _I64),   # a rollup's topic usage not itemised (its per-record bound)
+    ("topics_dropped", _I64),  # entries the capture did not itemise (bound, invalid name)
+    ("topics_unread", _I64),   # frames whose topics the capture did not read
+    ("topic_ids", TOPIC_IDS_TYPE),
 ])
 #: The partition columns (directories), after the file's columns when Spark reads the table.
 PARTITIONS = (("day", "date"), ("source", "string"))
@@ -124,9 +136,12 @@ TALLIED = ("RequestTally", "ConnectionRollup")
 STATE = "ConnectionState"
 _OPENED = ("ConnectionOpened", STATE)
 _SOFTWARE = ("ClientSoftware", STATE)
+_GROUP = ("GroupMember", STATE)
+_DROPPED = ("TopicUsage", "TopicIds")  # their `dropped` and `unread` are the topics_ columns
 #: output column -> (record field, the record types it is taken from); the other columns are
 #: computed (`_arrow_rows`, `record_rows`): entry, broker, accepted, n, principal, outcome,
-#: api_key/api_version of a tally entry, first_requests, broker_max.
+#: api_key/api_version of a tally entry, first_requests, broker_max, topics, topics_dropped,
+#: topics_unread, topic_ids.
 _COLUMNS = {
     "conn_id": ("conn_id", None), "type": ("type", None), "ts": ("ts", None),
     "client_address": ("client_address", _OPENED),
@@ -136,13 +151,19 @@ _COLUMNS = {
     "software_name": ("name", _SOFTWARE),
     "software_version": ("version", _SOFTWARE),
     "request_version": ("request_version", _SOFTWARE),
-    "api_key": ("api_key", ("RequestSeen", "ResponseSeen")),
+    "api_key": ("api_key", ("RequestSeen", "ResponseSeen", "GroupMember", "TransactionalId")),
     "api_name": ("api_name", ("RequestSeen", "ResponseSeen")),
     "api_version": ("api_version", ("RequestSeen", "ResponseSeen")),
     "mechanism": ("mechanism", ("SaslIdentity", STATE)),
     "reason": ("reason", ("ConnectionClosed",)),
     "first_seen": ("first_seen", (STATE,)),
     "avv": ("api_versions_request_version", (STATE,)),
+    "group_id": ("group_id", _GROUP),
+    "member_id": ("member_id", _GROUP),
+    "group_instance_id": ("group_instance_id", _GROUP),
+    "protocol_type": ("protocol_type", ("GroupMember",)),
+    "transactional_id": ("transactional_id", ("TransactionalId", STATE)),
+    "topics_folded": ("topics_folded", ("ConnectionRollup",)),
 }
 _PAIRS = pa.list_(pa.list_(_I64))
 # The record fields read, with their JSON types: the reader's explicit schema.
@@ -154,6 +175,10 @@ READ_SCHEMA = pa.schema([
     ("api_version", _I32), ("requests", _PAIRS), ("principal", _STR), ("mechanism", _STR), ("outcome", _STR),
     ("client_subject", _STR), ("reason", _STR), ("first_requests", _PAIRS), ("first_seen", _F64),
     ("api_versions_request_version", _I32),
+    ("group_id", _STR), ("member_id", _STR), ("group_instance_id", _STR), ("protocol_type", _STR),
+    ("transactional_id", _STR), ("topics_folded", _I64), ("topics_dropped", _I64), ("topics_unread", _I64),
+    ("dropped", _I64), ("unread", _I64), ("ids", pa.list_(pa.list_(_STR))),
+    # not `topics` / `usage`: their entries mix text and numbers (pipeline.topic_columns)
 ])
 # Computed columns' fields, per type (besides _COLUMNS).
 _EXTRA_FIELDS = {
@@ -164,7 +189,9 @@ _EXTRA_FIELDS = {
     "TlsSession": ("client_subject",),
     "ApiVersionsAnswer": ("error_code", "api_ranges"),
     "RequestTally": ("requests",),
-    "ConnectionRollup": ("requests", "first_requests"),
+    "ConnectionRollup": ("requests", "first_requests", "topics_dropped", "topics_unread"),
+    "TopicUsage": ("dropped", "unread"),
+    "TopicIds": ("dropped", "ids"),
 }
 # The array fields: (entry width, which items are 32-bit, the reason an entry is bad).
 _ARRAYS = {
@@ -180,9 +207,9 @@ COMPRESSION = "zstd"
 
 
 def _used_types() -> frozenset[str]:
-    from pipeline.events import USED_TYPES
+    from pipeline.events import LINEAGE_TYPES, USED_TYPES
 
-    return frozenset(USED_TYPES) | {STATE}
+    return frozenset(USED_TYPES) | {STATE} | LINEAGE_TYPES
 
 
 def _fields_of(kind: str) -> tuple[str, ...]:
@@ -206,22 +233,6 @@ _ESCAPED = frozenset('"#%\'*/:=?\\\x7f{[]^') | frozenset(chr(c) for c in range(1
 
 def partition_value(value: str) -> str:
     return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value) or "__HIVE_DEFAULT_PARTITION__"
-
-
-# --- file systems ------------------------------------------------------------------------------
-
-def _fs(uri: str):
-    """(pyarrow file system, its path) of a URI or a local path."""
-    parsed = urlparse(uri)
-    if parsed.scheme in ("", "file"):
-        return pafs.LocalFileSystem(), unquote(parsed.path) if parsed.scheme else uri
-    if parsed.scheme in ("s3a", "s3n"):
-        uri = "s3" + uri[len(parsed.scheme):]
-    return pafs.FileSystem.from_uri(uri)
-
-
-def _join(uri: str, *parts: str) -> str:
-    return "/".join([uri.rstrip("/"), *parts])
 
 
 # --- one block of lines, the fast way ----------------------------------------------------------
@@ -288,6 +299,10 @@ def _all_good(t: pa.Table) -> bool:
     firsts = t.filter(_in(kind, ("ConnectionRollup", STATE)))
     if len(firsts) and _bad_entries(firsts["first_requests"], 2, (0, 1)):
         return False
+    if t["ids"].null_count < len(t):
+        ids = t["ids"].filter(pc.equal(kind, "TopicIds"))
+        if len(ids) and bad_ids(ids):
+            return False
     return True
 
 
@@ -335,6 +350,12 @@ def _arrow_rows(t: pa.Table, uri: str) -> pa.Table:
                                     ("api_key", "api_version"))
     answer = pc.and_(pc.equal(kind, "ApiVersionsAnswer"), pc.equal(t["error_code"], 0))
     cols["broker_max"] = _pairs(t, "api_ranges", answer, (0, 2), ("api_key", "max_version"))
+    rollup = pc.equal(kind, "ConnectionRollup")
+    counted = pc.make_struct(rollup, _in(kind, _DROPPED))
+    cols["topics_dropped"] = pc.case_when(counted, t["topics_dropped"], t["dropped"])
+    cols["topics_unread"] = pc.case_when(counted, t["topics_unread"], t["unread"])
+    cols["topics"] = t["topics"] if "topics" in t.schema.names else pa.nulls(len(t), TOPICS_TYPE)
+    cols["topic_ids"] = ids_column(t["ids"], pc.equal(kind, "TopicIds"))
     cols["n"] = pc.if_else(pc.equal(kind, "RequestSeen"), pa.scalar(1, _I64), pa.scalar(None, _I64))
     n = len(t)
     tallied = _in(kind, TALLIED)
@@ -351,7 +372,7 @@ def _arrow_rows(t: pa.Table, uri: str) -> pa.Table:
         parents = pc.list_parent_indices(pa.ListArray.from_arrays(offsets, pa.nulls(n)))
         entry = pc.subtract(pc.cast(_arange(n), _I32), pc.take(offsets, parents))
         first_only = pc.if_else(pc.equal(entry, 0), parents, pa.scalar(None, parents.type))
-        once = ("first_requests", "broker_max")  # on a record's first row only (a null index takes null)
+        once = _ONCE  # on a record's first row only (a null index takes null)
         cols = {name: pc.take(values, first_only if name in once else parents) for name, values in cols.items()}
         row_tallied = pc.take(has, parents)
         entries = pc.list_flatten(reqs.filter(has))
@@ -360,6 +381,10 @@ def _arrow_rows(t: pa.Table, uri: str) -> pa.Table:
         cols["entry"] = entry
     cols["file"] = pa.repeat(pa.scalar(uri, _STR), n)
     return pa.table([cols[f.name] for f in TABLE_SCHEMA], schema=TABLE_SCHEMA)
+
+
+# Columns on a record's first row only: what a sum over the rows must count once.
+_ONCE = ("first_requests", "broker_max", "topics", "topics_folded", "topics_dropped", "topics_unread", "topic_ids")
 
 
 def _read_block(block: bytes) -> pa.Table | None:
@@ -378,7 +403,8 @@ def _read_block(block: bytes) -> pa.Table | None:
     lines = block.count(b"\n") + (not block.endswith(b"\n"))
     if t.num_rows != lines or not _all_good(t):  # a blank line or two objects on one, or a failed check
         return None
-    return t
+    topics = block_topics(block, t["type"].combine_chunks())
+    return None if topics is None else t.append_column("topics", topics)
 
 
 # --- one line, the exact way -------------------------------------------------------------------
@@ -397,6 +423,8 @@ def _json_type_error(value, kind: pa.DataType) -> str | None:
         return None
     if kind == _I32:
         return None if type(value) is int and _INT32[0] <= value <= _INT32[1] else "not a 32-bit integer"
+    if kind == _I64:
+        return None if type(value) is int and _INT64[0] <= value <= _INT64[1] else "not a 64-bit integer"
     if kind == _F64:
         if type(value) is float or (type(value) is int and abs(value) < 2**1023):
             return None
@@ -455,7 +483,9 @@ def check_line(line: bytes, used: frozenset[str]) -> tuple[dict | None, str | No
             why = _array_error(name, rec[name])
             if why:
                 return None, why
-    return rec, None
+    why = (topics_error(USAGE_FIELD[kind], rec.get(USAGE_FIELD[kind])) if kind in USAGE_FIELD
+           else ids_error(rec.get("ids")) if kind == "TopicIds" else None)
+    return (None, why) if why else (rec, None)
 
 
 def record_rows(rec: dict, uri: str) -> list[dict]:
@@ -484,116 +514,21 @@ def record_rows(rec: dict, uri: str) -> list[dict]:
     ranges = rec.get("api_ranges") if kind == "ApiVersionsAnswer" and rec.get("error_code") == 0 else None
     row["broker_max"] = None if ranges is None else [{"api_key": k, "max_version": hi} for k, _, hi in ranges]
     row["n"] = 1 if kind == "RequestSeen" else None
+    row["topics"] = topic_rows(rec.get(USAGE_FIELD[kind])) if kind in USAGE_FIELD else None
+    row["topics_dropped"] = rec.get("topics_dropped" if kind == "ConnectionRollup" else "dropped") \
+        if kind == "ConnectionRollup" or kind in _DROPPED else None
+    row["topics_unread"] = rec.get("topics_unread" if kind == "ConnectionRollup" else "unread") \
+        if kind == "ConnectionRollup" or kind in _DROPPED else None
+    row["topic_ids"] = id_rows(rec.get("ids")) if kind == "TopicIds" else None
     if kind not in TALLIED or not rec["requests"]:
         return [row]
     rows = []
     for i, (key, version, count, _) in enumerate(rec["requests"]):
         r = dict(row, entry=i, api_key=key, api_version=version, n=count)
         if i:
-            r["first_requests"] = r["broker_max"] = None
+            r.update(dict.fromkeys(_ONCE))
         rows.append(r)
     return rows
-
-
-# --- one file's parts and quarantine, written in a task ----------------------------------------
-
-class _Bad:
-    """A file's bad lines: counted per reason, the text of the first `quota` kept."""
-
-    def __init__(self, uri: str, quota: int) -> None:
-        self.uri, self.quota = uri, quota
-        self.counts: dict[str, int] = {}
-        self.kept: list[dict] = []
-
-    def add(self, reason: str, line: bytes) -> None:
-        from pipeline.events import MAX_QUARANTINED_LINE
-
-        self.counts[reason] = self.counts.get(reason, 0) + 1
-        if len(self.kept) < self.quota:
-            text = line.rstrip(b"\n")[:4 * MAX_QUARANTINED_LINE].decode("utf-8", "replace")
-            self.kept.append({"file": self.uri, "reason": reason, "line": text[:MAX_QUARANTINED_LINE], "lines": 1})
-
-    def records(self) -> list[dict]:
-        kept: dict[str, int] = {}
-        for r in self.kept:
-            kept[r["reason"]] = kept.get(r["reason"], 0) + 1
-        rest = [{"file": self.uri, "reason": reason, "line": None, "lines": n - kept.get(reason, 0)}
-                for reason, n in sorted(self.counts.items()) if n > kept.get(reason, 0)]
-        return self.kept + rest
-
-
-class _Parts:
-    """The Parquet parts of one input file, one per day: each block's rows of a day are written
-    as a row group at once (measured: buffering them into larger groups held three times the
-    memory and gave no smaller files)."""
-
-    def __init__(self, table_uri: str, source: str, fid: str, compression: str) -> None:
-        self.fs, self.root = _fs(table_uri)
-        self.atomic = isinstance(self.fs, (pafs.LocalFileSystem, pafs.HadoopFileSystem))
-        self.source, self.fid, self.compression = partition_value(source), fid, compression
-        self.writers: dict[str, tuple[pq.ParquetWriter, pa.NativeFile, str, str]] = {}
-        self.rows: dict[str, int] = {}
-
-    def add(self, day: str, rows: pa.Table) -> None:
-        if day not in self.writers:
-            directory = _join(self.root, f"day={day}", f"source={self.source}")
-            self.fs.create_dir(directory, recursive=True)
-            final = _join(directory, f"part-{self.fid}.parquet")
-            path = _join(directory, f".part-{self.fid}.parquet.{uuid.uuid4().hex[:8]}") if self.atomic else final
-            sink = self.fs.open_output_stream(path)
-            self.writers[day] = (pq.ParquetWriter(sink, TABLE_SCHEMA, compression=self.compression), sink, path, final)
-        self.writers[day][0].write_table(rows, row_group_size=len(rows) + 1)
-        self.rows[day] = self.rows.get(day, 0) + len(rows)
-
-    def close(self) -> list[str]:
-        for writer, sink, path, final in self.writers.values():
-            writer.close()
-            sink.close()
-            if path != final:
-                self.fs.move(path, final)
-        return sorted(self.writers)
-
-    def abort(self) -> None:
-        for writer, sink, path, _final in self.writers.values():
-            try:
-                writer.close()
-                sink.close()
-                # the hidden name, or on an object store (no rename) the final one: closing
-                # completed an upload that must not stand as a part
-                self.fs.delete_file(path)
-            except OSError:
-                pass
-
-
-def _split_days(rows: pa.Table, parts: _Parts) -> None:
-    day = pc.cast(pc.floor(pc.divide(rows["ts"], 86400.0)), _I64)
-    days = pc.unique(day).to_pylist()
-    for d in sorted(days):  # the days present, however far apart
-        chunk = rows if len(days) == 1 else rows.filter(pc.equal(day, d))
-        parts.add(day_of(d * 86400.0), chunk)
-
-
-def _write_quarantine(table_uri: str, fid: str, records: list[dict]) -> None:
-    fs, root = _fs(table_uri)
-    path = _join(root, "_quarantine", f"{fid}.json")
-    if not records:
-        if fs.get_file_info(path).type == pafs.FileType.File:
-            fs.delete_file(path)  # a previous read of this file had bad lines
-        return
-    _write_whole(fs, path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8"))
-
-
-def _write_whole(fs, path: str, data: bytes) -> None:
-    """A small file, there whole or not at all (a hidden name renamed; an object store's upload
-    is whole on close)."""
-    directory, name = path.rsplit("/", 1)
-    fs.create_dir(directory, recursive=True)
-    atomic = isinstance(fs, (pafs.LocalFileSystem, pafs.HadoopFileSystem))
-    tmp = f"{directory}/.{name}.{uuid.uuid4().hex[:8]}" if atomic else path
-    with fs.open_output_stream(tmp) as out:
-        out.write(data)
-    if tmp != path:
-        fs.move(tmp, path)
 
 
 __all__ = ["TABLE_SCHEMA", "PARTITIONS", "SPARK_DDL", "spark_schema", "READ_SCHEMA", "COMPRESSION",
