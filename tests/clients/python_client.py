@@ -3,7 +3,8 @@
 
     python tests/clients/python_client.py CLIENT --bootstrap H:P --topic T --group G \
         [--ca PEM [--cert PEM --key PEM]] \
-        [--sasl-mechanism PLAIN|SCRAM-SHA-512 --sasl-user U --sasl-password P] [--hold]
+        [--sasl-mechanism PLAIN|SCRAM-SHA-512 --sasl-user U --sasl-password P] \
+        [--transactional-id ID] [--hold]
 
 CLIENT is one of confluent-kafka, kafka-python, aiokafka. The script: create the topic
 (admin API), produce 5 small messages, consume them back with a fresh consumer group
@@ -14,6 +15,9 @@ With --ca the client speaks TLS (security protocol SSL), trusting the CAs in tha
 checking the broker's host name against its certificate; --cert/--key add a client
 certificate (mutual TLS). With --sasl-mechanism the client authenticates with SASL PLAIN or
 SCRAM-SHA-512 (security protocol SASL_PLAINTEXT, or SASL_SSL with --ca).
+
+With --transactional-id (confluent-kafka only) the producer writes its messages in one committed
+transaction under that transactional.id.
 
 With --hold the client does the same script but does not close: once it is done it prints one
 JSON line {"holding": true, ...} (its report so far and its pid), keeps its producer and its
@@ -145,15 +149,24 @@ def run_confluent(a: argparse.Namespace, report: dict) -> None:
                 raise
     report["topic_created"] = True
 
-    producer = Producer({**base, "acks": "all", "linger.ms": 5})
+    producer_conf = {**base, "acks": "all", "linger.ms": 5}
+    if a.transactional_id:
+        producer_conf["transactional.id"] = a.transactional_id
+    producer = Producer(producer_conf)
     errors: list[str] = []
 
     def on_delivery(err, msg):
         if err is not None:
             errors.append(str(err))
 
+    if a.transactional_id:  # the five messages in one committed transaction
+        producer.init_transactions(15)
+        producer.begin_transaction()
     for i, value in enumerate(payloads("confluent-kafka")):
         producer.produce(a.topic, value=value, key=key(i), on_delivery=on_delivery)
+    if a.transactional_id:
+        producer.commit_transaction(15)
+        report["transactional_id"] = a.transactional_id
     left = producer.flush(15)
     if left or errors:
         raise RuntimeError(f"produce failed: {left} undelivered, errors={errors}")
@@ -352,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sasl-mechanism", choices=SASL_MECHANISMS, help="authenticate with SASL")
     p.add_argument("--sasl-user", metavar="USER")
     p.add_argument("--sasl-password", metavar="PASSWORD")
+    p.add_argument("--transactional-id", metavar="ID",
+                   help="confluent-kafka only: produce in one transaction with this transactional.id")
     p.add_argument("--hold", action="store_true",
                    help="stay connected after the script until standard input reaches EOF")
     a = p.parse_args(argv)
@@ -360,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     if (a.sasl_mechanism or a.sasl_user or a.sasl_password) and not (
             a.sasl_mechanism and a.sasl_user and a.sasl_password):
         p.error("--sasl-mechanism, --sasl-user and --sasl-password go together")
+    if a.transactional_id and a.client != "confluent-kafka":
+        p.error("--transactional-id is implemented for confluent-kafka only")
     logging.basicConfig(level=logging.CRITICAL)  # quiet library loggers
 
     report: dict = {"client": a.client, "client_package_version": version(a.client),

@@ -185,6 +185,25 @@ def describe(aggregator: str, client_id_prefix: str, names: dict[str, str], show
     return lines
 
 
+def topic_line(aggregator: str, topic: str, names: dict[str, str]) -> str:
+    """Who wrote and who read the client's topic, as the aggregator merges it across the sidecars
+    (GET /api/v1/topics/NAME): each role's client_ids, groups and transactional ids, and the bytes."""
+    try:
+        t = get_json(aggregator, "/api/v1/topics/" + urllib.parse.quote(topic, safe=""))
+    except OSError as exc:  # an HTTP error included: the demo goes on
+        return f"    topic {topic}: ({exc})"
+
+    def who(rows: list[dict]) -> str:
+        seen = dict.fromkeys(
+            " ".join(filter(None, (r["client_id"] or "(no client_id)", r["group_id"] and f"group {r['group_id']}",
+                                   r["transactional_id"] and f"txn {r['transactional_id']}")))
+            + f" via {names.get(r['peer'], r['peer'])}" for r in rows)
+        return "; ".join(seen) or "nobody"
+
+    return (f"    topic {topic}: written by {who(t['producers'])} ({t['bytes_produced']} bytes); "
+            f"read by {who(t['consumers'])} ({t['bytes_fetched']} bytes)")
+
+
 def union_line(aggregator: str, sidecars: list[str], names: dict[str, str]) -> str:
     """The aggregator's listing beside each sidecar's own (nothing runs meanwhile)."""
     answer = get_json(aggregator, ALL)
@@ -301,11 +320,13 @@ def main() -> int:
                       f"   events {tmp}/events-{n}")
             print(f"The aggregator over both sidecars (kafka-census aggregate --peers {','.join(sidecars)}):")
             print(f"  page     {aggregator}/   (the incident page, in a browser)")
-            print(f"  REST     {aggregator}/api/v1/connections   (also /clients, /brokers, /upgrade-readiness, /peers)")
+            print(f"  REST     {aggregator}/api/v1/connections   "
+                  "(also /clients, /topics, /brokers, /upgrade-readiness, /peers)")
             print(f"  metrics  {aggregator}/metrics")
             print(f"  OpenAPI  {aggregator}/docs")
             print("Try the incident CLI against it (another terminal):")
             print(f"  {incident_cli()} connections --server {aggregator} --state all --order-by first_seen")
+            print(f"  {incident_cli()} topics --server {aggregator}   (then: topic NAME, who writes and who reads)")
             print("Each client bootstraps from one broker; Kafka sends it on to its topic's leader and its group's\n"
                   "coordinator. Each row: the sidecar that saw the connection, client -> broker port, what the\n"
                   "census makes of it. Ctrl-C stops everything.\n", flush=True)
@@ -327,6 +348,7 @@ def main() -> int:
                     print(f"    {placement(cluster, topic, group, node_names)}")
                     for line in describe(aggregator, f"census-{name}", peer_names, shown):
                         print(line)
+                    print(topic_line(aggregator, topic, peer_names))
                     sys.stdout.flush()
                 print("  " + union_line(aggregator, sidecars, peer_names))
                 for nm, s in zip(names, sidecars):

@@ -12,7 +12,7 @@ v5); the identities of unannounced clients (issue 15) inferred and marked — @p
 connections after a sibling that announced to the same sidecar, aiokafka's and kafkajs's by
 fingerprint — and unknown where nothing names them; the aggregator's count equal to each
 sidecar's own, whole; the incident CLI command it prints must parse with the real CLI and point
-at the aggregator. 20-45 s on 2 cores, Kafka's start included."""
+at the aggregator; who wrote and who read each client's topic (issue 31). 20-45 s on 2 cores, Kafka's start included."""
 
 import pathlib
 import re
@@ -34,6 +34,8 @@ LINE = re.compile(r"^    (?P<peer>b\d)  (?P<address>\S+) -> (?P<port>\d+)\s+(?P<
                   r"(?P<state>open|closed \(\w+\))\s+(?P<requests>.*)$")
 HEADER = re.compile(r"^\[round 1\] (?P<client>\S+) \((?P<version>[^)]+)\) bootstraps from (?P<peer>b\d):")
 PLACEMENT = re.compile(r"^    topic leader (?P<leader>b\d), group coordinator (?P<coordinator>b\d)$")
+TOPIC = re.compile(r"^    topic (?P<topic>\S+): written by (?P<writers>.+) \((?P<produced>\d+) bytes\); "
+                   r"read by (?P<readers>.+) \((?P<fetched>\d+) bytes\)$")
 BROKER = re.compile(r"broker (?P<name>b\d) on 127\.0\.0\.1:(?P<port>\d+)")
 UNION = re.compile(r"aggregator: (?P<total>\d+) connections, partial (?P<partial>\w+), peers (?P<answered>\d+)/"
                    r"(?P<asked>\d+): b1 (?P<via1>\d+), b2 (?P<via2>\d+); each sidecar asked directly: "
@@ -52,6 +54,8 @@ def blocks(stdout: str) -> dict[str, dict]:
             out[current] = {"version": header["version"], "bootstrap": header["peer"], "rows": []}
         elif current and (place := PLACEMENT.match(line)):
             out[current] |= place.groupdict()
+        elif current and (topic := TOPIC.match(line)):
+            out[current]["topic"] = topic.groupdict()
         elif current and (row := LINE.match(line)):
             out[current]["rows"].append(row.groupdict())
         elif not line.startswith("    "):
@@ -98,6 +102,13 @@ def test_demo_round_through_the_aggregator():
         for api in ("Produce", "Fetch"):
             assert {r["peer"] for r in rows if api in apis(r)} == {leader}, (api, leader, rows)
         assert {r["peer"] for r in rows if apis(r) & set(GROUP_APIS)} == {coordinator}, (coordinator, rows)
+        # issue 31: who wrote and who read its topic, merged by name across the sidecars: written
+        # through the leader's sidecar only, read in its group, the bytes both ways
+        topic = block["topic"]
+        assert topic["topic"].startswith(f"census-{client}-") and int(topic["produced"]) > 0, topic
+        assert int(topic["fetched"]) > 0, topic
+        assert {w.rsplit(" via ", 1)[1] for w in topic["writers"].split("; ")} == {leader}, (leader, topic)
+        assert f"group census-{client}-group-" in topic["readers"], topic
 
     # announced identities: kafka-python's ApiVersions v4, the Java client's v5 (kafka-clients 4.4)
     rows = found["kafka-python"]["rows"]

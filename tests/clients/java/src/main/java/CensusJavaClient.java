@@ -50,7 +50,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *
  * <pre>
  * java -cp 'build/java-client/VERSION/*' CensusJavaClient --bootstrap H:P --topic T --group G
- *     [--client-id ID] [--ca PEM [--cert PEM --key PEM]]
+ *     [--client-id ID] [--group-protocol classic|consumer] [--ca PEM [--cert PEM --key PEM]]
  *     [--sasl-mechanism PLAIN|SCRAM-SHA-512 --sasl-user U --sasl-password P] [--hold]
  * </pre>
  *
@@ -64,6 +64,10 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * trusting the CAs in that file and checking the broker's host name; --cert/--key (an
  * unencrypted PKCS#8 key) add a client certificate. With --sasl-mechanism it authenticates with
  * SASL PLAIN or SCRAM-SHA-512 (SASL_PLAINTEXT, or SASL_SSL with --ca).
+ *
+ * --group-protocol sets the consumer's group.protocol: "consumer" joins with KIP-848's
+ * ConsumerGroupHeartbeat (kafka-clients 3.7+, a Kafka 4 broker), where the broker owns the session
+ * timeout and heartbeat interval, so the script sets neither.
  *
  * With --hold it does the same script, then keeps its producer and consumer (their connections
  * and its group membership) open, polling the consumer every half second, and prints one JSON
@@ -91,12 +95,12 @@ public final class CensusJavaClient {
     }
 
     static final class Args {
-        String bootstrap, topic, group, clientId, ca, cert, key, saslMechanism, saslUser, saslPassword;
+        String bootstrap, topic, group, clientId, groupProtocol, ca, cert, key, saslMechanism, saslUser, saslPassword;
         boolean hold;
     }
 
     static final String USAGE = "usage: CensusJavaClient --bootstrap H:P --topic T --group G [--client-id ID]"
-            + " [--ca PEM [--cert PEM --key PEM]] [--sasl-mechanism PLAIN|SCRAM-SHA-512 --sasl-user U"
+            + " [--group-protocol classic|consumer] [--ca PEM [--cert PEM --key PEM]] [--sasl-mechanism PLAIN|SCRAM-SHA-512 --sasl-user U"
             + " --sasl-password P] [--hold]";
 
     public static void main(String[] argv) {
@@ -179,6 +183,7 @@ public final class CensusJavaClient {
                 case "--topic": a.topic = value; break;
                 case "--group": a.group = value; break;
                 case "--client-id": a.clientId = value; break;
+                case "--group-protocol": a.groupProtocol = value; break;
                 case "--ca": a.ca = value; break;
                 case "--cert": a.cert = value; break;
                 case "--key": a.key = value; break;
@@ -238,8 +243,13 @@ public final class CensusJavaClient {
 
                 Properties cp = copy(common);
                 cp.put("group.id", a.group);
-                cp.put("session.timeout.ms", "6000");
-                cp.put("heartbeat.interval.ms", "1000");
+                if (a.groupProtocol != null) {  // "consumer": KIP-848's ConsumerGroupHeartbeat (kafka-clients 3.7+)
+                    cp.put("group.protocol", a.groupProtocol);
+                }
+                if (!"consumer".equals(a.groupProtocol)) {  // the broker owns these under KIP-848
+                    cp.put("session.timeout.ms", "6000");
+                    cp.put("heartbeat.interval.ms", "1000");
+                }
                 cp.put("auto.offset.reset", "earliest");
                 cp.put("enable.auto.commit", "false");  // commitSync below
                 KafkaConsumer<byte[], byte[]> consumer =
