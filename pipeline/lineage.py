@@ -121,6 +121,7 @@ def roles(usage: DataFrame) -> DataFrame:
     acted = F.max((F.col("raw") != "metadata").cast("int")).over(Window.partitionBy(*_CONN, "topic", "topic_id"))
     return (per.withColumn("acted", acted).where((F.col("raw") != "metadata") | (F.col("acted") == 0))
             .withColumn("role", F.when(F.col("raw") == "metadata", F.lit("other")).otherwise(F.col("raw")))
+            .withColumn("metadata_only", F.col("raw") == "metadata")
             .drop("raw", "acted"))
 
 
@@ -159,9 +160,14 @@ def lineage(rows: DataFrame, id_rows: DataFrame, idents: DataFrame, since: float
               .join(client_group, "_client", "left")
               .withColumn("group_id", F.coalesce(F.col("group_id"), F.when(F.col("role") == "consumer",
                                                                             F.col("client_group")))))
+    # A client's Metadata-only connection is no "other" row where the client (whatever the source
+    # of its identity on each connection) has another role towards the topic, as in REST.
+    same_client = Window.partitionBy("topic", "topic_id", "software_name", "client_id", "principal", "client_address")
+    joined = (joined.withColumn("_acted", F.max((F.col("role") != "other").cast("int")).over(same_client))
+              .where(~F.col("metadata_only") | (F.col("_acted") == 0)).drop("_acted", "metadata_only"))
     rank = F.array_position(F.array(*[F.lit(r) for r in ROLES]), F.col("role"))
     return (joined.groupBy(*LINEAGE_KEY)
-            .agg(F.array_sort(F.array_distinct(F.flatten(F.collect_list("uses")))).alias("uses"),
+            .agg(F.array_sort(F.array_distinct(F.flatten(F.collect_set("uses")))).alias("uses"),
                  F.count(F.lit(1)).alias("connections"), F.sum("frames").alias("frames"),
                  F.sum("bytes").alias("bytes"), F.timestamp_seconds(F.min("first_ts")).alias("first_seen"),
                  F.timestamp_seconds(F.max("last_ts")).alias("last_seen"))

@@ -197,13 +197,15 @@ class TopicIds(Event):
 class GroupMember(Event):
     """The group ids a request sent (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
     OffsetFetch, TxnOffsetCommit, ConsumerGroupHeartbeat), emitted when they differ from the
-    connection's previous GroupMember. Wire strings, unbounded here: the exporter bounds them.
+    connection's previous GroupMember. Wire strings, of at most 1024 bytes each here
+    (topic_walk.MAX_WIRE_TEXT); the exporter cuts them shorter and counts the cut.
 
     A field the request does not carry (None: an OffsetFetch has no member id, a Heartbeat no
     protocol type) keeps its last value while the group_id stays the same, so the event states
     the connection's membership as known, and a consumer's requests alternating do not flap it.
     A request naming several groups (an admin's OffsetFetch v8+) tells none; one naming several
-    members (an admin's LeaveGroup v3+) tells the group without a member."""
+    members (an admin's LeaveGroup v3+) tells its group, and a member only while that group is
+    not the connection's (the connection's known member stays otherwise)."""
 
     api_key: int
     group_id: str
@@ -216,7 +218,8 @@ class GroupMember(Event):
 class TransactionalId(Event):
     """A transactional id a request sent (Produce v3+, InitProducerId, AddPartitionsToTxn,
     AddOffsetsToTxn, EndTxn, TxnOffsetCommit), emitted when it differs from the connection's
-    previous one. A wire string: the exporter bounds it."""
+    previous one. A wire string of at most 1024 bytes (topic_walk.MAX_WIRE_TEXT): the exporter
+    cuts it shorter and counts the cut."""
 
     api_key: int
     transactional_id: str

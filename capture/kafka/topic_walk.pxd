@@ -55,7 +55,7 @@ cdef class FrameScan:
     cpdef scan_response(self, bytearray buf, Py_ssize_t off, Py_ssize_t end, tuple layout, bint pairs)
     @cython.locals(version=int)
     cpdef _subscription(self, bytearray buf, Py_ssize_t start, Py_ssize_t stop)
-    @cython.locals(value=Py_ssize_t, shift=int, i=Py_ssize_t, b=int)
+    @cython.locals(value=Py_ssize_t, shift=Py_ssize_t, i=Py_ssize_t, b=Py_ssize_t)
     cpdef Py_ssize_t _prefix(self, bytearray buf, Py_ssize_t off, Py_ssize_t end, bint compact, bint wide) except? -2
     @cython.locals(n=Py_ssize_t)
     cpdef Py_ssize_t _span(self, bytearray buf, Py_ssize_t off, Py_ssize_t end, bint compact, bint wide) except? -2

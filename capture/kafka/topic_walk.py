@@ -7,7 +7,8 @@ the rules of what a frame names (a topic by a valid Kafka topic name or a topic 
 sizes per topic, a group with its member, instance and protocol type, a transactional id, a
 Fetch's replica id, a consumer's subscription inside JoinGroup); and `FrameScan`, what one frame
 named (its "part", bounded by `max_topics`). Imports only `errors`, `events` and
-`topic_layouts`: no I/O, and nothing here raises but `ProtocolError` on a malformed body.
+`topic_layouts`: no I/O, and nothing here raises but `ProtocolError` on a malformed body
+(tests/core/test_topics.py feeds the compiled and the pure build the same hostile varints).
 
 A topic name is kept only if it is a valid Kafka topic name (Topic.java: 1 to 249 characters
 of [a-zA-Z0-9._-]); anything else is counted as dropped. A topic id is Kafka's Uuid.toString()
@@ -102,7 +103,9 @@ def topic_name(raw: bytes) -> str:
     names = _names  # a local: compiled, typed as a dict (topics.pxd)
     name = names.get(raw)
     if name is None:
-        name = raw.decode("ascii") if _VALID_NAME.fullmatch(raw) is not None else ""
+        # Topic.java refuses "." and ".." too (they would name directories of the log)
+        valid = _VALID_NAME.fullmatch(raw) is not None and raw != b"." and raw != b".."
+        name = raw.decode("ascii") if valid else ""
         if len(names) >= NAME_CACHE:
             names.clear()
         names[raw] = name
@@ -130,8 +133,19 @@ def _truncated() -> ProtocolError:
     return ProtocolError(Kind.TRUNCATED, "a field runs past the end of the frame")
 
 
+# Bytes of a group, member, instance, protocol type or transactional id kept: the connection
+# holds its latest ones, and a flexible version allows one as long as the frame (1 MiB each).
+# The exporter cuts them shorter still (MAX_WIRE_STRING) and counts the cut; real ids are short.
+MAX_WIRE_TEXT = 1024
+# JoinGroup protocols whose metadata is read as a consumer's subscription: a client offers one
+# per assignor (a handful); a frame of 800 KB could list 200,000.
+MAX_PROTOCOLS = 16
+
+
 def wire_text(buf, start: int, stop: int) -> str:
-    """A wire string, decoded as the broker does."""
+    """A wire string, decoded as the broker does, of its first MAX_WIRE_TEXT bytes."""
+    if stop - start > MAX_WIRE_TEXT:
+        stop = start + MAX_WIRE_TEXT
     return str(buf[start:stop], "utf-8", "replace")  # as the broker's new String(bytes, UTF_8)
 
 
@@ -380,7 +394,7 @@ class FrameScan:
             elif op == METADATA:
                 length = self._span(buf, off, end, compact, True)
                 off = self.at + (length if length > 0 else 0)
-                if length > 0:
+                if length > 0 and len(self.metadata) < MAX_PROTOCOLS:
                     self.metadata.append((self.at, off))
             else:  # GROUP, MEMBER, INSTANCE, PROTOCOL_TYPE, TXN: (nullable) strings
                 length = self._span(buf, off, end, compact, False)
@@ -468,7 +482,7 @@ class FrameScan:
             size = self._prefix(buf, self.at, end, True, False) + 1
             start = self.at
             stop = start + size
-            if stop > end:
+            if size < 0 or stop > end:  # a varint is at most 35 bits: never negative, checked all the same
                 raise _truncated()
             for j in range(0, len(known), 2):
                 if known[j] == tag:

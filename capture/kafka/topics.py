@@ -11,7 +11,7 @@ this module's. Imports only `events` and `topic_walk`: no I/O.
 from __future__ import annotations
 
 from .events import TOPIC_USES
-from .topic_walk import NO_USE, FrameScan, wire_text
+from .topic_walk import MAX_WIRE_TEXT, NO_USE, FrameScan, wire_text
 
 # Distinct (use, topic) entries per TopicUsage event (per frame, or per tally run) and pairs
 # per TopicIds event; past it they are counted in `dropped`.
@@ -97,6 +97,8 @@ class Topics(FrameScan):
         start, stop = self.txn_start, self.txn_stop
         if start < 0:
             return False
+        if stop - start > MAX_WIRE_TEXT:  # as wire_text cuts it: an id differing past it is the same
+            stop = start + MAX_WIRE_TEXT
         raw = self.txn_raw
         if self.txn is not None and stop - start == len(raw) and buf.startswith(raw, start):
             return False

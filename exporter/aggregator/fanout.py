@@ -79,6 +79,13 @@ def _structural(data: bytes) -> int:
     return len(data.translate(None, _NOT_STRUCTURAL))
 
 
+def route_missing(exc: PeerFailure) -> bool:
+    """A 404 of the web framework itself (`{"detail": "Not Found"}`): the peer has no such route
+    (an older sidecar, during a rolling upgrade), not "no such topic" (whose detail names it). It
+    is the peer missing from the answer, never its answer that it has none."""
+    return str(exc) == "HTTP 404: Not Found"
+
+
 class ItemBudget:
     """An upper bound on the JSON values of an answer, counted in its bytes as they arrive,
     before anything is parsed: every value but a document's first follows a `[`, a `{` (the
@@ -404,7 +411,7 @@ class Aggregator:
                 return body if use is None else await use(body)
 
     def _failed(self, peer: Peer, path: str, params: list[tuple[str, str]], exc: PeerFailure, started: float) -> None:
-        if peer.up:  # whole answers cached before: never served once a peer is seen missing
+        if peer.up and exc.status != 404:  # whole answers cached before: never served once a peer is seen missing
             self.answer_cache.clear()
         peer.up = False
         # 404 on one connection is an answer, not the peer failing: neither counted nor cached
@@ -449,7 +456,7 @@ class Aggregator:
         try:
             for next_done in asyncio.as_completed(tasks):
                 peer, exc = await next_done
-                if exc is not None and absent is not None and exc.status == 404:
+                if exc is not None and absent is not None and exc.status == 404 and not route_missing(exc):
                     absent.append(peer.name)
                 elif exc is not None:
                     missing.append({"peer": peer.name, "url": peer.url, "kind": exc.kind, "error": str(exc)})

@@ -121,14 +121,49 @@ def _client_key(row: dict) -> tuple:
 
 
 def _add_client(have: dict, row: dict) -> None:
-    """`row` into `have`, the same client of the same peer: counts summed, uses and connection ids
-    unioned (at most MAX_CONN_IDS, as the sidecar lists them), first/last seen widened."""
-    for name in _CLIENT_COUNTS:
+    """`row` into `have`, the same client of the same peer: frames and bytes summed (its entries
+    by name and by id are different uses), uses and connection ids unioned (at most
+    MAX_CONN_IDS, as the sidecar lists them), first/last seen widened. A connection listed under
+    both (by name and by id) is counted once: where both lists are whole (under MAX_CONN_IDS) the
+    connections are their union, and a list within the other adds no open connection; past the
+    bound the larger count, a lower bound."""
+    for name in ("frames", "bytes"):
         have[name] += row[name]
+    mine, theirs = set(have["conn_ids"]), set(row["conn_ids"])
+    union = mine | theirs
+    if len(mine) == have["connections"] and len(theirs) == row["connections"]:  # both lists whole
+        opened = have["open_connections"] + row["open_connections"]
+        if theirs <= mine or mine <= theirs:
+            opened = max(have["open_connections"], row["open_connections"])
+        have["connections"], have["open_connections"] = len(union), min(opened, len(union))
+    else:
+        have["connections"] = max(have["connections"], row["connections"], len(union))
+        have["open_connections"] = max(have["open_connections"], row["open_connections"])
     have["uses"] = sorted(set(have["uses"]) | set(row["uses"]))
-    have["conn_ids"] = sorted(set(have["conn_ids"]) | set(row["conn_ids"]))[:MAX_CONN_IDS]
+    have["conn_ids"] = sorted(union)[:MAX_CONN_IDS]
     have["first_seen"] = min(have["first_seen"], row["first_seen"])
     have["last_seen"] = max(have["last_seen"], row["last_seen"])
+
+
+def _grouped_consumers(rows: list[dict]) -> list[dict]:
+    """A consumer's fetch connections are on its partitions' leaders, its group only on its
+    coordinator, often another broker: a sidecar that saw only its fetches lists it without a
+    group. Such a row takes the group its client (the same client_id, principal and client
+    address, whatever identity each sidecar gave it) has on the other sidecars' rows, when
+    there is exactly one, as each sidecar does for its own connections."""
+    groups: dict[tuple, set] = {}
+    for row in rows:
+        if row.get("client_id") is not None and row.get("group_id") is not None:
+            groups.setdefault((row["client_id"], row.get("principal"), row.get("client_address")), set()).add(
+                row["group_id"])
+    out = []
+    for row in rows:
+        if row.get("group_id") is None and row.get("client_id") is not None:
+            known = groups.get((row["client_id"], row.get("principal"), row.get("client_address")), ())
+            if len(known) == 1:
+                row = dict(row, group_id=next(iter(known)))
+        out.append(row)
+    return out
 
 
 class _Entry:
@@ -185,8 +220,10 @@ class _Entry:
         self.last_seen = max(self.last_seen, other.last_seen)
 
     def result(self) -> dict:
+        lists = {role: list(rows.values()) for role, rows in self.clients.items()}
+        lists["consumers"] = _grouped_consumers(lists["consumers"])
         return {"topic": self.topic, "topic_id": self.topic_id,
-                **{role: sorted(rows.values(), key=_client_order) for role, rows in self.clients.items()},
+                **{role: sorted(rows, key=_client_order) for role, rows in lists.items()},
                 "bytes_produced": self.bytes_produced, "bytes_fetched": self.bytes_fetched,
                 "first_seen": self.first_seen, "last_seen": self.last_seen}
 

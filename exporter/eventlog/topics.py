@@ -120,3 +120,9 @@ class SeenTopicIds:
         if len(fresh) == len(event.ids):
             return event
         return dataclasses.replace(event, ids=tuple(fresh))
+
+    def unwritten(self, event: TopicIds) -> None:
+        """`event`, as `new` gave it, was not written after all (the queue was full, it did not
+        encode): its pairs are new again, so the next TopicIds naming them writes them."""
+        for pair in event.ids:
+            self.pairs.pop(pair, None)

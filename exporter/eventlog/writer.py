@@ -52,7 +52,7 @@ import socket
 import threading
 import time
 
-from capture.events import ConnectionClosed, Event
+from capture.events import ConnectionClosed, Event, TopicIds
 from exporter.eventlog.files import LogFiles, host_part, open_directory
 from exporter.eventlog.format import encode, encode_record, rollup_lines
 from exporter.eventlog.rollup import (
@@ -473,6 +473,9 @@ class QueuedEventLog:
         if line is None:
             if type(event) is ConnectionClosed:
                 self._queue_note(event)
+            elif type(event) is TopicIds and rollup is not None:
+                with self._cond:
+                    rollup.topic_ids.unwritten(event)
             return
         # The few events the table of open connections reads go with their line, so the writer
         # thread keeps the table in the order of the files (exporter.eventlog.rollup.RESTATED;
@@ -486,6 +489,8 @@ class QueuedEventLog:
                 self.queue_dropped += 1
                 if type(event) is ConnectionClosed:
                     self._queue_note(event, locked=True)
+                elif type(event) is TopicIds and rollup is not None:
+                    rollup.topic_ids.unwritten(event)  # written with the next TopicIds naming them
                 return
             self._queue.append(item)
             self._queued_bytes += len(line)

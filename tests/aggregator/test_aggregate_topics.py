@@ -102,6 +102,33 @@ def test_an_id_one_peer_could_not_name_is_named_by_another_in_any_order(order):
     assert body["unresolved_ids"] == 1  # the id nobody named stays, as its id
 
 
+def test_a_connection_listed_by_name_and_by_id_on_one_peer_counts_once():
+    """Peer A could not name the id its fetches used, so it lists the consumer twice: by name (its
+    ListOffsets) and by id (its Fetch v13+), both rows with the same connection. Folded when
+    peer B names the id, the connection counts once; its frames and bytes (other uses) add up."""
+    by_name = client(client_id="reader", uses=["list_offsets"], frames=1, bytes=0, conn_ids=["c1"])
+    by_id = client(client_id="reader", uses=["fetch"], frames=5, bytes=700, conn_ids=["c1"])
+    other = client(client_id="reader", uses=["fetch"], frames=2, bytes=100, conn_ids=["c2"], open_connections=0)
+    body = merged(("a:1", listing(topic("orders", None, consumers=[by_name]),
+                                  topic(None, ORDERS_ID, consumers=[by_id, other]))),
+                  ("b:1", listing(topic("orders", ORDERS_ID))))
+    [reader] = body["topics"][0]["consumers"]
+    assert (reader["connections"], reader["open_connections"]) == (2, 1)
+    assert (reader["frames"], reader["bytes"], reader["uses"]) == (8, 800, ["fetch", "list_offsets"])
+    assert reader["conn_ids"] == ["a:1/c1", "a:1/c2"]
+
+
+def test_a_consumer_whose_group_only_another_sidecar_saw_takes_it():
+    """Its fetches on the leader's sidecar name no group; its coordinator's sidecar does."""
+    fetches = client(client_id="reader", identity_source="none", software_name=None, uses=["fetch"])
+    commits = client(client_id="reader", group_id="g1", uses=["offset_commit"], bytes=0)
+    stranger = client(client_id="other", uses=["fetch"])
+    body = merged(("a:1", listing(topic("orders", consumers=[fetches, stranger]))),
+                  ("b:1", listing(topic("orders", consumers=[commits]))))
+    groups = {(c["peer"], c["client_id"]): c["group_id"] for c in body["topics"][0]["consumers"]}
+    assert groups == {("a:1", "reader"): "g1", ("b:1", "reader"): "g1", ("a:1", "other"): None}
+
+
 def test_a_recreated_topic_keeps_every_id_it_was_seen_with():
     old, new = "OOOOOOOOOOOOOOOOOOOOOA", "NNNNNNNNNNNNNNNNNNNNNA"
     body = merged(("a:1", listing(topic("orders", old))), ("b:1", listing(topic("orders", new))),
@@ -171,7 +198,7 @@ class Served:
     """A sidecar's real REST app (exporter.http.app.create_app) on a loopback port, in a uvicorn
     thread of this process; counts the requests by path."""
 
-    def __init__(self, registry) -> None:
+    def __init__(self, registry, app=None) -> None:
         import threading
 
         import uvicorn
@@ -180,7 +207,7 @@ class Served:
         from harness.net import free_port, wait_for
 
         self.paths: list[str] = []
-        app = create_app(registry)
+        app = create_app(registry) if app is None else app
 
         async def counting(scope, receive, send):
             if scope["type"] == "http":
@@ -344,6 +371,26 @@ def test_an_unknown_topic_is_404_and_an_unnamed_id_is_its_own(sidecars):
         assert agg.get("/api/v1/topics?role=admin").json()["topics"] == [
             t for t in agg.get("/api/v1/topics").json()["topics"] if t["admins"]]
         assert agg.get("/api/v1/topics?role=bogus").status_code == 422
+
+
+def test_a_sidecar_without_the_topic_routes_is_missing_not_a_peer_without_the_topic(sidecars):
+    """A rolling upgrade: an older sidecar answers the framework's own 404 ("Not Found") to
+    /api/v1/topics/NAME. That is the peer missing from the answer (partial), never its answer
+    that it has no such topic."""
+    from fastapi import FastAPI
+
+    from exporter.aggregator.models import AggTopicDetail
+
+    a, _ = sidecars
+    old = Served(None, app=FastAPI())
+    try:
+        with aggregator(a.name, old.name) as agg:
+            resp = agg.get("/api/v1/topics/orders")
+            body = conforms(resp.status_code, resp.json(), AggTopicDetail)
+            assert body["topic"] == "orders" and body["partial"] is True
+            assert [m["peer"] for m in body["missing_peers"]] == [old.name]
+    finally:
+        old.stop()
 
 
 def test_a_missing_peer_makes_topic_answers_partial(sidecars):

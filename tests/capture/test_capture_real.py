@@ -58,7 +58,7 @@ class LiveRun:
         self.source = LiveCapture(interface, self.listeners)
         self.events: list = []
         self.registry = ConnectionRegistry()
-        self.tracker = FlowTracker(self.listeners, self._emit, name=interface)
+        self.tracker = FlowTracker(self.listeners, self._emit, name=interface, topics=True)  # as the CLI by default
         self.writer = PcapWriter(pcap, self.source.linktype)
         self.pcap = pcap
         self.stop = threading.Event()
@@ -172,7 +172,7 @@ def software_by_connection(events) -> dict[tuple, tuple]:
 
 def replay_events(pcap: Path, port: int) -> list:
     events: list = []
-    result = replay(pcap, ListenerMap.parse([f"PLAINTEXT={port}"]), events.append)
+    result = replay(pcap, ListenerMap.parse([f"PLAINTEXT={port}"]), events.append, topics=True)
     assert result.truncated is None
     return events
 

@@ -554,10 +554,12 @@ def metadata_request(names, corr: int = 1, version: int = 4) -> bytes:
 
 
 def test_invalid_names_are_dropped_never_itemised():
-    names = ["ok.topic-1_x", "", "a" * 250, "a" * 249, "has space", "ümlaut", "semi;colon", "<other>", "..", "x"]
+    names = ["ok.topic-1_x", "", "a" * 250, "a" * 249, "has space", "ümlaut", "semi;colon", "<other>", "..", ".",
+             "...", "x"]
     events = feed([(C, metadata_request(names))], tally=False)
-    assert sorted(n for _, n, _ in usage_sum(events)) == sorted(["ok.topic-1_x", "a" * 249, "..", "x"])
-    assert counted(events, "dropped") == 6
+    # Topic.java: "." and ".." are refused (directories of the log), "..." is a name
+    assert sorted(n for _, n, _ in usage_sum(events)) == sorted(["ok.topic-1_x", "a" * 249, "...", "x"])
+    assert counted(events, "dropped") == 8
 
 
 def test_the_zero_id_is_no_id_and_ids_print_as_kafka_does():
@@ -644,6 +646,10 @@ def flexible_request(api_key: int, version: int, corr: int, body: bytes) -> byte
     (flexible_produce_body(b"\xff\xff\xff\xff\xff\x01"), "varint"),  # a 6-byte varint
     (flexible_produce_body(b"\xff\xff\xff\x07"), "bad_length"),  # 2^31 topics in a few bytes
     (flexible_produce_body(b"\x02\x07orders\x02\x00\x00\x00\x00\x90\x4e"), "truncated"),  # records past the end
+    # a partition's tagged field of 2^31 bytes: a 5-byte varint past 32 bits (compiled, it wrapped
+    # negative once and an IndexError left the core)
+    (flexible_produce_body(b"\x02\x07orders\x02\x00\x00\x00\x00\x01\x01\x00\x80\x80\x80\x80\x08"), "truncated"),
+    (flexible_produce_body(b"\x02\x07orders\x02\x00\x00\x00\x00\x01\x01\x00\xff\xff\xff\xff\x0f"), "truncated"),
 ])
 @pytest.mark.parametrize("tally", [False, True], ids=["events", "tally"])
 def test_a_malformed_body_is_a_decode_error_and_the_next_frame_is_read(body, kind, tally):
@@ -658,6 +664,23 @@ def test_a_malformed_body_is_a_decode_error_and_the_next_frame_is_read(body, kin
         assert len(requests) == 2
     else:
         assert sum(r[2] for e in of(events, RequestTally) for r in e.requests) == 2
+
+
+@pytest.mark.parametrize("tally", [False, True], ids=["events", "tally"])
+def test_long_wire_ids_and_many_protocols_are_cut_in_the_core(tally):
+    """A flexible JoinGroup may carry ids as long as the frame and a protocol per 4 bytes: the
+    connection keeps at most MAX_WIRE_TEXT bytes of each id and reads MAX_PROTOCOLS protocols."""
+    from capture.kafka.topic_walk import MAX_PROTOCOLS, MAX_WIRE_TEXT
+
+    m = kio_module("join_group", 9).request
+    protocols = tuple(make(m, "JoinGroupRequestProtocol", name=f"p{i}", metadata=subscription(1, [f"t{i}"]))
+                      for i in range(MAX_PROTOCOLS * 4))
+    frame = request_frame(make(m, "JoinGroupRequest", group_id="g" * 200_000, member_id="m" * 5000,
+                               group_instance_id=None, protocol_type="consumer", protocols=protocols), 7)
+    events = feed([(C, frame)], tally=tally)
+    [member] = of(events, GroupMember)
+    assert (len(member.group_id), len(member.member_id)) == (MAX_WIRE_TEXT, MAX_WIRE_TEXT)
+    assert set(usage_sum(events)) == {("subscribe", f"t{i}", None) for i in range(MAX_PROTOCOLS)}
 
 
 def test_a_frame_over_the_decode_limit_is_unread_and_not_buffered():

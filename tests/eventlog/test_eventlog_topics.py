@@ -301,6 +301,19 @@ def test_topic_ids_are_written_once_per_file(tmp_path):
     assert to_event(second[0]) == _ids("c1", T0 + 600, payments, orders)
 
 
+def test_topic_ids_dropped_from_a_full_queue_are_written_with_the_next_sighting(tmp_path):
+    clock = FakeClock()
+    log = QueuedEventLog(EventLog(tmp_path, clock=clock, host="h"), rollup_seconds=60, max_queue_bytes=1)
+    orders = (TOPIC_ID, "orders")
+    log.write(_ids("c1", T0, orders))  # the queue holds nothing: dropped, counted
+    assert log.queue_dropped == 1
+    assert log.rollup is not None and orders not in log.rollup.topic_ids.pairs  # new again, not lost for the file
+    log.max_queue_bytes = 1 << 20
+    log.write(_ids("c1", T0 + 1, orders))
+    log.close()
+    assert [r["ids"] for r in records_of(tmp_path) if r["type"] == "TopicIds"] == [[list(orders)]]
+
+
 def test_the_topic_id_set_is_bounded_under_a_flood_of_random_ids(tmp_path):
     rng = random.Random(10)
     log = QueuedEventLog(EventLog(tmp_path, clock=FakeClock(), host="h"), rollup_seconds=60, max_topic_ids=100)

@@ -122,6 +122,11 @@ def broker1_events() -> list:
     a1.use(("create", "audit", None, 1, 0))
     a1.use(("metadata", "audit", None, 1, 0))
     a1.use(("delete", "old-topic", None, 1, 0))
+    # the producer's client asks Metadata on a connection of its own (as real clients do): it is
+    # the producer of orders, no "other" of it
+    p1m = Conn(out, "10.0.0.1", "p1m", T1 + 50, "10.1.0.1", JAVA, "orders-producer")
+    p1m.use(("metadata", "orders", None, 1, 0))
+    p1m.close()
     m1 = Conn(out, "10.0.0.1", "m1", T1 + 400, "10.1.0.7", RDKAFKA, "probe")
     for _ in range(2):
         m1.use(("metadata", "orders", None, 1, 0))

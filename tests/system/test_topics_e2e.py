@@ -63,6 +63,10 @@ class Run:
         self.transactional_id = fresh_name("txn") if name == "confluent-kafka" else None
         self.line = line
         self.report: dict = {}
+        self.by_group: list[dict] = []  # what the census answered to this client's filters
+        self.by_topic: list[dict] = []
+        self.detail: dict = {}
+        self.grouped: dict = {}
 
 
 def _run(run: Run, bootstrap: str) -> None:
@@ -100,10 +104,18 @@ def observed(request, tmp_path_factory):
                     named = {t["topic"]: t for t in listing["topics"]}
                     done = all(r.topic in named and named[r.topic]["producers"] and named[r.topic]["consumers"]
                                for r in runs)
-                    return listing if done and listing["unresolved_ids"] == 0 else None
+                    # every client exited: once its connections are closed, nothing changes any more
+                    closed = not census.get("/api/v1/connections?state=open")["connections"]
+                    return listing if done and closed and listing["unresolved_ids"] == 0 else None
 
-                listing = wait_for("the census to list every client's topic, ids resolved", every_topic_seen,
-                                   timeout=60)
+                listing = wait_for("the census to list every client's topic, ids resolved, every connection "
+                                   "closed", every_topic_seen, timeout=60)
+                for run in runs:  # the filters and the detail, asked beside the listing
+                    run.by_group = census.get(f"/api/v1/connections?group={run.group}")["connections"]
+                    run.by_topic = census.get(f"/api/v1/connections?topic={run.topic}")["connections"]
+                    run.detail = census.get(f"/api/v1/topics/{run.topic}")
+                    run.grouped = census.get(f"/api/v1/topics?topic={run.topic}&group={run.group}")
+                listing = census.get("/api/v1/topics")  # after them: nothing changed since (the clients exited)
                 connections = census.get("/api/v1/connections")["connections"]
                 yield runs, listing, connections, pcap, port
     except KafkaError as exc:
@@ -154,7 +166,7 @@ def test_topic_ids_resolve_to_names_and_kip848_subscriptions_are_seen(observed):
     java = next(r for r in runs if r.name == "java")
     topic = _topic(listing, java.topic)
     assert topic["topic_id"] is not None, "Kafka 3.9 and 4 give every topic an id in their Metadata answers"
-    assert listing["unresolved_ids"] == 0
+    assert not [t for t in listing["topics"] if t["topic"] is None]
     if java.line == "4":
         # The Java 4.4 client fetches by id (Fetch v13+): its fetch usage was named through the map.
         fetching = [u for c in connections for u in c["topics"] if u["use"] == "fetch" and u["topic"] == java.topic]
@@ -170,6 +182,15 @@ def test_group_filter_and_topic_detail_agree_with_the_listing(observed):
         mine = [c for c in connections if c.get("group_id") == run.group]
         assert mine, (run.name, "no connection carries its group")
         assert all("consumer" in c["roles"] for c in mine), mine
+        assert {c["id"] for c in mine} == {c["id"] for c in run.by_group}, run.name
+        assert all(run.topic in {u["topic"] for u in c["topics"]} for c in run.by_topic), run.name
+        assert {c["id"] for c in run.by_topic} == {
+            c["id"] for c in connections if run.topic in {u["topic"] for u in c["topics"]}}, run.name
+        assert run.detail == _topic(listing, run.topic), run.name
+        # the topic's consumers, filtered by the group: its consumer rows, and only those
+        grouped = run.grouped["topics"]
+        assert [t["topic"] for t in grouped] == [run.topic], run.name
+        assert grouped[0]["consumers"] and all(c["group_id"] == run.group for c in grouped[0]["consumers"])
 
 
 def _kafka_uuid(value: uuid.UUID) -> str:
@@ -199,6 +220,46 @@ def _oracle_produced(pcap, port: int) -> dict[str, int]:
                 name = getattr(data, "name", None) or _kafka_uuid(data.topic_id)
                 produced[name] += sum(len(p.records or b"") for p in data.partition_data)
     return produced
+
+
+def _frames(data: bytes):
+    off = 0
+    while off + 4 <= len(data):
+        size = struct.unpack_from(">i", data, off)[0]
+        yield memoryview(data)[off + 4:off + 4 + size]
+        off += 4 + size
+
+
+def _oracle_fetched(pcap, port: int) -> dict[str, int]:
+    """Per topic (name, or id for Fetch v13+), the record-set bytes of every Fetch answer on the
+    wire, decoded by kio at the version of the request it answers (by correlation id)."""
+    fetched: dict[str, int] = defaultdict(int)
+    for _, _, sent, received in tshark_streams(pcap, [port]):
+        asked = {}
+        for frame in _frames(sent):
+            api_key, version, corr = struct.unpack_from(">hhi", frame)
+            asked[corr] = (api_key, version)
+        for frame in _frames(received):
+            api_key, version = asked.get(struct.unpack_from(">i", frame)[0], (None, None))
+            if api_key != 1:
+                continue
+            cls = importlib.import_module(f"kio.schema.fetch.v{version}.response").FetchResponse
+            _, used = entity_reader(cls.__header_schema__)(frame, 0)
+            response, _ = entity_reader(cls)(frame, used)
+            for data in response.responses:
+                name = getattr(data, "topic", None) or _kafka_uuid(data.topic_id)
+                fetched[name] += sum(len(p.records or b"") for p in data.partitions)
+    return fetched
+
+
+def test_fetched_bytes_equal_the_record_sets_on_the_wire(observed):
+    runs, listing, _, pcap, port = observed
+    theirs = _oracle_fetched(pcap, port)
+    for run in runs:
+        topic = _topic(listing, run.topic)
+        expected = theirs.get(run.topic, 0) + (theirs.get(topic["topic_id"], 0) if topic["topic_id"] else 0)
+        assert expected > 0, (run.name, sorted(theirs))
+        assert topic["bytes_fetched"] == expected, run.name
 
 
 def test_produced_bytes_equal_the_record_sets_on_the_wire(observed):
