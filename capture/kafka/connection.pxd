@@ -36,6 +36,7 @@ cdef class _Stream:
     cdef public Py_ssize_t tokens
     cdef public bytes cid_raw
     cdef public str cid_str
+    cdef public object walker
     cpdef _setup(self, direction, int state)
     cpdef move(self, int event)
     @cython.locals(n=Py_ssize_t)

@@ -92,7 +92,9 @@ Topics mode (`topics=True`; topic_walk.py reads a body, topics.py keeps what is 
 over, this module decides when events go out): the requests topic_layouts.py describes (Produce,
 Fetch, ListOffsets, Metadata, the group and transaction APIs...) and the answers to Fetch and
 Metadata v10+ are read whole, buffered like the decoded bodies above when they fit in
-`max_decoded_frame` (larger: counted as unread). A new group or transactional id is emitted
+`max_decoded_frame`; a larger Produce request or Fetch answer is walked as its bytes are skipped
+(stream_walk.py: `_Stream.walker`, its topics added once the frame has passed; cut short by a
+gap or the close: unread). A new group or transactional id is emitted
 (GroupMember, TransactionalId) before the frame's RequestSeen; its topics follow as one
 TopicUsage after the frame's RequestSeen or ResponseSeen, or in tally mode are added to the run
 and handed over right after its RequestTally. A Metadata answer's TopicIds comes before its
@@ -170,6 +172,7 @@ from .states import (
     next_sasl_wait_state,
     next_stream_state,
 )
+from .stream_walk import StreamWalk, streamable
 from .tally import NO_ACKS as _NO_ACKS
 from .tally import TallyRun, new_tally_run
 from .topic_walk import NO_USE, request_layout, response_layout
@@ -292,7 +295,7 @@ class _Stream:
     """One direction of the connection: its unparsed bytes, where its next frame starts, its
     framing state (module docstring; changed only by `move`) and what it remembers of its frames."""
 
-    __slots__ = ("direction", "buf", "pos", "skip", "state", "scan_skipped", "tokens", "cid_raw", "cid_str")
+    __slots__ = ("direction", "buf", "pos", "skip", "state", "scan_skipped", "tokens", "cid_raw", "cid_str", "walker")
 
     def __init__(self, direction: Direction, state: int) -> None:
         self._setup(direction, state)
@@ -307,6 +310,7 @@ class _Stream:
         self.tokens = 0  # raw SASL tokens seen in this direction
         self.cid_raw = b""  # last client_id bytes and their decoding: ids rarely change
         self.cid_str = ""
+        self.walker: StreamWalk | None = None  # topics mode: the walk of the large frame being skipped
 
     def move(self, event: int) -> None:
         """The one way the state changes: to what states.STREAM_TRANSITIONS gives for (state,
@@ -316,9 +320,14 @@ class _Stream:
     def feed(self, data) -> None:
         n = len(data)
         if self.skip:
+            walker = self.walker  # a large frame's walk is shown what is skipped (stream_walk.py)
             if n <= self.skip:
                 self.skip -= n
+                if walker is not None:
+                    walker.feed(data)
                 return
+            if walker is not None:
+                walker.feed(memoryview(data)[:self.skip])
             data = memoryview(data)[self.skip:]
             self.skip = 0
         if self.pos:
@@ -545,12 +554,16 @@ class KafkaConnection:
         if op == _OP_DATA:
             stream = self._client if direction == _FROM_CLIENT else self._broker
             stream.feed(payload)
+            if stream.walker is not None and not stream.skip:
+                self._walk_done(stream)
             self._active = stream
         elif op == _OP_WAKE:  # held client bytes are decided now: decode them before newer input
             self._active = self._client
         elif op == _OP_GAP:
             stream = self._client if direction == _FROM_CLIENT else self._broker
             if stream.state != IGNORED:
+                if stream.walker is not None:  # its frame's bytes are lost: its topics unread
+                    self._walk_lost(stream)
                 stream.buf = bytearray()  # clear() would keep the allocation
                 stream.pos = stream.skip = 0
                 kind, detail = payload
@@ -776,6 +789,8 @@ class KafkaConnection:
             if topics is not None and topics.frame_layout is not None:
                 self._topic_counted(topics, run is None)
             stream.consume_frame(frame_end)
+            if stream.walker is not None and not stream.skip:
+                self._walk_done(stream)
             if acks == 0:  # no response will come (ProduceRequest.json, Acks)
                 continue
             self._requests += 1
@@ -927,11 +942,22 @@ class KafkaConnection:
         `frame_use`, the use of its topics (NO_USE: none, or unread: too large, malformed)."""
         layout = topics.frame_layout
         assert layout is not None  # the frame loop calls it for such a request only
-        if size > self.max_decoded_frame or topics.frame_bad:
+        if topics.frame_bad:
             if layout[0] != NO_USE:
                 topics.frame_unread = 1
             return
         buf = stream.buf
+        if size > self.max_decoded_frame:  # walked as it passes (its group and transactional id unread)
+            try:
+                off = body
+                if header_version == 2:
+                    off = skip_tagged_fields(buf, body, min(len(buf), frame_end))
+            except ProtocolError:
+                off = -1  # the header's tagged fields are not all here
+            self._stream_walk(stream, layout, api_key, api_version, off, frame_end, layout[0], True)
+            if stream.walker is not None:  # its answer's topics are read too (a follower's large Fetch counts as
+                topics.frame_use = layout[0]  # a fetch: its ReplicaId is not kept by a stream walk)
+            return
         try:
             off = body
             if header_version == 2:  # the header's tagged fields, most often none
@@ -956,12 +982,20 @@ class KafkaConnection:
         """Topics mode: a Fetch answer's record-set bytes per topic, a Metadata answer's ids."""
         topics = self._topics
         assert topics is not None  # topic_use is set in topics mode only
-        if size > self.max_decoded_frame:
-            topics.frame_unread = 1
-            return
         api_key, version = entry.api_key, entry.api_version
         buf = stream.buf
         pairs = api_key == METADATA
+        if size > self.max_decoded_frame:  # a Fetch answer walked as it passes; a Metadata answer unread
+            try:
+                off = skip_response_header(buf, pos + 4, min(len(buf), frame_end), api_key, version,
+                                           _spec_of(api_key))
+            except ProtocolError:
+                off = -1  # the header's tagged fields are not all here
+            if pairs:
+                off = -1
+            self._stream_walk(stream, response_layout(api_key, version), api_key, version, off, frame_end,
+                              entry.topic_use, False)
+            return
         try:
             off = skip_response_header(buf, pos + 4, frame_end, api_key, version, _spec_of(api_key))
             topics.scan_response(buf, off, frame_end, response_layout(api_key, version), pairs)
@@ -974,6 +1008,56 @@ class KafkaConnection:
             ids, dropped = topics.take_pairs()
             if ids or dropped:
                 self._emit(TopicIds(conn_id=self.conn_id, ts=self._ts, ids=ids, dropped=dropped))
+
+    def _stream_walk(self, stream: _Stream, layout: tuple, api_key: int, api_version: int, off: int,
+                     frame_end: int, use: int, request: bool) -> None:
+        """Topics mode, a frame larger than max_decoded_frame: its topics and record-set sizes are
+        walked as its bytes pass (stream_walk.py), never held; `off` is where its body starts (-1:
+        not walkable: counted unread)."""
+        topics = self._topics
+        assert topics is not None  # called in topics mode only
+        if off < 0 or use < 0 or not streamable(layout[2]):
+            topics.frame_unread = 1
+            return
+        walker = StreamWalk(layout[2], layout[1], frame_end - off, use=use, request=request, api_key=api_key,
+                            api_version=api_version, max_topics=self.max_topics)
+        buf = stream.buf
+        walker.feed(bytes(buf[off:min(len(buf), frame_end)]))
+        stream.walker = walker  # shown the rest as it is skipped; done once the frame has passed
+
+    def _walk_done(self, stream: _Stream) -> None:
+        """A large frame has passed: its walk's entries join what is to be handed over."""
+        walker = stream.walker
+        assert walker is not None and self._topics is not None  # set by _stream_walk
+        stream.walker = None
+        topics = self._topics
+        walker.finish()
+        error = walker.error
+        if error is not None:
+            self._decode_error(stream, error.kind, walker.api_key, walker.api_version, error.message)
+            topics.unread += 1
+        else:
+            frames = 1 if walker.request else 0
+            for (name, tid), nbytes in walker.entries.items():
+                topics._add(walker.use, name, tid, frames, nbytes)
+            topics.dropped += walker.dropped
+        self._topics_now()
+
+    def _walk_lost(self, stream: _Stream) -> None:
+        """The large frame being walked will not pass whole (a gap, a dropped buffer, the close)."""
+        topics = self._topics
+        assert topics is not None  # a walker exists in topics mode only
+        stream.walker = None
+        topics.unread += 1
+        self._topics_now()
+
+    def _topics_now(self) -> None:
+        """A walk ended between frames: its topics go now, unless a tally run is under way (then
+        right after its RequestTally, as any run's)."""
+        topics = self._topics
+        run = self._tally_run
+        if topics is not None and topics.pending() and (run is None or not run.counted()):
+            self._events.append(_make_topic_usage(*topics.hand_over(self.conn_id, self._ts)))
 
     # --- responses ----------------------------------------------------------------------
 
@@ -1038,6 +1122,8 @@ class KafkaConnection:
                 if run is None and topics.pending():  # after its ResponseSeen
                     self._events.append(_make_topic_usage(*topics.hand_over(self.conn_id, self._ts)))
         stream.consume_frame(frame_end)
+        if stream.walker is not None and not stream.skip:
+            self._walk_done(stream)
         return True
 
     def _match(self, stream: _Stream, corr: int) -> _InFlight | None:
@@ -1203,6 +1289,8 @@ class KafkaConnection:
 
     def _finish(self, reason: str) -> None:
         for stream in (self._client, self._broker):
+            if stream.walker is not None:  # closed inside a large frame: its topics unread
+                self._walk_lost(stream)
             if stream.state == SYNCED and (stream.skip or len(stream.buf) > stream.pos):
                 if stream is self._client and self._sasl_wait != ANSWER_NOT_AWAITED:
                     self._decode_error(stream, Kind.SASL_UNCERTAIN, None, None,

@@ -215,7 +215,8 @@ class CensusCollector:
                        "--max-topics-per-connection, 'total' past --max-topic-entries, 'invalid_name' a use, name "
                        "or id the registry refused, "
                        "'decoder' entries the decoder did not list (past its bound per frame, or invalid names), "
-                       "'unread' frames whose topics were not read (larger than the decode limit, or malformed).",
+                       "'unread' frames whose topics were not read (malformed, cut short by a gap or the close, "
+                       "a Metadata answer over the decode limit).",
                        ["reason"], s.topics_dropped)
         yield _counter("topics_overflow", "Topic usage entries kept under the topic '<other>' because --max-topics "
                        "topics were known.", [], {(): s.topics_overflow})

@@ -683,7 +683,7 @@ def test_long_wire_ids_and_many_protocols_are_cut_in_the_core(tally):
     assert set(usage_sum(events)) == {("subscribe", f"t{i}", None) for i in range(MAX_PROTOCOLS)}
 
 
-def test_a_frame_over_the_decode_limit_is_unread_and_not_buffered():
+def test_a_frame_over_the_decode_limit_is_walked_as_it_passes_and_never_buffered():
     m = kio_module("produce", 9).request
     big = request_frame(build(m.ProduceRequest, transactional_id=None, acks=1, topic_data=(build(
         m.TopicProduceData, name="orders", partition_data=(build(m.PartitionProduceData, index=0,
@@ -691,19 +691,77 @@ def test_a_frame_over_the_decode_limit_is_unread_and_not_buffered():
     conn = KafkaConnection("t", topics=True, max_decoded_frame=4096)
     conn.receive(C, big[:3000], 1.0)
     events = conn.events()
-    assert conn.buffered_bytes == 0  # its prefix read, the rest skipped as it comes
+    assert conn.buffered_bytes == 0  # its prefix read, the rest walked as it comes, never held
     conn.receive(C, big[3000:] + produce(9).request, 2.0)
     events += conn.events()
-    assert counted(events, "unread") == 1
-    assert usage_sum(events) == produce(9).usage
+    assert counted(events, "unread") == 0
+    want = dict(produce(9).usage)
+    want[("produce", "orders", None)] = [want[("produce", "orders", None)][0] + 1,
+                                         want[("produce", "orders", None)][1] + 5000]
+    assert usage_sum(events) == want
     assert of(events, DecodeError) == []
 
 
-def test_a_fetch_answer_over_the_decode_limit_is_unread():
+# The cases whose frames a stream walk reads: Produce requests and Fetch answers, every version.
+STREAMED = [(0, v) for v in range(0, 14)] + [(1, v) for v in range(0, 19)]
+
+
+@pytest.mark.parametrize("key, version", STREAMED, ids=[f"{k}v{v}" for k, v in STREAMED])
+@pytest.mark.parametrize("tally", [False, True], ids=["events", "tally"])
+def test_a_large_frame_walked_in_chunks_counts_what_the_whole_frame_walk_counts(key, version, tally):
+    """Under a decode limit smaller than the frame, the stream walk (stream_walk.py) sees it in
+    random chunks and must give the whole-frame walk's usage, unread nothing, hold nothing."""
+    case = CASES[key](version)
+    frames = [(C, case.request)] + ([(B, case.response)] if case.response is not None else [])
+    whole = usage_sum(feed(frames, tally=tally))
+    assert any(b for _, b in whole.values())
+    small = 64  # the Produce prefix fits (read as ever), every record-carrying body is larger: walked
+    rng = random.Random(version * 31 + key)
+    conn = KafkaConnection("t", tally=tally, topics=True, max_decoded_frame=small)
+    events: list = []
+    t = 0.0
+    for direction, data in frames:
+        i = 0
+        while i < len(data):
+            k = rng.randint(1, 40)
+            t += 1.0
+            conn.receive(direction, data[i:i + k], t)
+            events += conn.events()
+            assert conn.buffered_bytes <= small + 64  # a header at most, never the frame
+            i += k
+    conn.flush_tally()
+    events += conn.events()
+    conn.close("fin", t + 1)
+    events += conn.events()
+    assert usage_sum(events) == whole
+    assert counted(events, "unread") == 0 and of(events, DecodeError) == []
+
+
+@pytest.mark.parametrize("cut", ["gap", "close"])
+def test_a_large_frame_cut_short_is_unread(cut):
     case = fetch(12)
-    events = feed([(C, case.request), (B, case.response)], tally=True, max_decoded_frame=64)
+    conn = KafkaConnection("t", tally=False, topics=True, max_decoded_frame=24)
+    conn.receive(C, case.request, 1.0)
+    conn.receive(B, case.response[:40], 2.0)
+    events = conn.events()
+    if cut == "gap":
+        conn.gap(B, 100, 3.0)
+        conn.close("fin", 4.0)
+    else:
+        conn.close("rst", 3.0)
+    events += conn.events()
     assert counted(events, "unread") == 1
     assert all(b == 0 for _, b in usage_sum(events).values())
+
+
+def test_a_malformed_large_frame_is_a_decode_error_and_the_next_frame_is_read():
+    case = fetch(12)
+    bad = bytearray(case.response)
+    bad[4 + 4 + 1 + 10] = 0x7F  # the answer's topic count (after its correlation id, tags, fixed fields): 126
+    events = feed([(C, case.request), (B, bytes(bad)), (C, produce(9).request)], tally=True, max_decoded_frame=64)
+    assert [(e.kind, e.api_key) for e in of(events, DecodeError)] == [("truncated", 1)]  # its topics ran out
+    assert counted(events, "unread") == 1
+    assert usage_sum(events)[("produce", "orders", None)][1] > 0  # the next frame read
 
 
 @pytest.mark.parametrize("tally", [False, True], ids=["events", "tally"])
