@@ -236,10 +236,12 @@ class CensusRow:
     # A client's row (issue 28): the latest client of the key, whose inference the row shows as
     # it is when read.
     client: ClientRecord | None = None
-    # Issue 31: its connections' groups, topic keys (at most MAX_ROW_GROUPS, MAX_ROW_TOPICS) and topic uses.
-    groups: set = field(default_factory=set)
-    topics: set = field(default_factory=set)
-    uses: set = field(default_factory=set)
+    # Issue 31: its connections' groups, topic keys (at most MAX_ROW_GROUPS, MAX_ROW_TOPICS) and topic uses,
+    # made when first needed: a row is kept per closed connection's key, and three empty sets
+    # cost ~650 bytes (tests/capture/test_table_memory.py).
+    groups: set | None = None
+    topics: set | None = None
+    uses: set | None = None
 
     def add(self, first_seen: float, last_seen: float, address: str, requests, group: str | None = None,
             topics: dict | None = None) -> None:
@@ -251,12 +253,20 @@ class CensusRow:
         if len(self.addresses) < MAX_ROW_ADDRESSES:  # a census row names its hosts, not every port
             self.addresses.add(address)
         self.requests.update(requests)
-        if group is not None and len(self.groups) < MAX_ROW_GROUPS:
-            self.groups.add(group)
+        if group is not None:
+            if self.groups is None:
+                self.groups = set()
+            if len(self.groups) < MAX_ROW_GROUPS:
+                self.groups.add(group)
         if topics:
             row_topics = self.topics
+            if row_topics is None:
+                row_topics = self.topics = set()
+            uses = self.uses
+            if uses is None:
+                uses = self.uses = set()
             for use, key in topics:
-                self.uses.add(use)
+                uses.add(use)
                 if len(row_topics) < MAX_ROW_TOPICS:
                     row_topics.add(key)
 
@@ -278,9 +288,14 @@ class CensusRow:
                 break
             self.addresses.add(address)
         self.requests.update(other.requests)
-        self.groups.update(list(other.groups)[:max(0, MAX_ROW_GROUPS - len(self.groups))])
-        self.topics.update(list(other.topics)[:max(0, MAX_ROW_TOPICS - len(self.topics))])
-        self.uses.update(other.uses)
+        if other.groups:
+            mine = self.groups = self.groups or set()
+            mine.update(list(other.groups)[:max(0, MAX_ROW_GROUPS - len(mine))])
+        if other.topics:
+            mine = self.topics = self.topics or set()
+            mine.update(list(other.topics)[:max(0, MAX_ROW_TOPICS - len(mine))])
+        if other.uses:
+            self.uses = (self.uses or set()) | other.uses
 
 
 def census_copy(item: tuple) -> tuple:
@@ -288,8 +303,9 @@ def census_copy(item: tuple) -> tuple:
     key, row = item
     client = row.client
     return key, CensusRow(0, row.total, row.first_seen, row.last_seen, set(row.addresses), Counter(row.requests),
-                          client.inferred if client is not None else row.inferred, None, set(row.groups),
-                          set(row.topics), set(row.uses))
+                          client.inferred if client is not None else row.inferred, None,
+                          set(row.groups) if row.groups else None, set(row.topics) if row.topics else None,
+                          set(row.uses) if row.uses else None)
 
 
 def open_census_part(rec: ConnectionRecord) -> tuple:
@@ -372,9 +388,9 @@ def census_rows(copied: Copier, census: list[tuple], opened: list[ConnectionReco
             "total_connections": row.total, "first_seen": iso_time(row.first_seen),
             "last_seen": iso_time(row.last_seen), "client_addresses": sorted(row.addresses),
             "requests": request_counts(row.requests),
-            "groups": sorted(row.groups),
-            "topics": sorted({key_label(k, names) for k in row.topics}),
-            "roles": connection_roles([k for k, _ in row.requests], row.uses),
+            "groups": sorted(row.groups or ()),
+            "topics": sorted({key_label(k, names) for k in row.topics or ()}),
+            "roles": connection_roles([k for k, _ in row.requests], row.uses or ()),
         })
     out.sort(key=lambda r: (r["client_software_name"] or "", r["client_software_version"] or "",
                             r["client_id"] or "", r["listener"], r["identity_source"],
