@@ -194,8 +194,16 @@ def assert_matches_tshark(pcap: Path, port: int) -> int:
 
 
 def comparable(conns: list[dict]) -> dict:
+    """Connections by client port, without their times (two captures stamp the same packet
+    apart; a tally run's topics take the run's time), their topics' times included."""
     drop = {"id", "first_seen", "last_seen"}
-    return {c["client_port"]: {k: v for k, v in c.items() if k not in drop} for c in conns}
+
+    def timeless(c: dict) -> dict:
+        out = {k: v for k, v in c.items() if k not in drop}
+        out["topics"] = [{k: v for k, v in t.items() if k not in drop} for t in c.get("topics") or ()]
+        return out
+
+    return {c["client_port"]: timeless(c) for c in conns}
 
 
 def assert_same_connections(a: list[dict], b: list[dict]) -> None:

@@ -198,6 +198,21 @@ def _kafka_uuid(value: uuid.UUID) -> str:
     return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
 
 
+def _frames(data: bytes):
+    off = 0
+    while off + 4 <= len(data):
+        size = struct.unpack_from(">i", data, off)[0]
+        yield memoryview(data)[off + 4:off + 4 + size]
+        off += 4 + size
+
+
+def _kio(frame, module: str, name: str):
+    """One frame (header and body) decoded by kio's class `name` of `module`."""
+    cls = getattr(importlib.import_module(module), name)
+    _, used = entity_reader(cls.__header_schema__)(frame, 0)
+    return entity_reader(cls)(frame, used)[0]
+
+
 def _oracle_produced(pcap, port: int) -> dict[str, int]:
     """Per topic (name, or id as kio prints it for Produce v13+), the record-set bytes of every
     Produce request on the wire: tshark reassembles each connection's client stream, kio (generated
@@ -205,29 +220,15 @@ def _oracle_produced(pcap, port: int) -> dict[str, int]:
     up to v8, and the clients here send v9 and later."""
     produced: dict[str, int] = defaultdict(int)
     for _, _, sent, _ in tshark_streams(pcap, [port]):
-        off = 0
-        while off + 4 <= len(sent):
-            size = struct.unpack_from(">i", sent, off)[0]
-            frame = memoryview(sent)[off + 4:off + 4 + size]
-            off += 4 + size
+        for frame in _frames(sent):
             api_key, version = struct.unpack_from(">hh", frame)
             if api_key != 0:
                 continue
-            cls = importlib.import_module(f"kio.schema.produce.v{version}.request").ProduceRequest
-            _, used = entity_reader(cls.__header_schema__)(frame, 0)
-            request, _ = entity_reader(cls)(frame, used)
+            request = _kio(frame, f"kio.schema.produce.v{version}.request", "ProduceRequest")
             for data in request.topic_data:
                 name = getattr(data, "name", None) or _kafka_uuid(data.topic_id)
                 produced[name] += sum(len(p.records or b"") for p in data.partition_data)
     return produced
-
-
-def _frames(data: bytes):
-    off = 0
-    while off + 4 <= len(data):
-        size = struct.unpack_from(">i", data, off)[0]
-        yield memoryview(data)[off + 4:off + 4 + size]
-        off += 4 + size
 
 
 def _oracle_fetched(pcap, port: int) -> dict[str, int]:
@@ -243,30 +244,26 @@ def _oracle_fetched(pcap, port: int) -> dict[str, int]:
             api_key, version = asked.get(struct.unpack_from(">i", frame)[0], (None, None))
             if api_key != 1:
                 continue
-            cls = importlib.import_module(f"kio.schema.fetch.v{version}.response").FetchResponse
-            _, used = entity_reader(cls.__header_schema__)(frame, 0)
-            response, _ = entity_reader(cls)(frame, used)
+            response = _kio(frame, f"kio.schema.fetch.v{version}.response", "FetchResponse")
             for data in response.responses:
                 name = getattr(data, "topic", None) or _kafka_uuid(data.topic_id)
                 fetched[name] += sum(len(p.records or b"") for p in data.partitions)
     return fetched
 
 
-def test_fetched_bytes_equal_the_record_sets_on_the_wire(observed):
+def _assert_bytes(observed, oracle, field: str) -> None:
     runs, listing, _, pcap, port = observed
-    theirs = _oracle_fetched(pcap, port)
+    theirs = oracle(pcap, port)
     for run in runs:
         topic = _topic(listing, run.topic)
         expected = theirs.get(run.topic, 0) + (theirs.get(topic["topic_id"], 0) if topic["topic_id"] else 0)
         assert expected > 0, (run.name, sorted(theirs))
-        assert topic["bytes_fetched"] == expected, run.name
+        assert topic[field] == expected, run.name
+
+
+def test_fetched_bytes_equal_the_record_sets_on_the_wire(observed):
+    _assert_bytes(observed, _oracle_fetched, "bytes_fetched")
 
 
 def test_produced_bytes_equal_the_record_sets_on_the_wire(observed):
-    runs, listing, _, pcap, port = observed
-    theirs = _oracle_produced(pcap, port)
-    for run in runs:
-        topic = _topic(listing, run.topic)
-        expected = theirs.get(run.topic, 0) + (theirs.get(topic["topic_id"], 0) if topic["topic_id"] else 0)
-        assert expected > 0, (run.name, sorted(theirs))
-        assert topic["bytes_produced"] == expected, run.name
+    _assert_bytes(observed, _oracle_produced, "bytes_produced")
