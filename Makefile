@@ -88,8 +88,9 @@ lint: setup-python
 
 # The whole suite with the compiled hot path, then the core and capture tests (and the
 # differential ones) once more on the pure-Python reference (KAFKA_CENSUS_PURE_PYTHON=1).
-PURE_TESTS := $(addprefix tests/core/,test_connection.py test_core_states.py test_readers.py test_golden.py \
-	test_core_properties.py test_hostile.py test_sasl_lost_answer.py test_fuzz.py test_native.py test_topics.py) \
+PURE_TESTS := $(addprefix tests/core/,test_connection.py test_connection_identity.py test_core_states.py \
+	test_readers.py test_golden.py test_core_properties.py test_hostile.py test_hostile_flows.py \
+	test_sasl_lost_answer.py test_fuzz.py test_fuzz_flows.py test_native.py test_topics.py test_topics_walks.py) \
 	tests/capture/test_capture_synthetic.py tests/capture/test_topics_capture.py
 test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -114,7 +115,7 @@ test-spark-cluster: setup
 # FUZZ_EXAMPLES per test, ~15 min at 10000; failures are kept in .hypothesis/ and replayed first.
 FUZZ_EXAMPLES ?= 10000
 fuzz: setup-python
-	KAFKA_CENSUS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/core/test_fuzz.py -q $(PYTEST_ARGS)
+	KAFKA_CENSUS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/core/test_fuzz.py tests/core/test_fuzz_flows.py -q $(PYTEST_ARGS)
 
 # Benchmarks (not tests): each runs kafka-census and a peer in the same run and prints ratios.
 bench: setup bench/data/produce.pcap

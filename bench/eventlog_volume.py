@@ -62,9 +62,10 @@ from capture.events import (
 from capture.listeners import ListenerMap
 from capture.replay import replay
 from exporter.eventlog.format import encode, encode_rollup
+from exporter.eventlog.queued import QueuedEventLog
 from exporter.eventlog.reader import list_logs
 from exporter.eventlog.rollup import DEFAULT_INTERVAL, Rollup, rolled
-from exporter.eventlog.writer import EventLog, QueuedEventLog
+from exporter.eventlog.writer import EventLog
 
 DEFAULT_PCAP = Path("bench/data/produce.pcap")
 DEFAULT_OUT = Path("bench/results/eventlog_volume.json")

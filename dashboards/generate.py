@@ -1,9 +1,12 @@
-"""The one source of kafka-census's Grafana dashboards and Prometheus alert rules.
+"""The one source of kafka-census's Grafana dashboards and Prometheus alert rules: what it
+renders, and the command that writes it.
 
 Owns: the three dashboards ("Kafka clients", "Upgrade readiness", "kafka-census health"), the
-alert rules with their runbooks, the table of minimum client versions and
-`below_version_regex`, the PromQL regex of every version string below a minimum. Imports only
-the standard library and PyYAML: it is a build tool, never imported by the program.
+table of minimum client versions (`MINIMUM_VERSIONS`), the rendering of every output file and
+the command line. The panels' building blocks, the shared PromQL and `below_version_regex` (the
+PromQL regex of every version string below a minimum) are dashboards/panels.py's; the alert
+rules and their runbooks dashboards/alerts.py's. Imports those two, the standard library and
+PyYAML: it is a build tool, never imported by the program.
 
 Writes (from the repository root, ``python dashboards/generate.py``):
 
@@ -30,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -38,12 +40,29 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHART_FILES = Path("helm/kafka-census/files")
+if str(REPO_ROOT) not in sys.path:  # run as a script: dashboards/ is on the path, not the repository
+    sys.path.insert(0, str(REPO_ROOT))
+
+from dashboards.alerts import SOFTWARE_GROUP, alert_rules  # noqa: E402
+from dashboards.panels import (  # noqa: E402
+    JOB_SELECTOR,
+    LISTENER,
+    RANGE,
+    RATE,
+    SOFTWARE,
+    below_version_regex,
+    dashboard,
+    problem_ratio,
+    rate,
+    recent_increase,
+    sel,
+    stat,
+    table,
+    target,
+    timeseries,
+)
 
 # --------------------------------------------------------------------------- configuration
-#: Selects kafka-census scrape jobs (`up`, the absent check). The chart's ServiceMonitor and a
-#: plain scrape config both give job names containing "kafka-census".
-JOB_SELECTOR = 'job=~".*kafka-census.*"'
-
 #: Minimum client software versions: (KIP-511 ClientSoftwareName, minimum, why). Below the
 #: minimum fires KafkaCensusClientBelowMinimumVersion. The defaults are the client releases
 #: KIP-896 checked against the protocol baseline Kafka 4.0 keeps ("the latest client release
@@ -61,240 +80,6 @@ MINIMUM_VERSIONS: tuple[tuple[str, str, str], ...] = (
     ("confluent-kafka-dotnet", "1.8.2", "librdkafka-based; versions follow librdkafka's (KIP-896: 1.8.2)."),
     ("kafka-python", "2.0.2", "KIP-896 verified Kafka 4.0's protocol baseline against kafka-python 2.0.2."),
 )
-
-# Grafana variables and the label matcher every listener-labelled series gets.
-LISTENER = 'listener=~"$listener"'
-RATE = "$__rate_interval"
-RANGE = "$__range"
-DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-SOFTWARE = "client_software_name, client_software_version"
-TAGS = ["kafka", "kafka-census"]
-
-
-# --------------------------------------------------------------------------- version regex
-def _minimum_components(minimum: str) -> tuple[int, ...]:
-    """`minimum` as integers without trailing zeros ("2.3.0" -> (2, 3)); ValueError if it is
-    not dotted decimal or nothing is below it ("0", "0.0")."""
-    if not re.fullmatch(r"[0-9]+(\.[0-9]+)*", minimum):
-        raise ValueError(f"minimum version {minimum!r} is not dotted decimal (e.g. 2.3.1)")
-    parts = [int(p) for p in minimum.split(".")]
-    while parts and parts[-1] == 0:
-        parts.pop()
-    if not parts:
-        raise ValueError(f"no version is below {minimum!r}")
-    return tuple(parts)
-
-
-def _digit_range(lo: int, hi: int) -> str:
-    return str(lo) if lo == hi else f"[{lo}-{hi}]"
-
-
-def _numbers_below(n: int) -> str:
-    """A regex for every decimal 0 .. n-1 written without leading zeros (n >= 1)."""
-    digits = str(n)
-    width = len(digits)
-    alternatives = []
-    for shorter in range(1, width):  # every number with fewer digits than n
-        alternatives.append("[0-9]" if shorter == 1 else "[1-9]" + "[0-9]" * (shorter - 1))
-    for i in range(width):  # same width: equal up to digit i, smaller at digit i, anything after
-        lowest = 1 if i == 0 and width > 1 else 0
-        highest = int(digits[i]) - 1
-        if highest >= lowest:
-            alternatives.append(digits[:i] + _digit_range(lowest, highest) + "[0-9]" * (width - i - 1))
-    return alternatives[0] if len(alternatives) == 1 else "(" + "|".join(alternatives) + ")"
-
-
-def below_version_regex(minimum: str) -> str:
-    """A regex matching, in full, every version string below `minimum`, for
-    ``client_software_version=~"..."`` (PromQL anchors regexes at both ends).
-
-    A version is compared by its leading numeric part: an optional ``v``/``V``, then dotted
-    decimal components (leading zeros allowed); whatever follows is ignored, so
-    ``2.16.1-rdkafka-2.16.0`` counts as 2.16.1 and ``3.7.0-SNAPSHOT`` as 3.7.0. Missing
-    components are zeros (``2.3`` is 2.3.0). A version with no leading number (``unknown``)
-    is never below. Component values may have any number of digits: below 10.2 matches 9.9 and
-    1.0 but not 10.2, 11.0 or 100.0.
-
-    One alternative per place the version can first fall short of the minimum: a smaller
-    component followed by a non-digit or the end, or the numeric part ending early while the
-    minimum still has a non-zero component. Written for Go's RE2 (no backreferences,
-    lookaround or counted repetition) and valid in Python's `re` alike; a literal dot is
-    ``[.]``, never ``\\.``, so the regex needs no escaping inside a PromQL, YAML, JSON or Helm
-    string.
-    """
-    m = _minimum_components(minimum)
-    not_a_digit_after = "([^0-9].*)?"
-    numeric_part_ends = "([^.0-9].*|[.]([^0-9].*)?)?"
-    alternatives = []
-    for i, component in enumerate(m):
-        equal_prefix = "[.]".join(f"0*{c}" for c in m[:i])
-        if i > 0:  # the version stops after m[:i]: the rest of m is not all zeros, so it is below
-            alternatives.append(equal_prefix + numeric_part_ends)
-        if component > 0:
-            separator = "[.]" if i > 0 else ""
-            alternatives.append(equal_prefix + separator + "0*" + _numbers_below(component) + not_a_digit_after)
-    return "[vV]?(" + "|".join(alternatives) + ")"
-
-
-# --------------------------------------------------------------------------- PromQL helpers
-def sel(metric: str, *matchers: str) -> str:
-    return f"{metric}{{{', '.join(matchers)}}}" if matchers else metric
-
-
-def rate(selector: str) -> str:
-    return f"rate({selector}[{RATE}])"
-
-
-def recent_increase(selector: str, window: str) -> str:
-    """Increase of a counter over `window`, counting series born inside it too.
-
-    kafka-census creates a labelled counter at its first event (a one-off batch job's
-    Produce v2 appears with value 3 and stays there); `increase()` cannot see a rise from
-    "no series" to 3, so series that did not exist `window` ago contribute their value. The
-    `> 0` matters: a zero increase would otherwise hide the newborn series' value in the `or`."""
-    return f"(increase({selector}[{window}]) > 0 or ({selector} unless {selector} offset {window}))"
-
-
-def problem_ratio(window: str) -> str:
-    """Decode errors plus desyncs per decoded request, per kafka-census instance. The two
-    families can share `kind` values, so each is tagged before the union."""
-    return (
-        "sum by (job, instance) (\n"
-        f'  label_replace(rate(kafka_census_decode_errors_total[{window}]), "problem", "decode_error", "", "")\n'
-        f'  or label_replace(rate(kafka_census_desyncs_total[{window}]), "problem", "desync", "", "")\n'
-        ")\n"
-        f"/ sum by (job, instance) (rate(kafka_census_requests_total[{window}]))"
-    )
-
-
-# --------------------------------------------------------------------------- Grafana model
-def target(expr: str, legend: str = "", *, instant: bool = False, table: bool = False) -> dict:
-    t = {"datasource": DATASOURCE, "editorMode": "code", "expr": expr, "legendFormat": legend,
-         "range": not instant, "instant": instant}
-    if table:
-        t["format"] = "table"
-    return t
-
-
-def _thresholds(red_at: float | None) -> dict:
-    steps = [{"color": "green", "value": None}]
-    if red_at is not None:
-        steps.append({"color": "red", "value": red_at})
-    return {"mode": "absolute", "steps": steps}
-
-
-def timeseries(title: str, description: str, targets: list[dict], *, unit: str = "short", w: int = 12,
-               h: int = 8, stack: bool = False, max_value: float | None = None) -> dict:
-    defaults = {
-        "color": {"mode": "palette-classic"},
-        "custom": {"drawStyle": "line", "fillOpacity": 20 if stack else 0, "lineWidth": 1,
-                   "showPoints": "never", "spanNulls": False,
-                   "stacking": {"group": "A", "mode": "normal" if stack else "none"}},
-        "min": 0, "thresholds": _thresholds(None), "unit": unit,
-    }
-    if max_value is not None:
-        defaults["max"] = max_value
-    return {"type": "timeseries", "title": title, "description": description, "targets": targets,
-            "fieldConfig": {"defaults": defaults, "overrides": []},
-            "options": {"legend": {"calcs": ["lastNotNull", "max"], "displayMode": "table",
-                                   "placement": "bottom", "showLegend": True},
-                        "tooltip": {"mode": "multi", "sort": "desc"}},
-            "w": w, "h": h}
-
-
-def stat(title: str, description: str, expr: str, *, unit: str = "short", red_at: float | None = None,
-         w: int = 6, h: int = 4) -> dict:
-    return {"type": "stat", "title": title, "description": description,
-            "targets": [target(expr, title, instant=True)],
-            "fieldConfig": {"defaults": {"color": {"mode": "thresholds"}, "thresholds": _thresholds(red_at),
-                                         "unit": unit}, "overrides": []},
-            "options": {"colorMode": "value", "graphMode": "none", "justifyMode": "auto",
-                        "orientation": "auto", "textMode": "auto",
-                        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}},
-            "w": w, "h": h}
-
-
-def table(title: str, description: str, columns: list[tuple[str, str]], *, keys: list[str],
-          w: int = 24, h: int = 8, sort_by: str | None = None) -> dict:
-    """An instant table: one target per value column ((header, expr)), rows joined on `keys`."""
-    targets = [target(expr, header, instant=True, table=True) for header, expr in columns]
-    rename = {"Value" if len(columns) == 1 else f"Value #{chr(ord('A') + i)}": header
-              for i, (header, _) in enumerate(columns)}
-    index = {key: i for i, key in enumerate([*keys, *rename.values()])}
-    transformations = [{"id": "merge", "options": {}}] if len(columns) > 1 else []
-    transformations.append({"id": "organize", "options": {"excludeByName": {"Time": True},
-                                                          "indexByName": index, "renameByName": rename}})
-    return {"type": "table", "title": title, "description": description, "targets": targets,
-            "transformations": transformations,
-            "fieldConfig": {"defaults": {"custom": {"align": "auto", "filterable": True},
-                                         "thresholds": _thresholds(None)}, "overrides": []},
-            "options": {"cellHeight": "sm", "showHeader": True,
-                        "sortBy": [{"desc": True, "displayName": sort_by or columns[0][0]}]},
-            "w": w, "h": h}
-
-
-def _layout(rows: list[tuple[str, list[dict]]]) -> list[dict]:
-    """Rows of panels flowed left to right on Grafana's 24-column grid; ids in order from 1."""
-    panels, y, next_id = [], 0, 1
-    for row_title, row_panels in rows:
-        panels.append({"type": "row", "title": row_title, "id": next_id, "collapsed": False, "panels": [],
-                       "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}})
-        next_id, y = next_id + 1, y + 1
-        x, line_height = 0, 0
-        for spec in row_panels:
-            panel = dict(spec)
-            w, h = panel.pop("w"), panel.pop("h")
-            if x + w > 24:
-                x, y, line_height = 0, y + line_height, 0
-            panel.update(id=next_id, gridPos={"h": h, "w": w, "x": x, "y": y}, datasource=DATASOURCE)
-            for ref, t in enumerate(panel["targets"]):
-                t["refId"] = chr(ord("A") + ref)
-            panels.append(panel)
-            next_id, x, line_height = next_id + 1, x + w, max(line_height, h)
-        y += line_height
-    return panels
-
-
-def _variables() -> list[dict]:
-    query = "label_values(kafka_census_connections, listener)"
-    return [
-        {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
-         "current": {}, "hide": 0, "includeAll": False, "multi": False, "options": [], "refresh": 1,
-         "regex": ""},
-        {"name": "listener", "label": "Listener", "type": "query", "datasource": DATASOURCE,
-         "definition": query, "query": query, "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-         "hide": 0, "includeAll": True, "allValue": ".*",
-         "multi": True, "options": [], "refresh": 2, "regex": "", "sort": 1},
-    ]
-
-
-def dashboard(uid: str, title: str, description: str, rows: list[tuple[str, list[dict]]]) -> dict:
-    return {
-        "annotations": {"list": [{"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
-                                  "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
-                                  "name": "Annotations & Alerts", "type": "dashboard"}]},
-        "description": description + " Generated by dashboards/generate.py (kafka-census): edit the generator, "
-                                     "not this JSON.",
-        "editable": True,
-        "fiscalYearStartMonth": 0,
-        "graphTooltip": 1,
-        "id": None,
-        "links": [{"asDropdown": False, "icon": "external link", "includeVars": True, "keepTime": True,
-                   "tags": ["kafka-census"], "targetBlank": False, "title": "kafka-census", "tooltip": "",
-                   "type": "dashboards", "url": ""}],
-        "panels": _layout(rows),
-        "refresh": "1m",
-        "schemaVersion": 39,
-        "tags": TAGS,
-        "templating": {"list": _variables()},
-        "time": {"from": "now-6h", "to": "now"},
-        "timepicker": {},
-        "timezone": "",
-        "title": title,
-        "uid": uid,
-        "version": 1,
-        "weekStart": "",
-    }
 
 
 # --------------------------------------------------------------------------- the dashboards
@@ -562,221 +347,6 @@ DASHBOARDS = {"kafka-clients.json": kafka_clients, "upgrade-readiness.json": upg
               "kafka-census-health.json": health}
 
 
-# --------------------------------------------------------------------------- alert rules
-RUNBOOK_DEPRECATED = """\
-What it means: a client sent requests with an API version that Apache Kafka 4.0 removed (KIP-896
-keeps only the protocol of Kafka 2.1 and later). Brokers before 4.0 still answer them, so nothing
-is broken today; a 4.0 broker answers UNSUPPORTED_VERSION and such a client stops working. This is
-an upgrade blocker, not an outage.
-What to do:
-1. Find the applications: GET /api/v1/upgrade-readiness?target=4.0 on any kafka-census sidecar
-   lists each connection and client (client_id, principal, address) with the removed versions it
-   used; the "Upgrade readiness" dashboard shows software, versions and APIs.
-2. Have the owners upgrade the client library (Java 2.1+, librdkafka-based clients 1.8.2+,
-   kafka-python 2.0.2+, or newer). Software "unknown" sent no KIP-511 name (ApiVersions v0-v2):
-   find it by client_id or address in the REST API.
-3. Keep the brokers below 4.0 until this alert has stayed quiet for a full business cycle
-   (monthly batch jobs too).
-"""
-
-RUNBOOK_MINIMUM = """\
-What it means: clients announce (KIP-511 ApiVersions v3+) a software version below the minimum
-set for that software. Versions compare on their leading numeric part (2.16.1-rdkafka-2.16.0
-counts as 2.16.1). The default minimums are the client releases KIP-896 verified against the
-protocol Kafka 4.0 keeps, so older clients may break when the brokers move to 4.0.
-What to do:
-1. Find the applications: GET /api/v1/connections?state=all&client_software_name=NAME&client_software_version=VERSION
-   gives client_id, principal and address; GET /api/v1/clients has the census with closed
-   connections folded in.
-2. Ask the owners to upgrade the client library (for librdkafka wrappers: the wrapper and its
-   bundled librdkafka).
-3. To change a minimum: edit MINIMUM_VERSIONS in dashboards/generate.py and run `make regen`, or
-   set the Helm chart's minimum-version list, with the regex from
-   `python dashboards/generate.py --below-regex VERSION`.
-"""
-
-RUNBOOK_KERNEL_DROPS = """\
-What it means: the kernel dropped packets before kafka-census read them (pcap_stats): the
-capture buffer filled up because kafka-census fell behind. Brokers and clients are not affected
-(the capture is passive), but the census is incomplete: dropped segments become TCP gaps,
-connections desync and resync, some requests go uncounted, and a new connection's ApiVersions
-exchange (its identity) can be lost, so it shows as unknown.
-What to do:
-1. Check the "kafka-census health" dashboard: packets/s against drops, CPU of the sidecar. One
-   core handles roughly 100k packets/s.
-2. Remove CPU throttling: raise the sidecar's CPU limit/request.
-3. Raise the kernel buffer (--buffer-mb, default 64) for bursts; capture on the broker's
-   interface rather than "any"; list only Kafka listener ports (--listener).
-"""
-
-RUNBOOK_UNSUPPORTED_VERSION = """\
-What it means: the broker closed client connections without an answer right after a request
-version it does not accept: outside the API ranges it advertises, or, on a Kafka 4 broker, a
-version KIP-896 removed (it still advertises Produce v0-2 but closes on them). These clients
-are failing now: typically an old client library after the brokers were upgraded to Kafka 4.
-What to do:
-1. List them: `kafka-census connections --state closed --close-reason unsupported_version`
-   or GET /api/v1/connections?state=closed&close_reason=unsupported_version (each connection's
-   unsupported_request names the version; client_id and address name the application).
-2. Upgrade those clients (the upgrade-readiness report gives each library's first release
-   that Kafka 4 serves), or roll the brokers back while they do.
-"""
-
-RUNBOOK_RECONNECT_STORM = """\
-What it means: a client (one client address and client_id) has been opening connections at or
-over the churn threshold (--churn-threshold-per-minute, 60 a minute by default) for 10 minutes: a
-reconnect loop. Each new connection costs the broker an accept, often a TLS handshake and a SASL
-exchange, and a connection slot (max.connections, connection rate quotas); the client itself is
-usually failing (a broker answer it cannot handle, an authentication error, a too-old or too-new
-protocol version).
-What to do:
-1. List who: the incident page's "Churning clients", GET /api/v1/churn or `kafka-census churn
-   --server URL` (address, client_id, connections a minute).
-2. Look at one of its connections (kafka-census connections --client-id ID --state all): the
-   requests it sent before closing and its close reason usually say what it does not accept.
-3. Ask the client's owners to fix it, or cap it at the broker (connection creation rate quota,
-   KIP-612) while they do.
-"""
-
-RUNBOOK_DECODE_RATIO = """\
-What it means: more than 1% of decoded requests come with a decode error or a desync (lost frame
-boundaries). Usual causes: packet loss in the capture (kernel drops, TCP gaps), non-Kafka or TLS
-traffic on a port configured as a plaintext listener, or a client/broker protocol version newer
-than kafka-census knows. The brokers are unaffected; the census is less complete.
-What to do:
-1. On the "kafka-census health" dashboard, see which kinds dominate (decode errors and desyncs by
-   kind) and whether kernel drops or TCP gaps rise at the same time (then see the kernel drops
-   runbook).
-2. Check the --listener map: a port listed as PLAINTEXT that speaks TLS or another protocol
-   desyncs on every connection; give it its real security protocol (e.g. SSL=9093:SSL).
-3. Connections with problems show decode_errors/desyncs in GET /api/v1/connections; kinds such as
-   unknown_api_key or unknown_api_version point at clients newer than kafka-census's API table:
-   upgrade kafka-census.
-"""
-
-RUNBOOK_DOWN = """\
-What it means: Prometheus cannot scrape this kafka-census target. While it is down, connection
-counts, client versions and upgrade-readiness data for its broker are missing. Kafka itself is
-not affected: kafka-census only observes.
-What to do:
-1. kubectl describe / logs of the pod's kafka-census container: a capture error (missing
-   CAP_NET_RAW, unknown interface) is one "error:" line at start; the container exits 1.
-2. Check /healthz and /readyz on the --http port, and that the Service/ServiceMonitor port and
-   path (/metrics) match it.
-"""
-
-RUNBOOK_ABSENT = """\
-What it means: no kafka-census series reaches Prometheus at all: every sidecar is gone, or the
-scrape configuration (ServiceMonitor, job name) no longer selects them. Nothing watches client
-versions or upgrade blockers meanwhile.
-What to do:
-1. Check that the sidecars run (kubectl get pods) and that Prometheus lists their targets
-   (Status > Targets, a job whose name contains kafka-census).
-2. If the ServiceMonitor or scrape job was renamed, the alerts select job=~".*kafka-census.*":
-   keep "kafka-census" in the job name.
-"""
-
-SOFTWARE_GROUP = "kafka-census-client-versions"  # the chart may replace this group from its values
-
-
-def _alert(name: str, expr: str, *, severity: str, summary: str, description: str, runbook: str,
-           for_: str | None = None, labels: dict | None = None) -> dict:
-    rule: dict = {"alert": name, "expr": expr}
-    if for_:
-        rule["for"] = for_
-    rule["labels"] = {"severity": severity, **(labels or {})}
-    rule["annotations"] = {"summary": summary, "description": description, "runbook": runbook}
-    return rule
-
-
-def minimum_version_expr(name: str, below_regex: str) -> str:
-    """The rule expression for one software's minimum (the chart templates the same shape).
-    max_over_time over 1h: a short-lived client (a batch job) still counts for an hour."""
-    selector = f'kafka_census_connections{{client_software_name="{name}", client_software_version=~"{below_regex}"}}'
-    return (f"max by (listener, {SOFTWARE}) (\n"
-            f"  max_over_time({selector}[1h])\n"
-            ") > 0")
-
-
-def minimum_version_rules() -> list[dict]:
-    return [_alert(
-        "KafkaCensusClientBelowMinimumVersion", minimum_version_expr(name, below_version_regex(minimum)),
-        # client_software_name repeats the series' own label: it keeps the rules distinct for
-        # `promtool check rules` (same alert name and labels would be a duplicate)
-        severity="warning", labels={"minimum_version": minimum, "client_software_name": name},
-        summary=f"{{{{ $labels.client_software_name }}}} {{{{ $labels.client_software_version }}}} is below the "
-                f"minimum version {minimum}",
-        description=f"Clients running {{{{ $labels.client_software_name }}}} {{{{ $labels.client_software_version }}}} "
-                    f"had up to {{{{ $value }}}} open connection(s) on listener {{{{ $labels.listener }}}} in the last "
-                    f"hour; the minimum for {name} is {minimum}.",
-        runbook=RUNBOOK_MINIMUM) for name, minimum, _why in MINIMUM_VERSIONS]
-
-
-def alert_rules() -> dict:
-    deprecated = "kafka_census_deprecated_requests_total"
-    return {"groups": [
-        {"name": "kafka-census-upgrade", "rules": [_alert(
-            "KafkaCensusDeprecatedApiVersionsInUse",
-            f"sum by (listener, {SOFTWARE}, api, api_version) (\n"
-            f"  {recent_increase(deprecated, '1h')}\n"
-            ") > 0",
-            severity="warning",
-            summary="{{ $labels.client_software_name }} {{ $labels.client_software_version }} uses "
-                    "{{ $labels.api }} v{{ $labels.api_version }}, removed in Kafka 4.0",
-            description="{{ $value | humanize }} {{ $labels.api }} v{{ $labels.api_version }} request(s) in the last "
-                        "hour from {{ $labels.client_software_name }} {{ $labels.client_software_version }} on "
-                        "listener {{ $labels.listener }}. Kafka 4.0 brokers reject this version (KIP-896).",
-            runbook=RUNBOOK_DEPRECATED)]},
-        {"name": SOFTWARE_GROUP, "rules": minimum_version_rules()},
-        {"name": "kafka-census-casualties", "rules": [_alert(
-            "KafkaCensusClientsRefusedByBroker",
-            f"sum by (listener, {SOFTWARE}, api, api_version) (\n"
-            f"  {recent_increase('kafka_census_unsupported_version_closes_total', '15m')}\n"
-            ") > 0",
-            severity="critical",
-            summary="The broker refuses {{ $labels.api }} v{{ $labels.api_version }} from "
-                    "{{ $labels.client_software_name }} {{ $labels.client_software_version }}",
-            description="{{ $value | humanize }} connection(s) of {{ $labels.client_software_name }} "
-                        "{{ $labels.client_software_version }} on listener {{ $labels.listener }} were closed by the "
-                        "broker in the last 15 minutes at {{ $labels.api }} v{{ $labels.api_version }}, a version it "
-                        "does not accept.",
-            runbook=RUNBOOK_UNSUPPORTED_VERSION)]},
-        {"name": "kafka-census-health", "rules": [
-            _alert("KafkaCensusKernelDrops",
-                   "sum by (job, instance, source) (increase(kafka_census_capture_kernel_dropped_total[5m])) > 0",
-                   severity="warning",
-                   summary="kafka-census on {{ $labels.instance }} is missing packets",
-                   description="The kernel dropped {{ $value | humanize }} packet(s) of capture {{ $labels.source }} "
-                               "on {{ $labels.instance }} in the last 5 minutes: connections, requests and client "
-                               "identities may be missing from the census.",
-                   runbook=RUNBOOK_KERNEL_DROPS),
-            _alert("KafkaCensusDecodeErrorRatioHigh", problem_ratio("5m") + "\n> 0.01", for_="10m",
-                   severity="warning",
-                   summary="kafka-census on {{ $labels.instance }} cannot decode part of the Kafka traffic",
-                   description="Decode errors and desyncs are {{ $value | humanizePercentage }} of the decoded "
-                               "requests on {{ $labels.instance }} (over 1% for 10 minutes).",
-                   runbook=RUNBOOK_DECODE_RATIO),
-            _alert("KafkaCensusClientReconnectStorm",
-                   "max by (job, instance) (kafka_census_churning_clients) > 0", for_="10m", severity="warning",
-                   summary="A client reconnects in a loop on {{ $labels.instance }}",
-                   description="{{ $value }} client(s) (client address and client_id) have opened connections at "
-                               "or over the churn threshold on {{ $labels.instance }} for 10 minutes.",
-                   runbook=RUNBOOK_RECONNECT_STORM),
-            _alert("KafkaCensusExporterDown", f"up{{{JOB_SELECTOR}}} == 0", for_="5m", severity="warning",
-                   summary="kafka-census target {{ $labels.instance }} is down",
-                   description="Prometheus has failed to scrape {{ $labels.instance }} (job {{ $labels.job }}) "
-                               "for 5 minutes.",
-                   runbook=RUNBOOK_DOWN),
-            _alert("KafkaCensusExporterAbsent", f"absent(kafka_census_build_info{{{JOB_SELECTOR}}})", for_="15m",
-                   severity="warning",
-                   summary="No kafka-census metrics reach Prometheus",
-                   description="kafka_census_build_info has been absent for 15 minutes: no kafka-census target "
-                               "is scraped.",
-                   runbook=RUNBOOK_ABSENT),
-        ]},
-    ]}
-
-
 # --------------------------------------------------------------------------- rendering
 class _Dumper(yaml.SafeDumper):
     """Block style; multi-line strings (expressions, runbooks) as literal blocks."""
@@ -823,8 +393,8 @@ def render() -> dict[str, str]:
         text = _json(build())
         out[f"dashboards/{filename}"] = text
         out[f"{CHART_FILES}/dashboards/{filename}"] = text
-    alerts = _yaml(alert_rules(), "# Generated by dashboards/generate.py; do not edit. Prometheus alert rules for "
-                                  "kafka-census.\n")
+    alerts = _yaml(alert_rules(MINIMUM_VERSIONS), "# Generated by dashboards/generate.py; do not edit. Prometheus "
+                                                  "alert rules for kafka-census.\n")
     out["dashboards/alerts.yaml"] = alerts
     out[f"{CHART_FILES}/alerts.yaml"] = alerts
     table = [{"name": name, "minimum": minimum, "below_regex": below_version_regex(minimum)}

@@ -29,7 +29,7 @@ import zipfile
 from pathlib import Path
 
 from harness import kafka_broker
-from tools.gen_apis import SCHEMAS, strip_comments
+from tools.api_schemas import SCHEMAS, strip_comments
 from tools.regen import GenError, input_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

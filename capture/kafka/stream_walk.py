@@ -5,7 +5,7 @@ larger than `max_decoded_frame` (a busy consumer's Fetch answer, a follower's, a
 Fed each part of the frame as it passes unbuffered, it holds only the bytes of the field it is
 reading (a length, at most a topic name or id), skips record sets and every other field by its
 stated length, and ends with what the whole-frame walk gives: the bytes of the record sets per
-topic (tests/core/test_topics.py holds the two equal, whatever the chunking). Only the layouts
+topic (tests/core/test_topics_walks.py holds the two equal, whatever the chunking). Only the layouts
 of topics, ids and sizes stream (`streamable`); any other is counted unread by the caller.
 
 Imports only `errors`, `topic_layouts` and topic_walk.py's name rules: no I/O. Raises nothing:

@@ -8,7 +8,7 @@ sizes per topic, a group with its member, instance and protocol type, a transact
 Fetch's replica id, a consumer's subscription inside JoinGroup); and `FrameScan`, what one frame
 named (its "part", bounded by `max_topics`). Imports only `errors`, `events` and
 `topic_layouts`: no I/O, and nothing here raises but `ProtocolError` on a malformed body
-(tests/core/test_topics.py feeds the compiled and the pure build the same hostile varints).
+(tests/core/test_topics_walks.py feeds the compiled and the pure build the same hostile varints).
 
 A topic name is kept only if it is a valid Kafka topic name (Topic.java: 1 to 249 characters
 of [a-zA-Z0-9._-]); anything else is counted as dropped. A topic id is Kafka's Uuid.toString()
@@ -420,7 +420,7 @@ class FrameScan:
 
     def _produce(self, buf, off: int, end: int, flexible: bool, version: int) -> None:
         """ProduceRequest.json, the walk of its layouts written out: the hot path of topics mode
-        (tests/core/test_topics.py holds the two equal). TransactionalId (v3+), Acks, TimeoutMs,
+        (tests/core/test_topics_walks.py holds the two equal). TransactionalId (v3+), Acks, TimeoutMs,
         TopicData [Name (TopicId from v13), PartitionData [Index, Records]]."""
         if version >= 3:
             length = self._span(buf, off, end, flexible, False)

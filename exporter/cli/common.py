@@ -168,7 +168,8 @@ def open_event_log(args: argparse.Namespace):
     if not args.event_log:
         return None
     from exporter.eventlog.files import EventLogError
-    from exporter.eventlog.writer import MAX_ROLLUP_SECONDS, EventLog, QueuedEventLog
+    from exporter.eventlog.queued import QueuedEventLog
+    from exporter.eventlog.writer import MAX_ROLLUP_SECONDS, EventLog
 
     if args.event_log_max_mb < 1 or args.event_log_max_age <= 0:
         raise UsageError("--event-log-max-mb must be at least 1 and --event-log-max-age positive")

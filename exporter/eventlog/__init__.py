@@ -3,7 +3,8 @@
     format.py   the record format: encode and decode, schema versions (what a reader accepts)
     files.py    file names, creating, finishing and recovering files, retention, EventLogError
     reader.py   list_logs and read_events: the finished files of a directory and their records
-    writer.py   EventLog (buffering, rotation, counters) and QueuedEventLog (its queue and thread)
+    writer.py   EventLog (buffering, rotation, counters) and the writer's defaults
+    queued.py   QueuedEventLog: an EventLog behind a bounded queue and a writer thread, with rollups
     rollup.py   per-connection rollups of request traffic, and `route`: what a writer does with
                 each event (it hands on restate.py's and topics.py's names)
     restate.py  `OpenConnections`: what each new file restates (schema 3)

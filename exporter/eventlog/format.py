@@ -82,7 +82,7 @@ writes nothing when none is new:
 
 `EventLog` itself writes whatever event it is given as one record (the schema 3 envelope);
 only `QueuedEventLog(rollup_seconds=...)`, what the CLI builds, and `pipeline.pcaps` (through
-`exporter.eventlog.rollup.Roller`) roll traffic up (exporter/eventlog/writer.py).
+`exporter.eventlog.rollup.Roller`) roll traffic up (exporter/eventlog/queued.py).
 
 Schema 3 (this writer) is schema 2 in files that each stand on their own: at the start of every
 new file the writer writes one `ConnectionState` record per connection open at that moment (as

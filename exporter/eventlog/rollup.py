@@ -15,8 +15,8 @@ the registry folds them, carried by the records and read back as
 exporter/eventlog/restate.py's, the topic tallies exporter/eventlog/topics.py's: this module hands
 them on, so that the record format and the writer import this module alone. Imports only
 `capture.events`, the identity basis (`exporter.census.basis`: with it the pairs of the
-generated API table), those two modules and the standard library; `exporter.eventlog.format` and
-`exporter.eventlog.writer` import it, never the reverse.
+generated API table), those two modules and the standard library; `exporter.eventlog.format`,
+`exporter.eventlog.writer` and `exporter.eventlog.queued` import it, never the reverse.
 
 Semantics: a rollup record holds **deltas**: what the connection did since its previous
 `ConnectionRollup` record (or since it opened), never running totals; a reader sums them. An

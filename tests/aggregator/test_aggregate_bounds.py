@@ -432,7 +432,7 @@ def call_all(base: str, paths: list[str]) -> list[tuple[int, dict, dict]]:
 @pytest.fixture(scope="module")
 def sidecar():
     from exporter.http.app import create_app
-    from tests.aggregator.test_aggregate_peers import Served
+    from tests.aggregator.served import Served
     from tests.http.test_api import build_registry
 
     s = Served(create_app(build_registry()))

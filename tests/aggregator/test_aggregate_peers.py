@@ -2,7 +2,8 @@
 
 The real `kafka-census aggregate` command (a subprocess) in front of:
 - sidecars: the real REST app (exporter.http.app.create_app over a registry fed with the capture
-  events of tests/http/test_api.py), served by uvicorn on a loopback port in this process;
+  events of tests/http/test_api.py), served by uvicorn on a loopback port in this process
+  (tests/aggregator/served.py);
 - hostile peers: a small local TCP server started by the test (`Hostile`), which answers
   garbage that is not HTTP, a body past --peer-max-mb (streamed, or declared in
   Content-Length), nothing at all (slow), text that is not JSON, JSON nested past the parser's
@@ -27,7 +28,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-import uvicorn
 
 from exporter.aggregator import merge
 from exporter.aggregator.app import create_app as create_aggregate_app
@@ -38,6 +38,7 @@ from exporter.http.auth import ApiToken
 from exporter.http.models import InvalidAnswer
 from harness.census import CENSUS, Census, wait_for
 from harness.peers import free_port
+from tests.aggregator.served import Served
 from tests.aggregator.test_aggregate import conforms
 from tests.http.test_api import build_registry
 
@@ -47,39 +48,6 @@ MIB = 1 << 20
 
 
 # --- peers --------------------------------------------------------------------------------
-
-class Served:
-    """An ASGI app on a loopback port, in a uvicorn thread of this process; counts requests."""
-
-    def __init__(self, app) -> None:
-        self.requests = 0
-        self.queries: list[tuple[str, bytes]] = []
-        self.port = free_port()
-
-        async def counting(scope, receive, send):
-            if scope["type"] == "http":
-                self.requests += 1
-                self.queries.append((scope["path"], scope["query_string"]))
-            await app(scope, receive, send)
-
-        self.server = uvicorn.Server(uvicorn.Config(counting, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        wait_for("the sidecar app to listen", lambda: self.server.started)
-
-    @property
-    def name(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def base(self) -> str:
-        return f"http://{self.name}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-
 
 class Hostile:
     """A loopback TCP server that answers every request the way `mode` says."""

@@ -6,11 +6,11 @@
   with the same topic_id, whichever answered first; answers of the wrong shape are `invalid`.
 - The routes, in this process (the aggregator's app under Starlette's TestClient, its peers
   real sidecar apps, exporter.http.app.create_app over registries fed with TopicUsage and
-  TopicIds events, served by uvicorn on loopback ports): the listing equals the merge of the
-  sidecars' own answers, filters reach every peer, the detail asks the peers that had nothing
-  under a name for the ids the others gave (and the other way round), an unknown topic is a
-  404 naming it, a missing peer makes the answer partial, the answers conform to the models
-  /docs shows (extra fields forbidden).
+  TopicIds events, served by uvicorn on loopback ports: tests/aggregator/served.py): the
+  listing equals the merge of the sidecars' own answers, filters reach every peer, the detail
+  asks the peers that had nothing under a name for the ids the others gave (and the other way
+  round), an unknown topic is a 404 naming it, a missing peer makes the answer partial, the
+  answers conform to the models /docs shows (extra fields forbidden).
 """
 
 from __future__ import annotations
@@ -22,19 +22,12 @@ import pytest
 
 from exporter.aggregator import topics
 from exporter.http.models import InvalidAnswer
+from harness.topic_rows import T0, T1
+from harness.topic_rows import topic_client as client
 
-T0, T1, T2 = "2025-01-01T00:00:00.000000Z", "2025-01-01T00:01:00.000000Z", "2025-01-01T00:02:00.000000Z"
+T2 = "2025-01-01T00:02:00.000000Z"
 ORDERS_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
 PAYMENTS_ID = "AAAAAAAAAAAAAAAAAAAAAg"
-
-
-def client(**kw) -> dict:
-    row = {"software_name": "librdkafka", "software_version": "2.3.0", "identity_source": "announced",
-           "client_id": "app", "principal": None, "client_address": "10.0.0.1", "group_id": None,
-           "transactional_id": None, "uses": ["produce"], "frames": 3, "bytes": 300, "connections": 1,
-           "open_connections": 1, "conn_ids": ["c1"], "first_seen": T0, "last_seen": T1}
-    row.update(kw)
-    return row
 
 
 def topic(name, topic_id=None, producers=(), consumers=(), admins=(), others=(), **kw) -> dict:
@@ -194,64 +187,14 @@ def test_an_answer_of_the_wrong_shape_is_invalid(body):
 
 # --- the routes, in this process, against real sidecar apps ----------------------------------------
 
-class Served:
-    """A sidecar's real REST app (exporter.http.app.create_app) on a loopback port, in a uvicorn
-    thread of this process; counts the requests by path."""
-
-    def __init__(self, registry, app=None) -> None:
-        import threading
-
-        import uvicorn
-
-        from exporter.http.app import create_app
-        from harness.net import free_port, wait_for
-
-        self.paths: list[str] = []
-        app = create_app(registry) if app is None else app
-
-        async def counting(scope, receive, send):
-            if scope["type"] == "http":
-                self.paths.append(scope["path"] + ("?" + scope["query_string"].decode() if scope["query_string"]
-                                                   else ""))
-            await app(scope, receive, send)
-
-        self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(counting, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        wait_for("the sidecar app to listen", lambda: self.server.started)
-
-    @property
-    def name(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def base(self) -> str:
-        return f"http://{self.name}"
-
-    def get(self, path: str) -> tuple[int, dict]:
-        import json
-        import urllib.error
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(self.base + path, timeout=30) as resp:
-                return resp.status, json.load(resp)
-        except urllib.error.HTTPError as err:
-            return err.code, json.load(err)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-
-
 @pytest.fixture(scope="module")
 def sidecars():
     """A sees every connection of tests/census/topic_world.py but not the Metadata answer naming
     ORDERS_ID (cons2 fetched by that id: unnamed on A); B sees the producer and that answer."""
     from capture.events import TopicIds
     from exporter.census.registry import ConnectionRegistry
+    from exporter.http.app import create_app
+    from tests.aggregator.served import Served
     from tests.census.topic_world import NOW, events
 
     def registry(evs):
@@ -261,8 +204,8 @@ def sidecars():
         return reg
 
     every = events()
-    a = Served(registry([e for e in every if not isinstance(e, TopicIds)]))
-    b = Served(registry([e for e in every if getattr(e, "conn_id", None) == "prod"]))
+    a = Served(create_app(registry([e for e in every if not isinstance(e, TopicIds)])))
+    b = Served(create_app(registry([e for e in every if getattr(e, "conn_id", None) == "prod"])))
     yield a, b
     a.stop()
     b.stop()
@@ -380,9 +323,10 @@ def test_a_sidecar_without_the_topic_routes_is_missing_not_a_peer_without_the_to
     from fastapi import FastAPI
 
     from exporter.aggregator.models import AggTopicDetail
+    from tests.aggregator.served import Served
 
     a, _ = sidecars
-    old = Served(None, app=FastAPI())
+    old = Served(FastAPI())
     try:
         with aggregator(a.name, old.name) as agg:
             resp = agg.get("/api/v1/topics/orders")

@@ -16,16 +16,14 @@ its ids prefixed); the refresh setting is in the URL; the hostile client_id is t
 flow with --api-token-file (401 -> token field -> rows; the token in sessionStorage only: not
 in the URL, a cookie or localStorage, not in any requested URL; "forget token" clears the
 screen); the aggregator's page shows its peers and prefixed ids. Screenshots go
-to build/test-artifacts/browser/.
+to build/test-artifacts/browser/. The helpers shared with test_browser_topics.py are in
+tests/browser/incident_page.py.
 """
 
 from __future__ import annotations
 
 import datetime
-import functools
-import json
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -33,70 +31,52 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
-from scapy.utils import RawPcapReader
 
-from harness import synth
-from harness.browser import offline_browser
 from harness.kafka_frames import request_frame, response_frame
+from tests.browser.incident_page import (
+    HOSTILE,
+    LOADED,
+    api,
+    api_ids,
+    keeps_artifacts,
+    open_page,
+    own_origin_only,
+    page_ids,
+    rows_become,
+    text_of,
+    write_capture,
+)
 
 pytestmark = pytest.mark.e2e  # Chromium, chromedriver and kafka-census processes
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "fingerprints"
 RECORDINGS = ("kafka-go-0.2.1", "aiokafka-0.7.2", "confluent-kafka-python-1.8.2", "kafka-python-1.4.7",
               "sarama-1.22.1", "kafkajs-1.12.0", "apache-kafka-java-2.0.1-kafka3.9")
-HOSTILE = "<script>alert(1)</script>"
 HOSTILE_SOFTWARE = "evil-sw"
 TOKEN = "browser-page-token-0123456789abcdef"
 
-ROWS = "return [...document.querySelectorAll('#connections-table tbody tr')].map(r => r.dataset.connId)"
-LOADED = "return Number(document.body.dataset.loaded || 0)"
 # Refreshes started and ended, read in one task (app.js counts both).
 REFRESHES = "return [Number(document.body.dataset.started || 0), Number(document.body.dataset.loaded || 0)]"
 
 
-def keeps_artifacts(test):
-    """On a failure: the page's screenshot, HTML, console and requests under ARTIFACTS."""
-    @functools.wraps(test)
-    def run(browser, *args, **kwargs):
-        with browser.artifacts_on_failure(f"incident-page-{test.__name__.removeprefix('test_')}"):
-            return test(browser, *args, **kwargs)
-    return run
-
-
 def build_capture(path: Path) -> list[str]:
-    """The recordings back to back (each shifted to start a second after the previous one
-    ended), then the hostile connection; returns the --listener arguments."""
-    recordings = json.loads((FIXTURES / "MANIFEST.json").read_text())["recordings"]
-    records, listeners, t = [], [], 1_700_000_000.0
-    for name in RECORDINGS:
-        rows = list(RawPcapReader(str(FIXTURES / recordings[name]["file"])))
-        first = rows[0][1].sec + rows[0][1].usec / 1e6
-        records += [(t + meta.sec + meta.usec / 1e6 - first, data) for data, meta in rows]
-        t = records[-1][0] + 1.0
-        listener = name.rsplit("-", 1)[0].upper().replace("-", "_")  # KAFKA_GO=PORT, ...
-        listeners += ["--listener", f"{listener}={recordings[name]['port']}"]
-    conv = synth.TcpConversation(client=("10.9.9.9", 45000), broker=("10.9.9.1", 9092))
-    request = request_frame(ApiVersionsRequest(client_software_name=HOSTILE_SOFTWARE, client_software_version="1.0"),
-                            1, client_id=HOSTILE)
-    answer = response_frame(ApiVersionsResponse(
-        error_code=ErrorCode.none, throttle_time=datetime.timedelta(0),
-        api_keys=(ApiVersion(api_key=i16(18), min_version=i16(0), max_version=i16(3)),)), 1)
-    packets = conv.handshake() + conv.client(request) + conv.broker(answer)  # left open
-    records += [(t + i * 0.001, synth.frame(p, "ether")) for i, p in enumerate(packets)]
-    synth.write_records(path, synth.LINKS["ether"], records)
-    return [*listeners, "--listener", "PLAINTEXT=9092"]
+    """The recordings back to back, then the hostile connection (its ApiVersions answered, left
+    open); returns the --listener arguments."""
+    def hostile(conv):
+        request = request_frame(ApiVersionsRequest(client_software_name=HOSTILE_SOFTWARE,
+                                                   client_software_version="1.0"), 1, client_id=HOSTILE)
+        answer = response_frame(ApiVersionsResponse(
+            error_code=ErrorCode.none, throttle_time=datetime.timedelta(0),
+            api_keys=(ApiVersion(api_key=i16(18), min_version=i16(0), max_version=i16(3)),)), 1)
+        return conv.handshake() + conv.client(request) + conv.broker(answer)
+
+    listeners = {name: name.rsplit("-", 1)[0].upper().replace("-", "_") for name in RECORDINGS}  # KAFKA_GO, ...
+    return write_capture(path, listeners, hostile)
 
 
 @pytest.fixture(scope="module")
 def capture(tmp_path_factory) -> tuple[Path, list[str]]:
     path = tmp_path_factory.mktemp("page") / "recordings.pcap"
     return path, build_capture(path)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with offline_browser(window=(1400, 1000)) as b:
-        yield b
 
 
 @pytest.fixture(scope="module")
@@ -114,41 +94,6 @@ def token_census(browser, capture, tmp_path_factory):
     token_file.chmod(0o600)
     with browser.census(["replay", str(path), "--serve", *listeners, "--api-token-file", str(token_file)]) as c:
         yield c
-
-
-def api(base: str, path: str, token: str | None = None) -> dict:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with urllib.request.urlopen(urllib.request.Request(base + path, headers=headers), timeout=30) as resp:
-        return json.load(resp)
-
-
-def api_ids(base: str, query: str = "", token: str | None = None) -> list[str]:
-    return [c["id"] for c in api(base, "/api/v1/connections" + (f"?{query}" if query else ""), token)["connections"]]
-
-
-def page_ids(b) -> list[str]:
-    return b.driver.execute_script(ROWS)
-
-
-def open_page(b, census, query: str = "refresh=0", loads: int = 1) -> None:
-    b.get(b.url(census, "/" + (f"?{query}" if query else "")))
-    b.wait("the page's first refresh", lambda: b.driver.execute_script(LOADED) >= loads)
-
-
-def rows_become(b, expected: list[str], what: str) -> None:
-    b.wait(what, lambda: page_ids(b) == expected)
-
-
-def text_of(b, css: str) -> str:
-    from selenium.webdriver.common.by import By
-    return b.driver.find_element(By.CSS_SELECTOR, css).text
-
-
-def own_origin_only(b, census) -> None:
-    urls = b.requested_urls()
-    assert urls, "the page requested nothing"
-    foreign = [u for u in urls if not (u.startswith(census.base + "/") or u.startswith("data:"))]
-    assert not foreign, foreign
 
 
 # --- the page renders, offline ------------------------------------------------------------------

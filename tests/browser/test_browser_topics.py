@@ -12,13 +12,13 @@ URL holds it (a reload shows it again, Back closes it), its "Who writes" and "Wh
 are the API's producers and consumers; a client's "connections" gives exactly the rows
 `/api/v1/connections?topic=...&client_id=...&address=...` returns; the hostile client_id is text;
 on the aggregator each client names its sidecar. Every request went to the census. Screenshots go
-to build/test-artifacts/browser/.
+to build/test-artifacts/browser/. The helpers shared with test_browser_page.py are in
+tests/browser/incident_page.py.
 """
 
 from __future__ import annotations
 
 import datetime
-import json
 import urllib.parse
 from pathlib import Path
 
@@ -26,13 +26,9 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.produce.v3.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.static.primitive import i16, i32, i32Timedelta
-from scapy.utils import RawPcapReader
 
-from harness import synth
-from harness.browser import offline_browser
 from harness.kafka_frames import request_frame
-from tests.browser.test_browser_page import (
-    FIXTURES,
+from tests.browser.incident_page import (
     HOSTILE,
     api,
     api_ids,
@@ -42,6 +38,7 @@ from tests.browser.test_browser_page import (
     page_ids,
     rows_become,
     text_of,
+    write_capture,
 )
 
 pytestmark = pytest.mark.e2e  # Chromium, chromedriver and kafka-census processes
@@ -54,31 +51,17 @@ TOPIC_ROWS = ("return [...document.querySelectorAll('#topics-table tbody tr')].m
 
 def build_capture(path: Path) -> list[str]:
     """The recordings back to back, then the hostile producer; returns the --listener arguments."""
-    recordings = json.loads((FIXTURES / "MANIFEST.json").read_text())["recordings"]
-    records, listeners, t = [], [], 1_700_000_000.0
-    for name in RECORDINGS:
-        rows = list(RawPcapReader(str(FIXTURES / recordings[name]["file"])))
-        first = rows[0][1].sec + rows[0][1].usec / 1e6
-        records += [(t + meta.sec + meta.usec / 1e6 - first, data) for data, meta in rows]
-        t = records[-1][0] + 1.0
-        listeners += ["--listener", f"{name.split('-')[0].upper()}{len(listeners)}={recordings[name]['port']}"]
-    conv = synth.TcpConversation(client=("10.9.9.9", 45000), broker=("10.9.9.1", 9092))
-    hello = request_frame(ApiVersionsRequest(client_software_name="evil-sw", client_software_version="1.0"), 1,
-                          client_id=HOSTILE)
-    produce = request_frame(ProduceRequest(
-        transactional_id=None, acks=i16(1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=1)),
-        topic_data=(TopicProduceData(name=HOSTILE_TOPIC, partition_data=(
-            PartitionProduceData(index=i32(0), records=b"\x00" * 70),)),)), 2, client_id=HOSTILE)
-    packets = conv.handshake() + conv.client(hello) + conv.client(produce)  # left open, never answered
-    records += [(t + i * 0.001, synth.frame(p, "ether")) for i, p in enumerate(packets)]
-    synth.write_records(path, synth.LINKS["ether"], records)
-    return [*listeners, "--listener", "PLAINTEXT=9092"]
+    def hostile(conv):
+        hello = request_frame(ApiVersionsRequest(client_software_name="evil-sw", client_software_version="1.0"), 1,
+                              client_id=HOSTILE)
+        produce = request_frame(ProduceRequest(
+            transactional_id=None, acks=i16(1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=1)),
+            topic_data=(TopicProduceData(name=HOSTILE_TOPIC, partition_data=(
+                PartitionProduceData(index=i32(0), records=b"\x00" * 70),)),)), 2, client_id=HOSTILE)
+        return conv.handshake() + conv.client(hello) + conv.client(produce)  # never answered
 
-
-@pytest.fixture(scope="module")
-def browser():
-    with offline_browser(window=(1400, 1000)) as b:
-        yield b
+    listeners = {name: f"{name.split('-')[0].upper()}{i}" for i, name in enumerate(RECORDINGS)}  # APACHE0, KAFKA1
+    return write_capture(path, listeners, hostile)
 
 
 @pytest.fixture(scope="module")

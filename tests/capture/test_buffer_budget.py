@@ -22,7 +22,7 @@ from capture.kafka.connection import DEFAULT_MAX_DECODED_FRAME
 from capture.listeners import ListenerMap
 from capture.packets import ACK, SYN
 from harness.kafka_frames import request_frame
-from tests.core.test_hostile import Budget
+from tests.core.hostile_frames import Budget
 
 pytestmark = pytest.mark.slow  # fills the buffer budget with thousands of flows (a minute on 2 cores)
 

@@ -37,7 +37,7 @@ from capture.packets import ACK, PSH, RST, SYN
 from exporter.census.registry import ConnectionRegistry
 from exporter.http.metrics import CensusCollector
 from harness.kafka_frames import sized
-from tests.core.test_hostile import api_versions_v3_response, compact_string, metadata_request, opaque_response
+from tests.core.hostile_frames import api_versions_v3_response, compact_string, metadata_request, opaque_response
 
 pytestmark = pytest.mark.slow  # measures memory at full table sizes (minutes on 2 cores)
 

@@ -215,7 +215,8 @@ CAPS = {
 }
 
 
-@pytest.fixture(scope="module", params=list(CAPS))
+# The defaults' flood takes seconds: make test runs it, the edit loop the small caps' (same code path).
+@pytest.fixture(scope="module", params=["small", pytest.param("defaults", marks=pytest.mark.slow)])
 def flooded(request):
     caps = CAPS[request.param]
     registry = ConnectionRegistry(**caps)

@@ -42,8 +42,8 @@ from exporter.http.app import create_app
 from exporter.http.health import health_body
 from exporter.http.metrics import CensusCollector
 from exporter.http.models import ChurnList, InvalidAnswer
+from harness.known_conversation import metadata, opaque_response
 from harness.synth import TcpConversation, write_pcap
-from tests.capture.test_capture_synthetic import metadata, opaque_response
 
 T0 = 1_700_000_040.0  # a minute of the rate's grid starts here (a multiple of 60)
 BROKER = ("10.0.0.5", 9092)

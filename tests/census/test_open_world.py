@@ -15,6 +15,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import pytest
+
 from capture.listeners import ListenerMap
 from capture.replay import replay
 from exporter.census.registry import ConnectionRegistry
@@ -58,6 +60,7 @@ def candidates(conn: dict) -> list[str]:
     return [c.split(" (")[0] for c in unknown["candidates"]]
 
 
+@pytest.mark.slow  # a flood: too slow for the edit loop (make test runs it)
 def test_a_reconnect_loop_of_produce_v0_and_metadata_v0_stays_unknown(tmp_path):
     caps = [("client", 0.0, request(18, 0, 1, "storm-probe", b"")), ("broker", 0.0005, tansu_answer())]
     storm = [[("client", 0.0, request(3, 0, 1, "storm-a", METADATA_V0)),

@@ -13,7 +13,7 @@ import pytest
 from capture.listeners import ListenerMap
 from capture.replay import replay
 from harness import synth
-from tests.capture.test_capture_synthetic import full_conversation
+from harness.known_conversation import full_conversation
 
 pytestmark = pytest.mark.e2e  # runs the kafka-census command
 

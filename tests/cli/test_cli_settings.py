@@ -18,8 +18,8 @@ import pytest
 
 from harness import synth
 from harness.census import CENSUS, Census
+from harness.known_conversation import full_conversation
 from harness.net import free_port
-from tests.capture.test_capture_synthetic import full_conversation
 
 pytestmark = pytest.mark.e2e  # runs the kafka-census command
 

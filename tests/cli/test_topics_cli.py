@@ -15,25 +15,19 @@ exit 2 before any request, and the aggregator's rows carry their PEER.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 
 import pytest
 
 from exporter.incident.client import EXIT_USAGE, Answer, Failure
 from exporter.incident.topics import clients_of, frame_topic, frame_topics, topic_label, topic_path
+from harness.topic_rows import T0, T1, topic_client
 
 NOW = 1_735_689_720.0  # 2025-01-01T00:02:00Z
-T0, T1 = "2025-01-01T00:00:00.000000Z", "2025-01-01T00:01:00.000000Z"
 HOSTILE = "evil\x1b[31mRED\x1b[0m\n\u202eX"
 
-
-def client(**kw) -> dict:
-    row = {"software_name": "librdkafka", "software_version": "2.3.0", "identity_source": "announced",
-           "client_id": "app", "principal": None, "client_address": "10.0.0.1", "group_id": None,
-           "transactional_id": None, "uses": ["produce"], "frames": 3, "bytes": 1_234_567, "connections": 1,
-           "open_connections": 1, "conn_ids": ["c1"], "first_seen": T0, "last_seen": T1}
-    row.update(kw)
-    return row
+client = functools.partial(topic_client, bytes=1_234_567)  # enough bytes for the frames' thousands separators
 
 
 def topic(name, topic_id=None, **kw) -> dict:

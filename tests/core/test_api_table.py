@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import gen_apis
+from tools import api_schemas, gen_apis
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 API_TABLE_PATH = REPO_ROOT / "capture" / "kafka" / "api_table.py"
@@ -43,8 +43,8 @@ ApiSpec = api_table.ApiSpec
 # The generator's input is external reference data (docs/dependencies.md), never in the repository:
 # the tests that regenerate need it named, and skip, saying how, when it is not.
 needs_schemas = pytest.mark.skipif(
-    not os.environ.get(gen_apis.SCHEMAS.env),
-    reason=f"external input: set {gen_apis.SCHEMAS.env}=DIR, Kafka's message schemas (docs/dependencies.md), "
+    not os.environ.get(api_schemas.SCHEMAS.env),
+    reason=f"external input: set {api_schemas.SCHEMAS.env}=DIR, Kafka's message schemas (docs/dependencies.md), "
     "to check for drift")
 
 
@@ -52,10 +52,10 @@ def require_clients_jar() -> None:
     """The newest Kafka's schemas come from the kafka-clients jar `make setup-kafka` installs (part
     of `make setup`): where the drift check runs (CI sets the schemas variable), a missing jar is
     a failure that says how to install it, never a skip."""
-    jar = gen_apis.default_clients_jar()
+    jar = api_schemas.default_clients_jar()
     if not jar.is_file():
         pytest.fail(f"{jar.relative_to(REPO_ROOT)} is missing: the API table is generated from Apache Kafka "
-                    f"{gen_apis.newest_pinned_kafka()}'s message schemas inside it; run `make setup-kafka`",
+                    f"{api_schemas.newest_pinned_kafka()}'s message schemas inside it; run `make setup-kafka`",
                     pytrace=False)
 
 
@@ -158,8 +158,8 @@ def test_the_jar_comes_first_for_the_4x_facts_then_the_subset_then_kio(tmp_path,
 
     def fake_kio(exclude):  # kio knows DeleteGroups and (wrongly, here) ControlledShutdown
         excluded.append(set(exclude))
-        facts = {42: gen_apis.Facts("kio", 42, "DeleteGroups", (0, 1, 2, 3), frozenset({2, 3}), None),
-                 7: gen_apis.Facts("kio", 7, "ControlledShutdown", (0, 1), frozenset(), None)}
+        facts = {42: api_schemas.Facts("kio", 42, "DeleteGroups", (0, 1, 2, 3), frozenset({2, 3}), None),
+                 7: api_schemas.Facts("kio", 7, "ControlledShutdown", (0, 1), frozenset(), None)}
         return {k: f for k, f in facts.items() if k not in exclude}
 
     monkeypatch.setattr(gen_apis, "load_kio", fake_kio)
@@ -195,10 +195,10 @@ def test_the_default_jar_is_the_newest_pinned_kafkas_in_build():
     # build/kafka/<version>/. The pin is read, not imported (the harness is not a build tool's import).
     from harness import kafka_broker
 
-    assert gen_apis.pinned_kafka_versions() == kafka_broker.KAFKA_VERSIONS
+    assert api_schemas.pinned_kafka_versions() == kafka_broker.KAFKA_VERSIONS
     newest = max(kafka_broker.KAFKA_VERSIONS.values(), key=lambda v: tuple(map(int, v.split("."))))
-    assert gen_apis.newest_pinned_kafka() == newest
-    assert gen_apis.default_clients_jar() == kafka_broker.JARS_DIR / newest / f"kafka-clients-{newest}.jar"
+    assert api_schemas.newest_pinned_kafka() == newest
+    assert api_schemas.default_clients_jar() == kafka_broker.JARS_DIR / newest / f"kafka-clients-{newest}.jar"
 
 
 @pytest.mark.parametrize(
@@ -211,7 +211,7 @@ def test_the_default_jar_is_the_newest_pinned_kafkas_in_build():
     ],
 )
 def test_strip_comments_keeps_slashes_inside_strings(text, expected):
-    assert gen_apis.strip_comments(text) == expected
+    assert api_schemas.strip_comments(text) == expected
 
 
 # --------------------------------------------------------------------------- facts

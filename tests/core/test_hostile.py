@@ -1,33 +1,22 @@
-"""Hostile traffic against the protocol core (capture/kafka) and the flow tracker (capture/flows).
+"""Hostile traffic against the protocol core (capture/kafka): size prefixes of 2 GiB or below
+zero, filler and lookalike headers after a desync, over-long varints, absurd array counts, 100k
+tagged fields, a flood of 1M tiny frames, frames that never end, and the ApiVersions answer
+memo. The flow tracker's floods and garbage on a listener port: tests/core/test_hostile_flows.py.
 
-Each case states a memory bound and a wall-time bound and asserts both: memory is the peak of
-what the code under test allocated while it ran (tracemalloc; inputs built before the
-measurement are not counted), time is wall time (bounds are loose: CI machines are shared).
-Each case prints its figures (`pytest -s tests/core/test_hostile.py` shows them).
-
-Floods (1M frames, 200k SYNs) run too slowly under tracemalloc (x7-x14) to trace whole: they are
-traced over a head window that takes every table to its bound, then untraced, then over a tail
-window. Their peak is what the head window retained (the full tables) plus the tail window's own
-peak (churn on top of them: dict resizes). That nothing accumulates after the head window is
-checked with sys.getallocatedblocks(), which costs nothing per allocation.
-
-Frames are packed by hand where kio cannot encode the hostile field (a varint of 6 bytes, a
-count of 2^31-1); the layouts follow the message schemas named in capture/kafka/bodies.py.
+Each case states a memory bound and a wall-time bound and asserts both with `Budget`
+(tests/core/hostile_frames.py, which says how they are measured, with the frames packed by
+hand). Each case prints its figures (`pytest -s tests/core/test_hostile.py` shows them).
 """
 
 from __future__ import annotations
 
-import gc
 import random
 import struct
-import sys
 import time
-import tracemalloc
 
 import pytest
 
-from capture.events import ConnectionClosed, ConnectionOpened, Event
-from capture.flows import MAX_TOMBSTONES, FlowTracker
+from capture.events import ConnectionClosed, Event
 from capture.kafka import (
     ApiVersionsAnswer,
     ClientSoftware,
@@ -42,108 +31,24 @@ from capture.kafka import (
 )
 from capture.kafka.connection import DEFAULT_MAX_DECODED_FRAME, DEFAULT_MAX_IN_FLIGHT
 from capture.kafka.resync import Resync
-from capture.listeners import ListenerMap
-from capture.packets import SYN
 from harness.kafka_frames import raw_request, sized
-from harness.synth import TcpConversation, frame
+from tests.core.hostile_frames import (
+    OVERLONG_VARINT,
+    Budget,
+    KiB,
+    MiB,
+    allocated_blocks,
+    api_versions_v3_request,
+    api_versions_v3_response,
+    compact_string,
+    metadata_request,
+    of,
+    opaque_response,
+    uvarint,
+)
 
 C, B = Direction.FROM_CLIENT, Direction.FROM_BROKER
-KiB, MiB = 1024, 1024 * 1024
 CHUNK = 64 * KiB  # a large loopback segment: the unit bytes are fed in
-LISTENERS = ListenerMap.parse(["PLAINTEXT=9092"])
-
-PEAKS: dict[str, int] = {}  # case -> peak bytes (collected for the hardening report)
-
-
-class Budget:
-    """`with Budget(case, max_bytes=..., max_seconds=...):` traces allocations in the block and
-    asserts the peak and the wall time. `under` is a footprint already in place (what an earlier
-    window retained): the peak reported and bounded is `under` + this window's own. Works under
-    `python -X tracemalloc` too (the peak is then taken relative to what was traced at entry)."""
-
-    def __init__(self, case: str, *, max_bytes: int, max_seconds: float, under: int = 0) -> None:
-        self.case, self.max_bytes, self.max_seconds, self.under = case, max_bytes, max_seconds, under
-
-    def __enter__(self):
-        gc.collect()
-        self.was_tracing = tracemalloc.is_tracing()
-        if not self.was_tracing:
-            tracemalloc.start()
-        tracemalloc.reset_peak()
-        self.base = tracemalloc.get_traced_memory()[0]
-        self.t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self.seconds = time.perf_counter() - self.t0
-        current, peak = tracemalloc.get_traced_memory()
-        self.retained = current - self.base
-        self.peak = self.under + peak - self.base
-        if not self.was_tracing:
-            tracemalloc.stop()
-        PEAKS[self.case] = self.peak
-        print(f"\n[hostile] {self.case}: peak {self.peak / KiB:,.0f} KiB (bound {self.max_bytes / KiB:,.0f} KiB), "
-              f"retained {self.retained / KiB:,.0f} KiB, {self.seconds:.2f} s (bound {self.max_seconds:.0f} s)")
-        if exc_type is None:
-            assert self.peak <= self.max_bytes, f"{self.case}: peak {self.peak} > {self.max_bytes}"
-            assert self.seconds <= self.max_seconds, f"{self.case}: {self.seconds:.1f} s > {self.max_seconds} s"
-        return False
-
-
-def allocated_blocks() -> int:
-    gc.collect()
-    return sys.getallocatedblocks()
-
-
-def of(events, cls):
-    return [e for e in events if isinstance(e, cls)]
-
-
-# --- hand-packed frames -------------------------------------------------------------------
-
-
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | 0x80 if n else b)
-        if not n:
-            return bytes(out)
-
-
-OVERLONG_VARINT = b"\xff\xff\xff\xff\xff\x01"  # 6 bytes: Kafka's unsigned varints stop at 5
-
-
-def compact_string(s: bytes) -> bytes:
-    return uvarint(len(s) + 1) + s
-
-
-def api_versions_v3_request(corr: int, *, header_tags: bytes = b"\x00", name: bytes | None = None,
-                            body_tags: bytes = b"\x00", client_id: bytes = b"hostile") -> bytes:
-    """RequestHeader v2 (client_id int16 string, tags) + ApiVersionsRequest v3 body
-    (ClientSoftwareName, ClientSoftwareVersion as compact strings, tags). `name` replaces the
-    encoded name field whole."""
-    header = struct.pack(">hhih", 18, 3, corr, len(client_id)) + client_id + header_tags
-    body = (compact_string(b"census-hostile") if name is None else name) + compact_string(b"1.0") + body_tags
-    return sized(header + body)
-
-
-def api_versions_v3_response(corr: int, *, count: bytes | None = None, ranges=((18, 0, 3),), tags: bytes = b"\x00",
-                             error_code: int = 0) -> bytes:
-    """ResponseHeader v0 (always, KIP-511) + ApiVersionsResponse v3: ErrorCode, ApiKeys
-    (compact array of key/min/max + tags), ThrottleTimeMs, tagged fields."""
-    entries = b"".join(struct.pack(">hhh", *r) + b"\x00" for r in ranges)
-    count = uvarint(len(ranges) + 1) if count is None else count
-    return sized(struct.pack(">ih", corr, error_code) + count + entries + struct.pack(">i", 0) + tags)
-
-
-def metadata_request(corr: int, client_id: str | None = "app-1") -> bytes:
-    """Metadata v8 (header v1), whose body the core skips unread."""
-    return raw_request(3, 8, corr, client_id, b"\xff\xff\xff\xff\x01\x00\x00")
-
-
-def opaque_response(corr: int, body: bytes = bytes(8)) -> bytes:
-    return sized(struct.pack(">i", corr) + body)
 
 
 def decode(frames, **limits) -> list:
@@ -436,127 +341,6 @@ def test_1m_tiny_frames_keep_the_in_flight_table_bounded():
     assert conn.pending_requests == DEFAULT_MAX_IN_FLIGHT
 
 
-@pytest.mark.slow  # table-filling floods: make test, not the edit loop
-def test_syn_flood_keeps_the_flow_and_tombstone_tables_bounded():
-    """200,000 SYNs from distinct client ports (and addresses) with max_flows=1000: each opens a
-    flow; at the bound the least recently active one is evicted (counted) and leaves a
-    tombstone, whose table stops at MAX_TOMBSTONES.
-    Bound: 48 MiB = ~300 bytes per tombstone (65,536) + 1000 flows with their decoders, and a
-    resize of the tombstone dict on top (old and new tables at once: the tail window's peak).
-    The first 70k SYNs fill both tables; after them, at most 1000 more live blocks."""
-    max_flows = 1000
-    counts = {"events": 0, "opened": 0, "closed": 0}
-
-    def emit(ev) -> None:
-        counts["events"] += 1
-        if ev.__class__ is ConnectionOpened:
-            counts["opened"] += 1
-        elif ev.__class__ is ConnectionClosed:
-            counts["closed"] += 1
-
-    tracker = FlowTracker(LISTENERS, emit, max_flows=max_flows)
-    broker = bytes([10, 0, 0, 2])
-
-    def flood(first: int, last: int) -> None:
-        segment = tracker.segment
-        for i in range(first, last):
-            client = bytes([10, 1 + (i >> 16), (i >> 8) & 0xFF, i & 0xFF])
-            segment(1.0 + i * 1e-5, b"", client, 1024 + i % 60000, broker, 9092, i * 7919, 0, SYN, 0, 0)
-        assert len(tracker.flows) <= max_flows and len(tracker._tombstones) <= MAX_TOMBSTONES
-
-    with Budget("200k SYN flood: first 70k (flow + tombstone tables fill)", max_bytes=48 * MiB,
-                max_seconds=120) as head:
-        flood(0, 70_000)
-    blocks = allocated_blocks()
-    flood(70_000, 175_000)
-    # 25k SYNs: more than the ~22k insertions after which the tombstone dict (65,536 live keys
-    # in 2^17 slots) is rebuilt, so the window holds one rebuild.
-    with Budget("200k SYN flood: last 25k (on the full tables)", max_bytes=48 * MiB, max_seconds=60,
-                under=head.retained):
-        flood(175_000, 200_000)
-    assert allocated_blocks() - blocks < 1000
-    assert len(tracker.flows) == max_flows
-    assert tracker.flows_opened == counts["opened"] == 200_000
-    assert tracker.flows_evicted == counts["closed"] == 200_000 - max_flows
-    assert len(tracker._tombstones) == MAX_TOMBSTONES
-    assert tracker.stats().flows_evicted == 200_000 - max_flows
-
-
-@pytest.mark.slow  # table-filling floods: make test, not the edit loop
-def test_a_flood_of_unproven_flows_at_max_flows_evicts_them_not_the_real_flow():
-    """One real connection (SYN, ApiVersions answered), then 30,000 flows that never prove
-    themselves, with max_flows=1000: 20,000 data-only (random bytes from distinct ports, no
-    handshake) and 10,000 SYN-only. A flow the broker has answered on is evicted only when no
-    unproven flow is left, so the real one, idle through the flood, survives it and its next
-    request is decoded. (With least-recently-active eviction it went with the first flood.)
-    Bound: 32 MiB (1000 flows with their decoders and 65,536 tombstones, as the SYN flood)."""
-    max_flows = 1000
-    events: list = []
-    tracker = FlowTracker(LISTENERS, events.append, max_flows=max_flows)
-    real, broker = bytes([10, 9, 9, 9]), bytes([10, 0, 0, 2])
-    cseq, bseq = 1000, 5000
-    tracker.segment(0.0, b"", real, 50000, broker, 9092, cseq, 0, SYN, 0, 0)
-    tracker.segment(0.0, b"", broker, 9092, real, 50000, bseq, cseq + 1, SYN | 0x10, 0, 0)
-    cseq, bseq = cseq + 1, bseq + 1
-
-    def exchange(ts: float, request: bytes, response: bytes) -> None:
-        nonlocal cseq, bseq
-        tracker.segment(ts, request, real, 50000, broker, 9092, cseq, bseq, 0x18, 0, len(request))
-        cseq += len(request)
-        tracker.segment(ts, response, broker, 9092, real, 50000, bseq, cseq, 0x18, 0, len(response))
-        bseq += len(response)
-
-    exchange(0.1, api_versions_v3_request(1), api_versions_v3_response(1))
-    [opened] = [e for e in events if isinstance(e, ConnectionOpened)]
-    rng = random.Random(9)
-    junk = bytes(rng.getrandbits(8) for _ in range(4096))
-    with Budget("30k unproven flows at max_flows=1000", max_bytes=32 * MiB, max_seconds=120):
-        for i in range(30_000):
-            client = bytes([10, 1 + (i >> 16), (i >> 8) & 0xFF, i & 0xFF])
-            if i < 20_000:
-                off = rng.randrange(0, 3000)
-                tracker.segment(1.0 + i * 1e-5, junk, client, 1024 + i % 60000, broker, 9092, i * 7919, 0, 0x18,
-                                off, off + 1000)
-            else:
-                tracker.segment(1.0 + i * 1e-5, b"", client, 1024 + i % 60000, broker, 9092, i * 7919, 0, SYN, 0, 0)
-    assert len(tracker.flows) == max_flows and tracker.flows_evicted == 30_000 + 1 - max_flows
-    closed = [e for e in events if isinstance(e, ConnectionClosed) and e.conn_id == opened.conn_id]
-    assert closed == []
-    exchange(2.0, metadata_request(2, client_id="still-here"), sized(struct.pack(">i", 2) + bytes(8)))
-    mine = [e for e in events if isinstance(e, RequestSeen) and e.conn_id == opened.conn_id]
-    assert [(r.correlation_id, r.client_id) for r in mine] == [(1, "hostile"), (2, "still-here")]
-
-
-def test_out_of_order_hole_punching_keeps_held_bytes_bounded():
-    """A sender that leaves holes: 200 one-byte segments just ahead of the stream (each after a
-    one-byte hole), then 250 segments of 65,000 bytes far ahead. Every one is held until a bound
-    is passed; then holes are given up first one first until the stream is back within
-    max_ooo_bytes (it used to give up one hole per segment: the one-byte ones went, the large
-    ones stayed, 14 MiB held over a 1 MiB bound). Bound: max_ooo_bytes + 2 segments + 256 KiB."""
-    max_ooo = 1 << 20
-    events: list = []
-    tracker = FlowTracker(LISTENERS, events.append, max_ooo_bytes=max_ooo)
-    client, broker = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
-    isn = 2**32 - 1000  # the sequence numbers wrap on the way
-    big = bytes(65_000)
-    packet = bytes(54) + big  # payload after the headers: each held segment is its own copy
-    worst = 0
-    with Budget("out-of-order hole punching (200 x 1 B + 250 x 65 KB)", max_bytes=max_ooo + 2 * len(big) + 256 * KiB,
-                max_seconds=20):
-        tracker.segment(0.0, b"", client, 40000, broker, 9092, isn, 0, SYN, 0, 0)
-        (flow,) = tracker.flows.values()
-        first = isn + 1
-        for i in range(200):
-            tracker.segment(1.0, b"x", client, 40000, broker, 9092, (first + 2 + 2 * i) % 2**32, 0, 0x10, 0, 1)
-        for i in range(250):
-            tracker.segment(2.0, packet, client, 40000, broker, 9092, (first + 1000 + 70_000 * i) % 2**32, 0, 0x10,
-                            54, len(packet))
-            worst = max(worst, flow.client.held_bytes)
-            assert tracker._held_total == flow.client.held_bytes
-    assert worst <= max_ooo
-    assert tracker.gaps > 200 and all(isinstance(e, Event) for e in events)
-
-
 # --- a frame that never ends ----------------------------------------------------------------------
 
 
@@ -610,51 +394,7 @@ def test_partial_large_frame_is_skipped_not_buffered(api_key, size):
     assert kinds == ([Kind.FRAME_TOO_LARGE_TO_DECODE] if api_key == 18 else []) + [Kind.TRUNCATED_AT_CLOSE]
 
 
-# --- garbage on a listener port -------------------------------------------------------------------
-
-
-def test_interleaved_garbage_on_a_listener_port_resyncs():
-    """Through the flow tracker, on one TCP connection: 20 bursts of random bytes (seeded, each
-    led by 0xff so that it cannot pass for a size) between runs of real requests, and 20 in the
-    broker's stream between responses. Each burst is one Desync; the direction resyncs on the
-    next two frames (the first is the candidate the second confirms), and every frame after
-    that is decoded. Bound: 2 MiB."""
-    rnd = random.Random(7)
-    conv = TcpConversation()
-    packets = conv.handshake()
-    expected_requests, expected_responses = [], []
-    corr = 0
-    for burst in range(20):
-        junk = b"\xff" + rnd.randbytes(rnd.randrange(1, 3000))
-        run = list(range(corr, corr + 5))
-        corr += 5
-        requests = b"".join(metadata_request(c, client_id=f"app-{burst}") for c in run)
-        responses = b"".join(opaque_response(c, rnd.randbytes(rnd.randrange(8, 400))) for c in run)
-        if burst % 2:  # junk from the client: the candidate request is skipped, its answer unmatched
-            packets += conv.client(junk, split=700) + conv.client(requests, split=1000)
-            packets += conv.broker(responses, split=1000)
-            expected_requests += [(c, f"app-{burst}") for c in run[1:]]
-        else:  # junk from the broker: the candidate response is skipped
-            packets += conv.client(requests, split=1000)
-            packets += conv.broker(junk, split=700) + conv.broker(responses, split=1000)
-            expected_requests += [(c, f"app-{burst}") for c in run]
-        expected_responses += run[1:]
-    packets += conv.close()
-    raw = [frame(p) for p in packets]
-    events: list = []
-    tracker = FlowTracker(LISTENERS, events.append)
-    with Budget("interleaved garbage on a listener port (40 bursts)", max_bytes=2 * MiB, max_seconds=20):
-        for i, data in enumerate(raw):
-            tracker.packet(1.0 + i * 1e-3, data)
-    assert all(isinstance(e, Event) for e in events)
-    desyncs = of(events, Desync)
-    assert len(desyncs) == 20 and {e.kind for e in desyncs} == {Kind.FRAME_SIZE}
-    assert sorted(e.direction for e in of(events, Resynced)) == sorted(e.direction for e in desyncs)
-    seen = [(e.correlation_id, e.client_id) for e in of(events, RequestSeen)]
-    assert seen == expected_requests
-    assert [e.correlation_id for e in of(events, ResponseSeen)] == expected_responses
-    assert [e.kind for e in of(events, DecodeError)] == [Kind.UNMATCHED_RESPONSE] * 10
-    assert of(events, ConnectionClosed)[-1].reason == "fin"
+# --- the ApiVersions answer memo ---------------------------------------------------------------
 
 
 def test_the_api_versions_answer_memo_is_bounded():

@@ -7,29 +7,21 @@ must carry the values kio was given. kio and the core share no code, so a disagr
 bug in one of them: check it against Apache Kafka's message schemas (the `make regen` input,
 docs/dependencies.md).
 
-Versions are discovered from kio's own package (`kio.schema.<api>.v<N>`), so a newer kio
-widens the coverage by itself. kio has no Produce v0-2: those are packed by hand in
-harness/kafka_frames.py. Field values come from hypothesis; example counts are kept small so
-the whole file runs in a few seconds.
+Versions are discovered from kio's own package (`kio.schema.<api>.v<N>`, by
+tests/core/kio_messages.py), so a newer kio widens the coverage by itself. kio has no Produce
+v0-2: those are packed by hand in harness/kafka_frames.py. Field values come from hypothesis;
+example counts are kept small so the whole file runs in a few seconds.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import functools
-import importlib
-import pkgutil
 import string
-import types
-import typing
 import uuid
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32Timedelta, i64Timedelta
 
 from capture.kafka import (
     API_TABLE,
@@ -48,6 +40,7 @@ from capture.kafka import (
     SaslIdentity,
 )
 from harness.kafka_frames import produce_v0_2, request_frame, response_frame, sized
+from tests.core.kio_messages import build, field_names, kio_module, kio_versions, ms
 
 C, B = Direction.FROM_CLIENT, Direction.FROM_BROKER
 UNSUPPORTED_VERSION, INVALID_REQUEST, SASL_AUTHENTICATION_FAILED = 35, 42, 58
@@ -55,66 +48,6 @@ PLAIN_TOKEN = b"\x00alice\x00s3cret-pw"
 
 FEW = settings(max_examples=15, deadline=None)
 SOME = settings(max_examples=40, deadline=None)
-
-
-# --- kio: versions and neutral messages ------------------------------------------------------
-
-
-@functools.cache
-def kio_versions(api: str) -> tuple[int, ...]:
-    """Every version kio ships for an API (its `v<N>` subpackages)."""
-    pkg = importlib.import_module(f"kio.schema.{api}")
-    return tuple(sorted(int(m.name[1:]) for m in pkgutil.iter_modules(pkg.__path__)
-                        if m.name.startswith("v") and m.name[1:].isdigit()))
-
-
-def kio_module(api: str, version: int):
-    return importlib.import_module(f"kio.schema.{api}.v{version}")
-
-
-def _neutral(tp):
-    """A schema-valid value for a field the test does not care about."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return None
-    if origin is tuple:
-        return ()
-    if isinstance(tp, type):
-        if issubclass(tp, ErrorCode):
-            return ErrorCode.none
-        if issubclass(tp, bool):
-            return False
-        if issubclass(tp, i32Timedelta):
-            return i32Timedelta.parse(datetime.timedelta(0))
-        if issubclass(tp, i64Timedelta):
-            return i64Timedelta.parse(datetime.timedelta(0))
-        if issubclass(tp, int):
-            return tp(0)
-        if issubclass(tp, bytes):
-            return b""
-        if issubclass(tp, str):
-            return ""
-        if issubclass(tp, uuid.UUID):
-            return uuid.UUID(int=0)
-    raise TypeError(f"no neutral value for {tp!r}")
-
-
-def field_names(cls) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)}
-
-
-def build(cls, **values):
-    """A kio entity with the given fields; every other required field gets a neutral value.
-    Lets one test build the same message across versions whose field sets differ."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if f.name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            values[f.name] = _neutral(hints[f.name])
-    return cls(**values)
-
-
-def ms(n: int) -> i32Timedelta:
-    return i32Timedelta.parse(datetime.timedelta(milliseconds=n))
 
 
 # --- feeding the core --------------------------------------------------------------------------
@@ -247,8 +180,8 @@ def table_versions(api: str, key: int) -> list:
     spec = API_TABLE[key]
     have = set(kio_versions(api))
     return [v if v in have else pytest.param(v, marks=pytest.mark.skip(
-        reason=f"kio has no {spec.name} v{v}; tests/core/test_connection.py decodes it from bytes packed by hand "
-        "from Apache Kafka 4.4.0's schema")) for v in range(spec.min_version, spec.max_version + 1)]
+        reason=f"kio has no {spec.name} v{v}; tests/core/test_connection_identity.py decodes it from bytes packed "
+        "by hand from Apache Kafka 4.4.0's schema")) for v in range(spec.min_version, spec.max_version + 1)]
 
 
 @pytest.mark.parametrize("version", table_versions("api_versions", 18))

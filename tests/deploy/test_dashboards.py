@@ -1,4 +1,5 @@
-"""The Grafana dashboards and Prometheus alert rules of dashboards/ (dashboards/generate.py).
+"""The Grafana dashboards of dashboards/ (dashboards/generate.py) and the files the generator
+writes.
 
 No Grafana server can run on the test machines, so the dashboards are
 checked as JSON: the keys Grafana needs, unique uids and panel ids, panels that fit the
@@ -7,31 +8,21 @@ on every panel, variables that exist and are used. The expressions themselves ar
 against what kafka-census really exports (the CensusCollector's families on a registry fed with
 capture events: every `kafka_census_*` name and every label a matcher or grouping names) and
 parsed by promtool, Prometheus' own parser, after Grafana's variables are substituted.
-
-The alert rules pass `promtool check rules`, and `promtool test rules` runs
-tests/fixtures/alerts-test.yaml: input series and expected alerts, firing and not firing, for
-every alert. `below_version_regex` (the minimum-version alert) is compared with a plain Python
-version comparison over thousands of versions, and with Go's regexp engine through promtool.
 The drift test runs the generator with --check.
+
+The alert rules are tested in test_alert_rules.py, the minimum-version regex in
+test_below_version_regex.py; what the three share is in tests/deploy/dashboard_files.py.
 """
 
 from __future__ import annotations
 
-import copy
-import importlib.util
-import itertools
 import json
-import random
 import re
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from capture.events import (
@@ -50,66 +41,22 @@ from capture.events import (
 )
 from exporter.census.registry import ConnectionRegistry
 from exporter.http.metrics import CensusCollector
+from tests.deploy.dashboard_files import (
+    ALERTS,
+    DASHBOARD_FILES,
+    GENERATOR,
+    ROOT,
+    all_exprs,
+    dashboards,
+    gen,
+    run_promtool,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
-GENERATOR = ROOT / "dashboards" / "generate.py"
-ALERTS = ROOT / "dashboards" / "alerts.yaml"
-ALERT_TESTS = ROOT / "tests" / "fixtures" / "alerts-test.yaml"
-DASHBOARD_FILES = ("kafka-clients.json", "upgrade-readiness.json", "kafka-census-health.json")
-# What the lead's real-Prometheus test substitutes too: Grafana's variables -> plain PromQL.
-SUBSTITUTIONS = {"$listener": ".*", "$__rate_interval": "1m", "$__range": "1h"}
 GRAFANA_BUILTINS = {"__rate_interval", "__range", "__interval"}
 # Labels Prometheus attaches to every scraped series (the target's), not the exporter.
 TARGET_LABELS = {"job", "instance"}
 # Series Prometheus makes itself for each target.
 PROMETHEUS_SERIES = {"up", "scrape_duration_seconds"}
-
-
-def _load_generator():
-    spec = importlib.util.spec_from_file_location("kafka_census_dashboards_generate", GENERATOR)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
-
-
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.fail("promtool not found: run `make setup` (installs prometheus)")
-    return path
-
-
-def run_promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([promtool(), *args], capture_output=True, text=True, timeout=120, cwd=cwd, check=False)
-
-
-def dashboards() -> dict[str, dict]:
-    return {name: json.loads((ROOT / "dashboards" / name).read_text()) for name in DASHBOARD_FILES}
-
-
-def alert_rules() -> list[dict]:
-    return [rule for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]]
-
-
-def substitute(expr: str) -> str:
-    for var, value in SUBSTITUTIONS.items():
-        expr = expr.replace(var, value)
-    return expr
-
-
-def all_exprs() -> list[tuple[str, str]]:
-    """(where, expression) of every dashboard target and alert rule, variables substituted."""
-    out = []
-    for name, dash in dashboards().items():
-        for panel in dash["panels"]:
-            for t in panel.get("targets", []):
-                out.append((f"{name} / {panel['title']} / {t['refId']}", substitute(t["expr"])))
-    for rule in alert_rules():
-        out.append((f"alerts.yaml / {rule['alert']} {rule['labels']}", rule["expr"]))
-    return out
 
 
 # =========================================================================== generated files
@@ -503,198 +450,3 @@ def test_every_expression_parses_in_promtool(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"SUCCESS: {len(rules)} rules found" in proc.stdout
     assert not any("$" in expr for _, expr in all_exprs())
-
-
-# =========================================================================== alert rules
-
-def test_promtool_check_rules():
-    proc = run_promtool("check", "rules", str(ALERTS))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"SUCCESS: {len(alert_rules())} rules found" in proc.stdout
-
-
-def test_alerts_have_severity_and_runbook_annotations():
-    rules = alert_rules()
-    names = {r["alert"] for r in rules}
-    assert names == {"KafkaCensusDeprecatedApiVersionsInUse", "KafkaCensusClientBelowMinimumVersion",
-                     "KafkaCensusKernelDrops", "KafkaCensusDecodeErrorRatioHigh", "KafkaCensusExporterDown",
-                     "KafkaCensusExporterAbsent", "KafkaCensusClientReconnectStorm",
-                     "KafkaCensusClientsRefusedByBroker"}
-    for r in rules:
-        assert r["labels"]["severity"] in ("info", "warning", "critical"), r["alert"]
-        assert set(r["annotations"]) == {"summary", "description", "runbook"}, r["alert"]
-        runbook = r["annotations"]["runbook"]
-        assert "What it means" in runbook and "What to do" in runbook, r["alert"]
-        assert "{{" not in runbook, f"{r['alert']}: the runbook is static text (the test fills it in)"
-    minimum = [r for r in rules if r["alert"] == "KafkaCensusClientBelowMinimumVersion"]
-    assert [(r["labels"]["client_software_name"], r["labels"]["minimum_version"]) for r in minimum] == \
-        [(name, m) for name, m, _ in gen.MINIMUM_VERSIONS]
-    for r in minimum:
-        regex = gen.below_version_regex(r["labels"]["minimum_version"])
-        assert f'client_software_version=~"{regex}"' in r["expr"]
-
-
-def _fixture_with_runbooks(fixture: dict) -> dict:
-    """The committed promtool test with each expected alert's runbook filled in from its rule
-    and rule_files pointing at the real alerts.yaml."""
-    runbooks: dict[str, set[str]] = {}
-    for r in alert_rules():
-        runbooks.setdefault(r["alert"], set()).add(r["annotations"]["runbook"])
-    data = copy.deepcopy(fixture)
-    data["rule_files"] = [str(ALERTS)]
-    for case in data["tests"]:
-        for check in case["alert_rule_test"]:
-            (runbook,) = runbooks[check["alertname"]]
-            for alert in check.get("exp_alerts") or []:
-                alert.setdefault("exp_annotations", {})["runbook"] = runbook
-    return data
-
-
-def _promtool_test(data: dict, tmp_path: Path, name: str) -> subprocess.CompletedProcess:
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(data, sort_keys=False, width=10_000))
-    return run_promtool("test", "rules", str(path))
-
-
-def test_alert_unit_tests_cover_every_alert_firing_and_not():
-    fixture = yaml.safe_load(ALERT_TESTS.read_text())
-    assert fixture["rule_files"] == ["../../dashboards/alerts.yaml"]
-    checks = [c for case in fixture["tests"] for c in case["alert_rule_test"]]
-    for name in {r["alert"] for r in alert_rules()}:
-        mine = [c for c in checks if c["alertname"] == name]
-        assert any(c["exp_alerts"] for c in mine), f"{name}: no case where it fires"
-        assert any(not c["exp_alerts"] for c in mine) or name == "KafkaCensusClientBelowMinimumVersion", \
-            f"{name}: no case where it stays quiet"
-    # every software of the minimum table fires for an old version, stays quiet at its minimum or above
-    fired = {a["exp_labels"]["client_software_name"] for c in checks
-             if c["alertname"] == "KafkaCensusClientBelowMinimumVersion" for a in c["exp_alerts"]}
-    assert fired == {name for name, _, _ in gen.MINIMUM_VERSIONS}
-    series = [s["series"] for case in fixture["tests"] for s in case["input_series"]
-              if s["series"].startswith("kafka_census_connections{")]
-    for name, minimum, _ in gen.MINIMUM_VERSIONS:
-        versions = [re.search(r'client_software_version="([^"]*)"', s).group(1) for s in series
-                    if f'client_software_name="{name}"' in s]
-        assert any(not version_below(v, minimum) for v in versions), f"{name}: no version at or above {minimum}"
-
-
-def test_promtool_test_rules_passes(tmp_path):
-    data = _fixture_with_runbooks(yaml.safe_load(ALERT_TESTS.read_text()))
-    proc = _promtool_test(data, tmp_path, "alerts-test.yaml")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS" in proc.stdout
-
-
-def test_promtool_test_rules_fails_on_a_wrong_expectation(tmp_path):
-    """The unit tests can fail: drop one expected alert, or expect one that does not fire."""
-    data = _fixture_with_runbooks(yaml.safe_load(ALERT_TESTS.read_text()))
-    first_firing = next(c for case in data["tests"] for c in case["alert_rule_test"] if c["exp_alerts"])
-    first_firing["exp_alerts"].pop()
-    proc = _promtool_test(data, tmp_path, "missing.yaml")
-    assert proc.returncode != 0 and "FAILED" in proc.stdout + proc.stderr
-    data = _fixture_with_runbooks(yaml.safe_load(ALERT_TESTS.read_text()))
-    quiet = next(c for case in data["tests"] for c in case["alert_rule_test"]
-                 if c["alertname"] == "KafkaCensusKernelDrops" and not c["exp_alerts"])
-    quiet["exp_alerts"] = [{"exp_labels": {"severity": "warning", "job": "kafka-census",
-                                           "instance": "broker-1:9100", "source": "eth0"}}]
-    proc = _promtool_test(data, tmp_path, "extra.yaml")
-    assert proc.returncode != 0 and "FAILED" in proc.stdout + proc.stderr
-
-
-# =========================================================================== below_version_regex
-
-def version_below(version: str, minimum: str) -> bool:
-    """The reference: compare the leading numeric part (optional v, dotted decimal) as integers,
-    missing components being zeros; no leading number -> never below."""
-    m = re.match(r"[vV]?([0-9]+(?:\.[0-9]+)*)", version)
-    if m is None:
-        return False
-    v = [int(c) for c in m.group(1).split(".")]
-    lo = [int(c) for c in minimum.split(".")]
-    width = max(len(v), len(lo))
-    return v + [0] * (width - len(v)) < lo + [0] * (width - len(lo))
-
-
-MINIMUMS = ("1", "2", "9", "10", "10.2", "2.3.1", "2.3", "1.8.2", "2.0.2", "2.1.0", "0.1", "0.0.1", "0.10",
-            "1.0.0.1", "100", "101.0.7", "12.34.56", "19.99", "3.0", "999.1000", "1.10", "2.16.1", "4.0.0",
-            "20.10.3", "7.0.0.0")
-SUFFIXES = ("", "-rc1", "-rdkafka-2.16.0", ".", ".x", "x", "+build.5", "-SNAPSHOT", "rc1", "..1", "-", ".-1")
-
-
-def _versions() -> list[str]:
-    components = (0, 1, 2, 3, 7, 8, 9, 10, 11, 12, 16, 19, 20, 33, 34, 35, 56, 99, 100, 101, 123, 999, 1000, 1001)
-    rng = random.Random(511)
-    base = [".".join(map(str, c)) for n in (1, 2, 3) for c in itertools.product(components, repeat=n)]
-    base += [".".join(map(str, c)) for c in itertools.product((0, 1, 2, 10), repeat=4)]
-    base += [".".join(map(str, c)) for c in itertools.product((0, 2, 7), repeat=5)]
-    out = list(base)
-    for v in rng.sample(base, 3000):
-        out.append(v + rng.choice(SUFFIXES[1:]))
-        out.append(rng.choice("vV") + v + rng.choice(SUFFIXES))
-        out.append(".".join("0" * rng.randint(1, 2) + c for c in v.split(".")))  # leading zeros
-    out += ["", "unknown", "other", "v", "x1.2", ".1", "-1", "latest", "2.16.1-rdkafka-2.16.0", "1.9.2-librdkafka"]
-    return out
-
-
-def test_regex_agrees_with_version_comparison_exhaustively():
-    versions = _versions()
-    assert len(versions) > 20_000
-    mismatches = []
-    for minimum in MINIMUMS:
-        regex = re.compile(gen.below_version_regex(minimum))
-        for v in versions:
-            if bool(regex.fullmatch(v)) != version_below(v, minimum):
-                mismatches.append((minimum, v, version_below(v, minimum)))
-    assert not mismatches, mismatches[:20]
-
-
-def test_regex_examples():
-    below_10_2 = re.compile(gen.below_version_regex("10.2"))
-    for v in ("9.9", "9", "1.0", "1", "10.1.99", "10.1", "10", "10.0.5-rc1", "0.9", "v9.1", "010.1"):
-        assert below_10_2.fullmatch(v), v
-    for v in ("10.2", "10.2.0", "10.2.1", "11.0", "100.0", "20.1", "10.10", "10.20", "unknown", "", "10.2-rc1"):
-        assert not below_10_2.fullmatch(v), v
-    below = re.compile(gen.below_version_regex("2.3.1"))
-    assert below.fullmatch("2.3.0") and below.fullmatch("2.2.99") and below.fullmatch("1.99.99")
-    assert below.fullmatch("2.3") and below.fullmatch("2.3.0-rdkafka-2.16.0")
-    assert not below.fullmatch("2.3.1") and not below.fullmatch("2.3.10") and not below.fullmatch("2.30.0")
-    assert not below.fullmatch("2.16.1-rdkafka-2.16.0")
-    assert re.compile(gen.below_version_regex("2.17")).fullmatch("2.16.1-rdkafka-2.16.0")
-    assert gen.below_version_regex("2.3.0") == gen.below_version_regex("2.3")
-    assert "\\" not in gen.below_version_regex("1.8.2")  # no escaping inside PromQL/YAML/JSON/Helm strings
-
-
-@pytest.mark.parametrize("bad", ["", "0", "0.0.0", "1.x", "v1.2", "1..2", "1.2.", " 1", "-1"])
-def test_regex_refuses_minimums_without_anything_below(bad):
-    with pytest.raises(ValueError):
-        gen.below_version_regex(bad)
-
-
-@settings(max_examples=400, deadline=None)
-@given(version=st.text(alphabet="0123456789.vV-rcx", max_size=14),
-       minimum=st.lists(st.integers(0, 1200), min_size=1, max_size=4).filter(any).map(
-           lambda c: ".".join(map(str, c))))
-def test_regex_property(version, minimum):
-    assert bool(re.fullmatch(gen.below_version_regex(minimum), version)) == version_below(version, minimum)
-
-
-def test_regex_in_prometheus_own_engine(tmp_path):
-    """Go's RE2 through promtool agrees with the Python comparison: one alert per minimum over
-    label values of many versions; the alerts that fire are exactly the versions below."""
-    rng = random.Random(896)
-    versions = sorted(set(rng.sample(_versions(), 150)) - {""}) + ["2.16.1-rdkafka-2.16.0", "9.9", "10.2", "100.0"]
-    minimums = ("10.2", "2.3.1", "1.8.2", "0.10", "101.0.7")
-    rules = {"groups": [{"name": "re2", "rules": [
-        {"alert": f"Below{i}", "expr": f'v{{version=~"{gen.below_version_regex(m)}"}} > 0'}
-        for i, m in enumerate(minimums)]}]}
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, width=10_000))
-    tests = {"rule_files": ["rules.yaml"], "tests": [{
-        "interval": "1m",
-        "input_series": [{"series": f'v{{version="{v}"}}', "values": "1x3"} for v in versions],
-        "alert_rule_test": [{"eval_time": "2m", "alertname": f"Below{i}",
-                             "exp_alerts": [{"exp_labels": {"version": v}} for v in versions if version_below(v, m)]}
-                            for i, m in enumerate(minimums)],
-    }]}
-    assert all(t["exp_alerts"] for t in tests["tests"][0]["alert_rule_test"])
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump(tests, width=10_000))
-    proc = run_promtool("test", "rules", "test.yaml", cwd=tmp_path)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]

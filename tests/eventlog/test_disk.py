@@ -28,22 +28,15 @@ from capture.pcapwriter import PcapWriter, PcapWriterError
 from exporter.census.registry import ConnectionRegistry
 from exporter.cli import main as cli
 from exporter.eventlog.format import encode
+from exporter.eventlog.queued import QueuedEventLog
 from exporter.eventlog.reader import list_logs, read_events
-from exporter.eventlog.writer import EventLog, QueuedEventLog
+from exporter.eventlog.writer import EventLog
 from exporter.http.metrics import CensusCollector
 from exporter.service.serve import Service
+from tests.eventlog.examples import T0, FakeClock
 
-T0 = 1795299780.25  # 2026-11-21T22:23:00.25Z
 STAMP0 = "20261121T222300Z"
 SCRIPT = Path(sys.executable).parent / "kafka-census"
-
-
-class FakeClock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def request(i: int) -> ev.RequestSeen:

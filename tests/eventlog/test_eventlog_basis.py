@@ -30,9 +30,10 @@ from capture.replay import replay
 from exporter.census.basis import MAX_FIRST_REQUESTS, FingerprintBasis
 from exporter.census.registry import ConnectionRegistry
 from exporter.eventlog.format import encode, parse_line, rollup_lines, to_event, to_events
+from exporter.eventlog.queued import QueuedEventLog
 from exporter.eventlog.reader import list_logs, read_events
 from exporter.eventlog.rollup import Rollup, rolled
-from exporter.eventlog.writer import EventLog, QueuedEventLog
+from exporter.eventlog.writer import EventLog
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "fingerprints"
 MANIFEST = json.loads((FIXTURES / "MANIFEST.json").read_text())["recordings"]

@@ -25,12 +25,13 @@ from exporter.eventlog.format import (
     to_event,
     to_events,
 )
+from exporter.eventlog.queued import QueuedEventLog
 from exporter.eventlog.reader import list_logs, read_events
 from exporter.eventlog.rollup import RESTATED, ROLLUP_SCHEMA, TRAFFIC, OpenConnections
-from exporter.eventlog.writer import DAY, EventLog, QueuedEventLog
+from exporter.eventlog.writer import DAY, EventLog
 from harness.net import wait_for
+from tests.eventlog.examples import T0, FakeClock, opened
 
-T0 = 1795299780.25  # 2026-11-21T22:23:00.25Z
 MIDNIGHT = 1795305600.0  # 2026-11-22T00:00:00Z
 STATE_KEYS = ["schema", "type", "ts", "conn_id", "first_seen", "client_address", "client_port", "broker_address",
               "broker_port", "listener", "security_protocol", "mid_stream", "source", "client_id", "request_version",
@@ -38,18 +39,10 @@ STATE_KEYS = ["schema", "type", "ts", "conn_id", "first_seen", "client_address",
               "client_subject", "group_id", "member_id", "group_instance_id", "transactional_id"]
 
 
-class FakeClock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _opened(conn_id: str, ts: float = T0, port: int = 51234) -> ev.ConnectionOpened:
-    return ev.ConnectionOpened(conn_id=conn_id, ts=ts, client_address="10.0.0.5", client_port=port,
-                               broker_address="10.0.0.1", broker_port=9093, listener="SASL_SSL",
-                               security_protocol="SASL_SSL", mid_stream=False, source="proxy")
+    """Through the proxy to a SASL_SSL listener (the identity expected_c1 restates)."""
+    return opened(conn_id, ts, port, broker_port=9093, listener="SASL_SSL", security_protocol="SASL_SSL",
+                  source="proxy")
 
 
 def _request(conn_id: str, ts: float, key: int, version: int, client_id: str | None = "rdkafka") -> ev.RequestSeen:

@@ -25,6 +25,7 @@ import pytest
 from capture import events as ev
 from exporter.census.basis import FingerprintBasis
 from exporter.eventlog.format import encode, encode_rollup, parse_line, rollup_lines, to_event, to_events
+from exporter.eventlog.queued import QueuedEventLog
 from exporter.eventlog.reader import list_logs, read_events
 from exporter.eventlog.rollup import (
     MAX_RESTATED_STRING,
@@ -37,25 +38,11 @@ from exporter.eventlog.rollup import (
     rolled,
 )
 from exporter.eventlog.topics import DEFAULT_MAX_TOPIC_IDS, SeenTopicIds
-from exporter.eventlog.writer import DAY, EventLog, QueuedEventLog
+from exporter.eventlog.writer import DAY, EventLog
 from harness.net import wait_for
+from tests.eventlog.examples import T0, FakeClock, opened, records_of
 
-T0 = 1795299780.25  # 2026-11-21T22:23:00.25Z
 TOPIC_ID = "kX3r0vYkT5mWq2a1bC9dEg"
-
-
-class FakeClock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _opened(conn_id: str, ts: float = T0, port: int = 51234) -> ev.ConnectionOpened:
-    return ev.ConnectionOpened(conn_id=conn_id, ts=ts, client_address="10.0.0.5", client_port=port,
-                               broker_address="10.0.0.1", broker_port=9092, listener="PLAINTEXT",
-                               security_protocol="PLAINTEXT", mid_stream=False, source="capture")
 
 
 def _closed(conn_id: str, ts: float) -> ev.ConnectionClosed:
@@ -91,10 +78,6 @@ def _name(rng: random.Random, n: int = 40) -> str:
 
 def _topic_id(rng: random.Random) -> str:
     return "".join(rng.choice(string.ascii_letters + string.digits + "-_") for _ in range(22))
-
-
-def records_of(directory) -> list[dict]:
-    return [rec for path in list_logs(directory) for rec in read_events(path)]
 
 
 def usage_sums(events) -> tuple[Counter, Counter]:
@@ -141,7 +124,7 @@ def test_a_rollup_carries_the_topic_deltas_and_gives_them_back_after_its_tally()
 
 
 def test_the_basis_comes_first_the_tally_then_the_topics():
-    events = [_opened("c1"),
+    events = [opened("c1"),
               ev.RequestSeen(conn_id="c1", ts=T0 + 0.1, api_key=18, api_name="ApiVersions", api_version=3,
                              correlation_id=1, client_id="rdkafka", size=40),
               ev.ClientSoftware(conn_id="c1", ts=T0 + 0.2, request_version=3, name="librdkafka", version="2.3.0",
@@ -181,7 +164,7 @@ def test_a_topic_usage_saying_nothing_makes_no_record():
 def test_topic_deltas_across_intervals_sum_to_what_the_connection_did(tmp_path):
     clock = FakeClock()
     log = QueuedEventLog(EventLog(tmp_path, clock=clock, host="h"), rollup_seconds=60)
-    log.write(_opened("c1"))
+    log.write(opened("c1"))
     sent: list[ev.Event] = []
     for second in range(0, 180, 5):  # three intervals of the log's clock
         clock.now = T0 + second
@@ -214,7 +197,7 @@ def test_random_traffic_round_trips_through_the_serving_writer(tmp_path):
                    for _ in range(MAX_TOPICS)] for conn in conns}
     sent: list[ev.Event] = []
     for conn in conns:
-        log.write(_opened(conn))
+        log.write(opened(conn))
     for i in range(2000):
         conn = rng.choice(conns)
         clock.now = T0 + i / 10
@@ -283,14 +266,14 @@ def test_topic_ids_are_written_once_per_file(tmp_path):
     clock = FakeClock()
     log = QueuedEventLog(EventLog(tmp_path, clock=clock, host="h", max_age_seconds=600), rollup_seconds=60)
     orders, payments = (TOPIC_ID, "orders"), ("AAAAAAAAAAAAAAAAAAAAAQ", "payments")
-    log.write(_opened("c1"))
+    log.write(opened("c1"))
     assert log.flush(10)  # the file is open: the pairs are written to it (the generation, files_opened)
     for i in range(5):  # a client's Metadata refreshes: one record, the first
         log.write(_ids("c1", T0 + i, orders))
     log.write(_ids("c1", T0 + 5, orders, payments, orders, dropped=3))  # only the new pair
     assert log.flush(10)
     clock.now = T0 + 600  # the next line starts a new file: the first sighting after it is written again
-    log.write(_opened("c2", clock.now, port=51235))
+    log.write(opened("c2", clock.now, port=51235))
     assert log.flush(10)
     for i in range(3):
         log.write(_ids("c1", clock.now + i, payments, orders))
@@ -349,7 +332,7 @@ def test_group_and_transactional_ids_are_records_and_restated_after_a_rotation(t
     clock = FakeClock()
     log = QueuedEventLog(EventLog(tmp_path, clock=clock, host="h", max_age_seconds=600), rollup_seconds=60)
     long_group = "g" * (MAX_RESTATED_STRING + 100)
-    events = [_opened("c1"), _opened("c2", port=51235),
+    events = [opened("c1"), opened("c2", port=51235),
               _member("c1", T0 + 1, "orders", member=""), _member("c1", T0 + 2, "orders", "rdkafka-1", "i-1"),
               _txn("c1", T0 + 3, "orders-txn-1"), _txn("c1", T0 + 4, "orders-txn-2"),
               _member("c2", T0 + 5, long_group, None)]
@@ -373,7 +356,7 @@ def test_group_and_transactional_ids_are_records_and_restated_after_a_rotation(t
 def test_the_log_alone_restates_the_group_and_transactional_ids_too(tmp_path):
     clock = FakeClock()
     log = EventLog(tmp_path, clock=clock, host="h", max_age_seconds=600)
-    for event in (_opened("c1"), _member("c1", T0 + 1, "orders"), _txn("c1", T0 + 2, "t")):
+    for event in (opened("c1"), _member("c1", T0 + 1, "orders"), _txn("c1", T0 + 2, "t")):
         log.write(event)
     clock.now = T0 + 600
     log.write(_closed("c1", clock.now))
@@ -405,7 +388,7 @@ def test_the_capture_thread_queues_identity_lines_and_counts_topics_in_place(tmp
 def test_the_table_holds_the_ids_it_restates_within_its_bound():
     table = OpenConnections(max_connections=10)
     for i in range(1000):
-        table.note(_opened(f"c{i}", port=i))
+        table.note(opened(f"c{i}", port=i))
         table.note(_member(f"c{i}", T0, "x" * 10_000, "y" * 10_000, "z" * 10_000))
         table.note(_txn(f"c{i}", T0, "t" * 10_000))
     assert len(table) == 10 and table.evicted == 990
@@ -420,7 +403,7 @@ def _identity(i: int, groups: bool) -> list[ev.Event]:
     GroupMember and a TransactionalId."""
     conn_id = f"10.0.{i // 250}.{i % 250}:51234-10.0.0.1:9092-{i}"
     out: list[ev.Event] = [
-        dataclasses.replace(_opened(conn_id, port=50000 + i % 10000), client_address=f"10.0.{i // 250}.{i % 250}"),
+        dataclasses.replace(opened(conn_id, port=50000 + i % 10000), client_address=f"10.0.{i // 250}.{i % 250}"),
         ev.RequestSeen(conn_id=conn_id, ts=T0, api_key=18, api_name=None, api_version=3, correlation_id=1,
                        client_id=f"orders-consumer-{i % 100}", size=40),
         ev.ClientSoftware(conn_id=conn_id, ts=T0, request_version=3, name="librdkafka", version="2.3.0", valid=True,
@@ -476,11 +459,11 @@ def test_schema_1_and_2_logs_still_read(tmp_path):
     v2 = encode_rollup(conn_id, acc).replace(b'{"schema":3,', b'{"schema":2,', 1)
     old_state = {"schema": 3, "type": "ConnectionState", "ts": T0 + 2, "conn_id": "c1", "first_seen": T0,
                  "client_id": None}
-    path.write_bytes(encode(_opened("c1"), schema=1) + encode(tally, schema=1) + v2
+    path.write_bytes(encode(opened("c1"), schema=1) + encode(tally, schema=1) + v2
                      + (json.dumps(old_state) + "\n").encode())
     records = list(read_events(str(path)))
     assert [r["schema"] for r in records] == [1, 1, 2, 3]
-    assert [e for r in records for e in to_events(r)] == [_opened("c1"), tally, tally]
+    assert [e for r in records for e in to_events(r)] == [opened("c1"), tally, tally]
 
 
 @pytest.mark.parametrize("topics", [

@@ -40,9 +40,10 @@ from capture.replay import replay
 from exporter.census.registry import ConnectionRegistry
 from exporter.cli import main as cli
 from exporter.eventlog.format import encode, encode_rollup, to_events
+from exporter.eventlog.queued import QueuedEventLog
 from exporter.eventlog.reader import list_logs, read_events
 from exporter.eventlog.rollup import rolled
-from exporter.eventlog.writer import EventLog, QueuedEventLog
+from exporter.eventlog.writer import EventLog
 
 pytestmark = pytest.mark.spark
 

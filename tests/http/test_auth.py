@@ -23,7 +23,7 @@ from exporter.http.auth import ApiToken, TokenError, bearer_token, read_token
 from exporter.service.serve import Service
 from harness import synth
 from harness.census import Census, free_port
-from tests.capture.test_capture_synthetic import full_conversation
+from harness.known_conversation import full_conversation
 from tests.cli.test_cli_settings import assert_usage_error, clean_env, run
 
 TOKEN = "s3cr3t-Token_1+/="

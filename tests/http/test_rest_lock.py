@@ -117,6 +117,7 @@ WORST_REQUESTS = [
 ]
 
 
+@pytest.mark.slow  # the costliest routes over 12,000 connections: too slow for the edit loop (make test runs it)
 def test_worst_rest_requests_never_make_an_apply_wait_50ms():
     reg = _registry(CONNECTIONS)
     timer = _install(reg)

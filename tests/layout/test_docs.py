@@ -58,7 +58,8 @@ def metrics_reference() -> str:
     """Every metric family the sidecar and the aggregator serve, as a Markdown table (name, type,
     labels, help), from the collectors themselves on empty state."""
     from exporter.census.registry import ConnectionRegistry
-    from exporter.eventlog.writer import EventLog, QueuedEventLog
+    from exporter.eventlog.queued import QueuedEventLog
+    from exporter.eventlog.writer import EventLog
     from exporter.http.metrics import COMPAT_MODES, CensusCollector
     from exporter.service.state import StateKeeper
 

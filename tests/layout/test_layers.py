@@ -116,6 +116,7 @@ WITHIN = {
     "exporter.eventlog.format": {"exporter.eventlog.rollup"},
     "exporter.eventlog.reader": {"exporter.eventlog.files", "exporter.eventlog.format"},
     "exporter.eventlog.writer": {"exporter.eventlog.files", "exporter.eventlog.format", "exporter.eventlog.rollup"},
+    "exporter.eventlog.queued": {"exporter.eventlog.format", "exporter.eventlog.rollup", "exporter.eventlog.writer"},
     "exporter.incident.client": set(),
     "exporter.incident.tables": {"exporter.incident.client"},
     "exporter.incident.watch": {"exporter.incident.client", "exporter.incident.tables"},

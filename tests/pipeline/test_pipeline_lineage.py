@@ -43,8 +43,9 @@ from capture.events import (  # noqa: E402
     TopicUsage,
     TransactionalId,
 )
+from exporter.eventlog.queued import QueuedEventLog  # noqa: E402
 from exporter.eventlog.reader import read_events  # noqa: E402
-from exporter.eventlog.writer import EventLog, QueuedEventLog  # noqa: E402
+from exporter.eventlog.writer import EventLog  # noqa: E402
 from pipeline import ingest as ing  # noqa: E402
 from pipeline import report  # noqa: E402
 from pipeline.cli import build_parser  # noqa: E402

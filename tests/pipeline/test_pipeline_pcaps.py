@@ -32,11 +32,11 @@ from capture.replay import replay  # noqa: E402
 from exporter.eventlog.format import encode, parse_line, rollup_lines  # noqa: E402
 from exporter.eventlog.rollup import rolled  # noqa: E402
 from harness import oracles, peers, synth  # noqa: E402
+from harness.known_conversation import greeting, metadata, opaque_response  # noqa: E402
 from pipeline import events as pev  # noqa: E402
 from pipeline import pcaps  # noqa: E402
 from pipeline.cli import build_parser  # noqa: E402
 from pipeline.errors import InputError  # noqa: E402
-from tests.capture.test_capture_synthetic import greeting, metadata, opaque_response  # noqa: E402
 
 pytestmark = pytest.mark.spark
 

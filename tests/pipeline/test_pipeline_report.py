@@ -230,7 +230,7 @@ from pathlib import Path  # noqa: E402
 from capture.listeners import ListenerMap  # noqa: E402
 from capture.replay import replay  # noqa: E402
 from exporter.census.registry import ConnectionRegistry  # noqa: E402
-from exporter.eventlog.writer import QueuedEventLog  # noqa: E402
+from exporter.eventlog.queued import QueuedEventLog  # noqa: E402
 
 FINGERPRINTS = Path(__file__).resolve().parents[1] / "fixtures" / "fingerprints"
 INFERRED_RECORDINGS = ("kafka-node-5.0.0", "sarama-1.22.1", "kafkajs-2.1.0", "kafka-python-2.1.6")

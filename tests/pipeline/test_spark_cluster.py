@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.pipeline.fleet import CliRun, write_fleet
 from tests.pipeline.spark_cluster import standalone_cluster
-from tests.pipeline.test_pipeline import CliRun, write_fleet
 
 pytestmark = pytest.mark.spark  # and a standalone cluster
 

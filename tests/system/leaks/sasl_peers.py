@@ -1,4 +1,4 @@
-"""SASL peers for tests/system/test_secrets.py: real clients (kafka-python, confluent-kafka) that
+"""SASL peers for the secrets tests (tests/system/leaks/conftest.py): real clients (kafka-python, confluent-kafka) that
 authenticate with PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER in either framing, an admin client
 that sends AlterUserScramCredentials, and the one relay the test still needs.
 
@@ -18,7 +18,7 @@ SaslHandshake max version of ApiVersions answers, so the handshake, the raw toke
 verdict on them are Kafka's.
 
 Run as a script, this module is one client run (a subprocess, so a hung client is killed):
-    python -m tests.system.sasl_peers CLIENT MECHANISM FRAMING BOOTSTRAP USER CLIENT_ID
+    python -m tests.system.leaks.sasl_peers CLIENT MECHANISM FRAMING BOOTSTRAP USER CLIENT_ID
 with the password or token in the environment variable SASL_SECRET, never on the command line
 (CLIENT confluent-kafka-admin also reads SASL_UPSERT_USER and SASL_UPSERT_SECRET).
 It prints one JSON line: {"ok": bool, "error": str|null}.
@@ -41,7 +41,7 @@ import threading
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 API_VERSIONS, SASL_HANDSHAKE = 18, 17
 SCRAM_HASHES = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
@@ -203,7 +203,8 @@ class HandshakeV0Relay:
 # --- real clients ------------------------------------------------------------------------
 
 def client_command(client: str, mechanism: str, framing: str, bootstrap: str, user: str, client_id: str) -> list[str]:
-    return [sys.executable, "-m", "tests.system.sasl_peers", client, mechanism, framing, bootstrap, user, client_id]
+    return [sys.executable, "-m", "tests.system.leaks.sasl_peers",
+            client, mechanism, framing, bootstrap, user, client_id]
 
 
 def run_client(client: str, mechanism: str, framing: str, bootstrap: str, user: str, secret: str,
