@@ -108,7 +108,7 @@ DEFAULT_CLIENT_IDS: dict[str, tuple[str, ...]] = {
 
 # The golden recordings (tests/fixtures/golden/<client>.json): library name and the version whose
 # request vector the recording shows. confluent-kafka's vector is librdkafka's: its KIP-511
-# version string says "2.16.1-rdkafka-2.16.0" (tests/core/test_golden.py EXPECTED_IDENTITY).
+# version string says "2.16.1-rdkafka-2.16.0" (harness/golden.py EXPECTED_IDENTITY).
 GOLDEN_LIBRARIES: dict[str, tuple[str, str | None]] = {
     # golden client: (library, version; None: the recording's client_package_version)
     "aiokafka": ("aiokafka", None),

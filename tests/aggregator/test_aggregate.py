@@ -51,8 +51,8 @@ from kio.schema.metadata.v1.response import MetadataResponse
 from kio.serial import entity_reader
 
 from capture.kafka.api_table import API_TABLE
-from exporter.aggregator import models as aggregate_models
 from harness import java_client, peers
+from harness.aggregate import conforms  # every answer below is held to the aggregator's models
 from harness.census import Census, free_port, wait_for
 from harness.kafka_broker import HARNESS, KafkaCluster, start_kafka
 from harness.kafka_frames import request_frame
@@ -71,24 +71,6 @@ CLIENT_IDS = {name: f"census-{name}" for name, _ in SPREAD}  # python_client.py'
 LEADER_APIS = {"Produce", "Fetch"}
 GROUP_APIS = {"JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch",
               "ConsumerGroupHeartbeat"}
-
-# The aggregator's OpenAPI models: every answer below is held to them (extra fields forbidden).
-MODELS = {"/api/v1/connections?": aggregate_models.AggConnectionList, "/api/v1/clients": aggregate_models.AggClientList,
-          "/api/v1/brokers": aggregate_models.AggBrokerList,
-          "/api/v1/upgrade-readiness": aggregate_models.AggUpgradeReadiness,
-          "/api/v1/peers": aggregate_models.PeerList, "/api/v1/connections/": aggregate_models.AggConnection}
-
-
-def conforms(path: str, status: int, body: dict) -> None:
-    if status == 502:
-        aggregate_models.NoPeerAnswered.model_validate(body)
-        return
-    if status != 200:
-        return
-    model = next((m for prefix, m in MODELS.items() if (path + "?").startswith(prefix)), None)
-    assert model is not None, path
-    model.model_validate(body)
-
 
 # As deployed: the sidecars need their API token, which the aggregator has as --peer-token-file;
 # callers of the aggregator need its own token.

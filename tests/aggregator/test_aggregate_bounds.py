@@ -423,7 +423,7 @@ def flags() -> list[str]:
 
 def call_all(base: str, paths: list[str]) -> list[tuple[int, dict, dict]]:
     """Every path at once (one thread each, each with a timeout)."""
-    from tests.aggregator.test_aggregate_peers import fetch
+    from harness.aggregate import fetch
 
     with ThreadPoolExecutor(len(paths)) as pool:
         return list(pool.map(lambda path: fetch(base, path), paths, timeout=300))
@@ -432,8 +432,8 @@ def call_all(base: str, paths: list[str]) -> list[tuple[int, dict, dict]]:
 @pytest.fixture(scope="module")
 def sidecar():
     from exporter.http.app import create_app
+    from harness.api_world import build_registry
     from tests.aggregator.served import Served
-    from tests.http.test_api import build_registry
 
     s = Served(create_app(build_registry()))
     yield s
@@ -442,7 +442,7 @@ def sidecar():
 
 @e2e
 def test_a_peer_streaming_tiny_rows_is_dropped_unparsed_and_asked_once_for_64_callers(sidecar, capsys):
-    from tests.aggregator.test_aggregate_peers import Agg
+    from harness.aggregate import Agg
 
     hostile = Streamer(tiny_rows())
     agg = Agg([sidecar.name, hostile.name], *flags())
@@ -495,7 +495,7 @@ def test_rss_stays_under_the_formula_when_32_distinct_queries_meet_two_hostile_p
     query for these kinds). The tiny-rows peer is dropped unparsed every time; the costly peer's
     answers (just under --peer-max-items) are each parsed, one at a time
     (--peer-parse-concurrency 1), and refused by the shape check."""
-    from tests.aggregator.test_aggregate_peers import Agg
+    from harness.aggregate import Agg
 
     body = costly(FLAGS["--peer-max-items"])
     tiny, dear = Streamer(tiny_rows()), Streamer([body[i:i + 64 * KIB] for i in range(0, len(body), 64 * KIB)])

@@ -2,7 +2,7 @@
 
 The real `kafka-census aggregate` command (a subprocess) in front of:
 - sidecars: the real REST app (exporter.http.app.create_app over a registry fed with the capture
-  events of tests/http/test_api.py), served by uvicorn on a loopback port in this process
+  events of harness/api_world.py), served by uvicorn on a loopback port in this process
   (tests/aggregator/served.py);
 - hostile peers: a small local TCP server started by the test (`Hostile`), which answers
   garbage that is not HTTP, a body past --peer-max-mb (streamed, or declared in
@@ -24,8 +24,6 @@ import socket
 import socketserver
 import subprocess
 import threading
-import urllib.error
-import urllib.request
 
 import pytest
 
@@ -36,11 +34,11 @@ from exporter.aggregator.peers import Peers
 from exporter.http.app import create_app
 from exporter.http.auth import ApiToken
 from exporter.http.models import InvalidAnswer
+from harness.aggregate import Agg, fetch
+from harness.api_world import build_registry
 from harness.census import CENSUS, Census, wait_for
 from harness.peers import free_port
 from tests.aggregator.served import Served
-from tests.aggregator.test_aggregate import conforms
-from tests.http.test_api import build_registry
 
 pytestmark = pytest.mark.e2e  # kafka-census sidecars/aggregator (and Tansu)
 
@@ -109,35 +107,6 @@ class Hostile:
         self.release.set()
         self.server.shutdown()
         self.server.server_close()
-
-
-def fetch(base: str, path: str, token: str | None = None) -> tuple[int, dict, dict | str]:
-    req = urllib.request.Request(base + path, headers={"Authorization": f"Bearer {token}"} if token else {})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            raw, status, headers = resp.read(), resp.status, resp.headers
-    except urllib.error.HTTPError as err:
-        raw, status, headers = err.read(), err.code, err.headers
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        body = raw.decode()
-    return status, {k.lower(): v for k, v in headers.items()}, body
-
-
-class Agg(Census):
-    """`kafka-census aggregate --peers ...` with the given flags (open, unless a token is given)."""
-
-    def __init__(self, peer_names: list[str], *args: str) -> None:
-        flags = list(args)
-        if "--api-token-file" not in flags:
-            flags.append("--allow-unauthenticated")
-        super().__init__(["aggregate", "--peers", ",".join(peer_names), *flags], free_port())
-
-    def answer(self, path: str, token: str | None = None):
-        status, headers, body = fetch(self.base, path, token)
-        conforms(path, status, body)
-        return status, headers, body
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ from capture.sources import LiveCapture
 from exporter.census.registry import ConnectionRegistry
 from harness import oracles, peers
 from harness.census import wait_for
-from tests.core.test_golden import EXPECTED_IDENTITY
+from harness.golden import EXPECTED_IDENTITY
 
 pytestmark = pytest.mark.e2e  # real traffic, witnessed by tcpdump and tshark
 

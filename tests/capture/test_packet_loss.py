@@ -27,6 +27,7 @@ from capture.packets import FIN, segment_parser
 from capture.replay import replay
 from exporter.census.registry import ConnectionRegistry
 from harness.kafka_frames import raw_request, sized
+from harness.recorded_pcaps import drop_every
 from harness.synth import TcpConversation, write_pcap
 
 IDENTITY = ("client_id", "client_software_name", "client_software_version")
@@ -75,24 +76,6 @@ def packets(path: Path):
             return out
         r = parse(data, 0, len(data))
         out.append((hdr, data, None if isinstance(r, str) else r))
-
-
-def drop_every(path: Path, k: int, out: Path) -> list[int]:
-    """Write `path` to `out` without packets k, 2k, 3k... (1-based); return the dropped indexes."""
-    reader = pcapy.open_offline(str(path))
-    dumper = reader.dump_open(str(out))
-    dropped, i = [], 0
-    while True:
-        hdr, data = reader.next()
-        if hdr is None:
-            break
-        if (i + 1) % k:
-            dumper.dump(hdr, data)
-        else:
-            dropped.append(i)
-        i += 1
-    dumper.close()
-    return dropped
 
 
 def visible_holes(all_packets, dropped: list[int], port: int) -> set[tuple[int, Direction]]:

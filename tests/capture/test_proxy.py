@@ -27,7 +27,6 @@ import select
 import socket
 import struct
 import threading
-import time
 import tracemalloc
 from collections import Counter
 
@@ -35,17 +34,16 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from capture.events import ConnectionOpened
-from capture.proxy import Proxy, Route
 from capture.proxy_tls import subject_name
-from exporter.census.registry import ConnectionRegistry
 from exporter.eventlog.reader import list_logs, read_events
 from harness import peers
 from harness.census import Census, wait_for
+from harness.golden import EXPECTED_IDENTITY
 from harness.java_client import JAVA_CLIENT_VERSION, SOFTWARE_NAME, run_java_client
 from harness.kafka_broker import start_kafka
 from harness.kafka_frames import request_frame
 from harness.oracles import tcpdump_capture, tshark_streams
-from tests.core.test_golden import EXPECTED_IDENTITY
+from tests.capture.proxy_runs import Running, running
 
 pytestmark = pytest.mark.e2e  # Apache Kafka, Tansu and kafka-census proxy
 
@@ -205,46 +203,6 @@ LOOPS = ("uvloop", "asyncio")
 @pytest.fixture(params=LOOPS)
 def proxy_loop(request) -> str:
     return request.param
-
-
-class Running:
-    """A `Proxy` on a thread, feeding a registry; stops (and checks that it stopped) on exit."""
-
-    def __init__(self, upstream_port: int, **options) -> None:
-        self.port = peers.free_port()
-        self.registry = ConnectionRegistry(clock=time.time)
-        self.proxy = Proxy([Route("127.0.0.1", self.port, "127.0.0.1", upstream_port, "PLAINTEXT", "PLAINTEXT")],
-                           self.registry.apply, update_interval=0.2, **options)
-        self.proxy.bind()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.proxy.run, args=(self.stop,), daemon=True)
-        self.thread.start()
-
-    def connect(self) -> socket.socket:
-        return socket.create_connection(("127.0.0.1", self.port), timeout=10)
-
-    def rows(self, state: str = "all") -> list[dict]:
-        return self.registry.connections(state)
-
-    def wait(self, condition, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            assert time.monotonic() < deadline, f"not within {timeout} s; rows: {self.rows()}"
-            time.sleep(0.02)
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(timeout=10)
-        assert not self.thread.is_alive(), "the proxy did not stop within 10 s"
-
-
-@contextlib.contextmanager
-def running(upstream_port: int, **options):
-    r = Running(upstream_port, **options)
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 def api_versions(software: str = "census-fault", version: str = "1.0", correlation_id: int = 1) -> bytes:

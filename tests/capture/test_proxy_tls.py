@@ -40,9 +40,9 @@ import pytest
 from exporter.census.record import iso_time
 from harness import oracles, peers
 from harness.census import CENSUS, Census, wait_for
+from harness.golden import EXPECTED_IDENTITY
 from harness.kafka_broker import KafkaCluster, KafkaError, Tls, start_kafka
 from harness.tls_certs import Issued, make_pki
-from tests.core.test_golden import EXPECTED_IDENTITY
 
 pytestmark = pytest.mark.e2e  # kafka-census proxy terminating TLS in front of Apache Kafka (and Tansu)
 
@@ -570,7 +570,7 @@ def test_tls_connections_over_the_limit_are_refused_and_counted(pki, loop):
     On Tansu, as that module's fault tests and for their reason: only the proxy's sockets are
     checked, and any broker's answer to one ApiVersions request will do."""
     from capture.proxy_tls import TlsSettings
-    from tests.capture.test_proxy import running
+    from tests.capture.proxy_runs import running
 
     tls = TlsSettings(cert=str(pki.server.cert_path), key=str(pki.server.key_path))
     ctx = ssl.create_default_context(cafile=str(pki.ca.ca_path))

@@ -23,7 +23,7 @@ from harness import peers  # noqa: E402
 TESTS_DIR = Path(__file__).resolve().parents[1]
 
 from capture.kafka import ClientSoftware, DecodeError, Desync  # noqa: E402
-from tests.core.test_golden import EXPECTED_IDENTITY, decode  # noqa: E402
+from harness.golden import EXPECTED_IDENTITY, decode  # noqa: E402
 
 
 def _load_recorder():

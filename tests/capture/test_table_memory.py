@@ -1,6 +1,7 @@
 """What one entry of each connection table costs, measured: the sizing rule behind the chart's
 derived `--max-flows` and `--max-connections` (helm/kafka-census/templates/_helpers.tpl,
-"kafka-census.tableSizes"), whose constants FLOW_BYTES and RECORD_BYTES are the ones here.
+"kafka-census.tableSizes"), whose constants FLOW_BYTES and RECORD_BYTES (harness/memory_bounds.py)
+are the ones asserted here.
 
 A real FlowTracker (capture/flows.py) feeds a real ConnectionRegistry (exporter/census/registry.py)
 N synthetic connections that each complete a TCP handshake, an ApiVersions v3 exchange (a
@@ -37,15 +38,13 @@ from capture.packets import ACK, PSH, RST, SYN
 from exporter.census.registry import ConnectionRegistry
 from exporter.http.metrics import CensusCollector
 from harness.kafka_frames import sized
+from harness.memory_bounds import FLOW_BYTES, RECORD_BYTES
 from tests.core.hostile_frames import api_versions_v3_response, compact_string, metadata_request, opaque_response
 
 pytestmark = pytest.mark.slow  # measures memory at full table sizes (minutes on 2 cores)
 
-# The sizing rule (bytes per entry, worst of what these tests measure, with ~30% headroom).
-FLOW_BYTES = 5632  # measured 4,190: one tracked TCP flow (--max-flows)
-# measured 1,607 (closed; open ones share strings with their flow): one registry record, open
-# (--max-connections) or closed (--max-closed-connections)
-RECORD_BYTES = 2176
+# The sizing rule (bytes per entry, worst of what these tests measure, with ~30% headroom):
+# FLOW_BYTES and RECORD_BYTES, the chart's, are in harness/memory_bounds.py.
 TOMBSTONE_BYTES = 384  # measured 283: one recently closed 4-tuple in the tracker (at most MAX_TOMBSTONES)
 # Not per connection, but bounded tables the same pod holds (the chart's sizing, docs/hardening.md):
 # measured 5,306 (15 KB when a row kept 100): a census row listing its 32 client addresses (max_census_rows)

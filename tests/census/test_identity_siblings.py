@@ -18,7 +18,7 @@ from capture.listeners import ListenerMap
 from capture.replay import replay
 from exporter.census.registry import ConnectionRegistry
 from exporter.http.metrics import CensusCollector
-from tests.core.test_differential import GOLDEN, PORT, golden_flows, write_flows
+from harness.recorded_pcaps import GOLDEN, PORT, golden_flows, write_flows
 
 BROKER = ("10.0.0.5", 9092)
 

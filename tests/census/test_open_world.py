@@ -20,7 +20,7 @@ import pytest
 from capture.listeners import ListenerMap
 from capture.replay import replay
 from exporter.census.registry import ConnectionRegistry
-from tests.core.test_differential import GOLDEN, PORT, golden_flows, write_flows
+from harness.recorded_pcaps import GOLDEN, PORT, golden_flows, write_flows
 
 STORM = 1000
 

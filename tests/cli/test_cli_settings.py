@@ -8,16 +8,15 @@ cannot hold, and bounds the default silently. exporter.cli.settings itself: test
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from harness import synth
-from harness.census import CENSUS, Census
+from harness.census import Census
+from harness.cli_runs import assert_usage_error, clean_env, run
 from harness.known_conversation import full_conversation
 from harness.net import free_port
 
@@ -25,30 +24,6 @@ pytestmark = pytest.mark.e2e  # runs the kafka-census command
 
 # broker port -> the listener setting that alone matches it
 PORTS = {"default": 9092, "config": 9201, "env": 9202, "flag": 9203}
-
-
-def clean_env(**extra) -> dict:
-    """This process's environment without any KAFKA_CENSUS_* setting, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_CENSUS_")}
-    env.update(extra)
-    return env
-
-
-def run(*args, env=None):
-    assert CENSUS.exists(), "console script missing: run `make setup` (pip install -e .)"
-    return subprocess.run([str(CENSUS), *map(str, args)], capture_output=True, text=True, timeout=60,
-                          env=env if env is not None else clean_env(), stdin=subprocess.DEVNULL)
-
-
-def assert_usage_error(out, *fragments):
-    """Exit 2, exactly one `kafka-census: error:` line naming `fragments`, no traceback."""
-    assert out.returncode == 2, (out.returncode, out.stderr)
-    errors = [line for line in out.stderr.splitlines() if line.startswith("kafka-census: error:")]
-    assert len(errors) == 1, out.stderr
-    for fragment in fragments:
-        assert fragment in errors[0], out.stderr
-    assert "Traceback" not in out.stderr, out.stderr
-    assert out.stdout == ""
 
 
 @pytest.fixture(scope="module")

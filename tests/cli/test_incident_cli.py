@@ -36,12 +36,12 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from harness import peers
-from harness.census import CENSUS, Census, wait_for
+from harness.census import Census, wait_for
 from harness.kafka_frames import produce_v0_2, raw_request, request_frame
+from tests.cli.incident_runs import SCRIPT, cli, one_error_line
 
 pytestmark = pytest.mark.e2e  # kafka-census sidecars and the aggregator, asked by the incident commands
 
-SCRIPT = CENSUS
 TOKEN = "incident-test-token-0123456789abcdef"
 HOSTILE_ID = "census-evil\x1b[31mRED\x1b[0m\n\u202eX"
 HELD_ID = "census-held"
@@ -55,22 +55,6 @@ def cell_width(text: str) -> int:
     """Terminal cells of `text` (measured here, not by the module under test): East Asian wide
     and full-width characters take two."""
     return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-
-
-def cli(*args, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    """`kafka-census ARGS` with no KAFKA_CENSUS_* or COLUMNS from the test's own environment."""
-    assert SCRIPT.exists(), "console script missing: run `make setup` (pip install -e .)"
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_CENSUS_") and k != "COLUMNS"}
-    return subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          env={**clean, **(env or {})}, stdin=subprocess.DEVNULL)
-
-
-def one_error_line(out: subprocess.CompletedProcess) -> str:
-    """The command failed with exactly one stderr line, no traceback, nothing on stdout."""
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
-    assert out.stdout == "", out.stdout
-    return lines[0]
 
 
 def api(base: str, path: str, **params) -> dict:

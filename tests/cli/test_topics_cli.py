@@ -145,7 +145,7 @@ def servers():
 
 
 def run(*argv):
-    from tests.cli.test_incident_cli import cli
+    from tests.cli.incident_runs import cli
 
     return cli(*argv)
 
@@ -196,7 +196,7 @@ def test_topics_and_topic_against_a_sidecar(servers):
 
 @pytest.mark.e2e
 def test_an_unknown_topic_is_exit_1_and_a_bad_name_exit_2_in_one_line(servers):
-    from tests.cli.test_incident_cli import one_error_line
+    from tests.cli.incident_runs import one_error_line
 
     java = servers[0][0]
     out = run("topic", "no-such-topic", "--server", java.base)

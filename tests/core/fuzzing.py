@@ -3,7 +3,7 @@ hypothesis profiles, `Peak` (the tracemalloc peak each example's memory bound is
 and the seed corpus.
 
 Seed corpus: the frames real clients exchanged with Tansu (tests/fixtures/golden/*.json), a few
-SASL exchanges built with kio, and tests/core/test_core_properties.py's kio transcript.
+SASL exchanges built with kio, and the kio transcript of tests/core/transcripts.py.
 
 Runs: `make test` runs each test with the example count its module gives, derandomized and
 without the example database (`kafka-census-fuzz` profile), ~60-90 s in all: the same inputs
@@ -35,7 +35,7 @@ from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse as Hs1Re
 
 from capture.events import Direction
 from harness.kafka_frames import request_frame, response_frame, sized
-from tests.core.test_core_properties import TRANSCRIPT
+from tests.core.transcripts import TRANSCRIPT
 
 C, B = Direction.FROM_CLIENT, Direction.FROM_BROKER
 KiB = 1024
@@ -110,7 +110,7 @@ def _sasl_seeds() -> list[tuple[str, tuple[tuple[Direction, bytes], ...]]]:
     return [("sasl-v0-plain", plain), ("sasl-v0-scram", scram), ("sasl-v1-plain", auth)]
 
 
-# The kio-built transcript of tests/core/test_core_properties.py too: versions and APIs the golden
+# The kio-built transcript of tests/core/transcripts.py too: versions and APIs the golden
 # clients do not send (Produce v3/v9 with transactional ids, JoinGroup v5/v6, flexible headers).
 CORPUS = _golden() + _sasl_seeds() + [("kio-transcript", tuple(TRANSCRIPT))]
 CORPUS_NAMES = [name for name, _ in CORPUS]

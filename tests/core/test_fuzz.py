@@ -1,9 +1,9 @@
 """Fuzz harness (hypothesis) for the first of the three places hostile bytes enter kafka-census,
 the protocol core, `capture.kafka.KafkaConnection`: both byte streams of a connection, mutated, cut
 into random chunks, with gaps and an early or late close; arbitrary bytes with no seed; the kio
-transcript of tests/core/test_core_properties.py (with its large frames) cut every way. (One
+transcript of tests/core/transcripts.py (with its large frames) cut every way. (One
 harness: tests/core/test_core_properties.py keeps the chunking invariance, the buffer bound's
-definition and its pinned cases, the readers' fuzz and the hostile sizes.) The other two, TCP
+pinned cases, the readers' fuzz and the hostile sizes.) The other two, TCP
 reassembly and the pcap reader: tests/core/test_fuzz_flows.py.
 
 Invariants: only events come out, never an exception (the core's `ProtocolError` never escapes
@@ -26,7 +26,7 @@ from capture.events import NEED_DATA, ConnectionClosed, DecodeError, Desync, Dir
 from capture.kafka import KafkaConnection
 from harness.kafka_frames import sized
 from tests.core.fuzzing import CORPUS, B, C, KiB, Peak, fuzz
-from tests.core.test_core_properties import BIG_FRAMES, TRANSCRIPT, cut, memory_bound, runs
+from tests.core.transcripts import BIG_FRAMES, TRANSCRIPT, cut, memory_bound, runs
 
 
 def test_the_seed_corpus_decodes_cleanly():
@@ -51,7 +51,7 @@ SMALL_LIMITS = dict(max_decoded_frame=4096, max_frame_size=65536, max_in_flight=
 # Topics mode (capture/kafka/topics.py) with both limits, one event per request and tally mode:
 # the same rules, more bodies read whole.
 TOPICS_LIMITS = (dict(topics=True), dict(SMALL_LIMITS, topics=True, tally=True, max_topics=4))
-#: tests/core/test_core_properties.py's: small frames, the default in-flight bound.
+#: tests/core/transcripts.py's SMALL_LIMITS: small frames, the default in-flight bound.
 SMALL_FRAMES = dict(max_decoded_frame=4096, max_frame_size=65536)
 
 
@@ -139,7 +139,7 @@ def core_runs(draw):
 
 def run_core(ops, options) -> tuple[int, int]:
     """Feed the ops, draining with next_event after each; check every event, and the buffer
-    bound (tests/core/test_core_properties.py, `memory_bound`) before every next_event. Returns
+    bound (tests/core/transcripts.py, `memory_bound`) before every next_event. Returns
     (events, bytes fed)."""
     conn = KafkaConnection("fuzz", **options)
     fed = largest = count = 0
@@ -280,7 +280,7 @@ def test_fuzz_core_kio_transcript_cut_every_way(data, limits, mid_stream):
     run_core([("data", d, c) for d, c in chunks], dict(limits, mid_stream=mid_stream))
 
 
-# Large frames (tests/core/test_core_properties.py, BIG_FRAMES) around the small limits: a bounded
+# Large frames (tests/core/transcripts.py, BIG_FRAMES) around the small limits: a bounded
 # buffer must stream them through. Shrinking a failure on these 200 KB transcripts takes
 # hypothesis minutes; this random search found, among others, the unbounded client_id wait
 # pinned in tests/core/test_core_properties.py.

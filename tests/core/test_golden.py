@@ -5,7 +5,6 @@ The ApiVersions request of every connection is also decoded by kio, independentl
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 import pathlib
@@ -23,56 +22,17 @@ from capture.kafka import (
     DecodeError,
     Desync,
     Direction,
-    KafkaConnection,
     Kind,
     RequestSeen,
     ResponseSeen,
 )
+from harness.golden import EXPECTED_IDENTITY, chunks, decode
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "golden"
-
-# What each client announces (KIP-511), as its own code says, not as our decoder says:
-# (ApiVersions request version, ClientSoftwareName, ClientSoftwareVersion). Sources:
-# confluent_kafka's cimpl sets "confluent-kafka-python" + "<version>-rdkafka-<librdkafka>";
-# kafka/net/connection.py 'client_software_name': 'kafka-python'; @platformatic/kafka
-# dist/clients/base/options.js clientSoftwareName = 'platformatic-kafka'; kafka-ts
-# dist/api/api-versions/v3.js writes clientSoftwareVersion ?? 'unknown'.
-EXPECTED_IDENTITY = {
-    "confluent-kafka": (3, "confluent-kafka-python", "2.16.1-rdkafka-2.16.0"),
-    "kafka-python": (4, "kafka-python", "3.0.12"),
-    "aiokafka": (0, None, None),  # no software fields before v3
-    "kafkajs": (2, None, None),
-    "platformatic": (3, "platformatic-kafka", "1.35.0"),
-    "kafka-ts": (4, "kafka-ts", "unknown"),
-}
 
 
 def load(name: str) -> dict:
     return json.loads((GOLDEN / f"{name}.json").read_text())
-
-
-def chunks(connection: dict):
-    for direction, ts, data in connection["chunks"]:
-        yield (Direction.FROM_CLIENT if direction == "c" else Direction.FROM_BROKER), ts, base64.b64decode(data)
-
-
-def decode(connection: dict, *, split: str = "recorded", trailing: bytes = b"", close: bool = True) -> list:
-    conn = KafkaConnection(f"golden-{connection['index']}")
-    events = []
-    last_ts = 0.0
-    for direction, ts, data in chunks(connection):
-        pieces = [data[i:i + 1] for i in range(len(data))] if split == "bytes" else [data]
-        for piece in pieces:
-            conn.receive(direction, piece, ts)
-            events.extend(conn.events())
-        last_ts = ts
-    if trailing:
-        conn.receive(Direction.FROM_CLIENT, trailing, last_ts)
-        events.extend(conn.events())
-    if close:
-        conn.close("fin", last_ts + 1)
-        events.extend(conn.events())
-    return events
 
 
 def without_ts(events):

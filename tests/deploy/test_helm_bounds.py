@@ -11,7 +11,7 @@ import re
 import helm_python
 import pytest
 
-from tests.capture.test_table_memory import FLOW_BYTES, RECORD_BYTES
+from harness.memory_bounds import FLOW_BYTES, RECORD_BYTES
 from tests.deploy.helm_render import (
     census_containers,
     ci_values,
@@ -73,8 +73,9 @@ def tables_room(limit_mib: int, *, kernel: int = 64, budget: int, queue: int = 0
 
 
 def derived_tables(limit_mib: int, *, closed: int = 10_000, **room) -> int:
-    """The chart's rule, from the constants tests/capture/test_table_memory.py asserts: an equal number
-    of flows and records in what is left beside the closed records, in thousands."""
+    """The chart's rule, from the constants of harness/memory_bounds.py that
+    tests/capture/test_table_memory.py asserts: an equal number of flows and records in what is
+    left beside the closed records, in thousands."""
     left = tables_room(limit_mib, **room) - closed * RECORD_BYTES
     return left // (FLOW_BYTES + RECORD_BYTES) // 1000 * 1000
 

@@ -23,8 +23,8 @@ from exporter.http.auth import ApiToken, TokenError, bearer_token, read_token
 from exporter.service.serve import Service
 from harness import synth
 from harness.census import Census, free_port
+from harness.cli_runs import assert_usage_error, clean_env, run
 from harness.known_conversation import full_conversation
-from tests.cli.test_cli_settings import assert_usage_error, clean_env, run
 
 TOKEN = "s3cr3t-Token_1+/="
 NEW_TOKEN = "0ther-t0ken-2"

@@ -216,9 +216,9 @@ def test_the_aggregator_says_its_peers_cuts_and_cuts_at_its_own_budget():
     own in `cut`, sets X-Kafka-Census-Cut, and the aggregator counts its own cut."""
     from exporter.http.app import create_app
     from exporter.http.bounds import HttpGuard, HttpLimits
+    from harness.aggregate import Agg
     from tests.aggregator.served import Served
-    from tests.aggregator.test_aggregate_peers import Agg
-    from tests.http.test_http_limits import big_registry
+    from tests.http.flood_registry import big_registry
 
     sidecars = [Served(create_app(big_registry(3000), guard=HttpGuard(HttpLimits(max_response_bytes=MiB))))
                 for _ in range(2)]

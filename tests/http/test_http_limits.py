@@ -16,7 +16,6 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
-from capture.events import ClientSoftware, ConnectionOpened, RequestSeen
 from exporter.census.registry import ConnectionRegistry
 from exporter.http import bounds as httpbounds
 from exporter.http.app import BodyBuilder, create_app
@@ -29,23 +28,9 @@ from exporter.http.bounds import (
     RequestLimiter,
     fd_budget,
 )
+from tests.http.flood_registry import big_registry
 
 MiB = 1 << 20
-
-
-def big_registry(n: int, client_id_chars: int = 256) -> ConnectionRegistry:
-    """`n` announced connections, each with a distinct long client id (what the issue's flood made)."""
-    reg = ConnectionRegistry(max_open=n + 1)
-    for i in range(n):
-        cid = f"10.0.0.1:9092-10.1.{i // 250}.{i % 250}:4000-{i}"
-        reg.apply(ConnectionOpened(conn_id=cid, ts=1.0, client_address=f"10.1.{i // 250}.{i % 250}", client_port=4000,
-                                   broker_address="10.0.0.1", broker_port=9092, listener="PLAINTEXT",
-                                   security_protocol="PLAINTEXT", mid_stream=False, source="capture"))
-        reg.apply(ClientSoftware(conn_id=cid, ts=1.0, request_version=3, name="census-flood", version="1.0",
-                                 valid=True, error_code=0, accepted=True))
-        reg.apply(RequestSeen(conn_id=cid, ts=1.0, api_key=18, api_name="ApiVersions", api_version=3,
-                              correlation_id=1, client_id=f"flood-{i:06d}-".ljust(client_id_chars, "x"), size=64))
-    return reg
 
 
 # --- the response budget --------------------------------------------------------------------

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pathlib
 
-from tests.layout.test_core_imports import _cycles, _import_graph, _project_imports
+from tests.layout.import_graph import cycles, import_graph, project_imports
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LEAVES = {"exporter.version", "exporter.textsafe", "exporter"}
@@ -62,15 +62,15 @@ def layer_violations(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
 
 
 def test_every_exporter_module_sits_in_a_layer_and_imports_only_below_it():
-    graph = _import_graph(ROOT, "exporter")
+    graph = import_graph(ROOT, "exporter")
     assert {_layer(m) for m in graph} - {None} == set(MAY_IMPORT), "a package of exporter/ has no rule"
     assert layer_violations(graph) == []
 
 
 def test_no_import_cycle_in_the_exporter_lazy_imports_included():
-    graph = _import_graph(ROOT, "exporter")
+    graph = import_graph(ROOT, "exporter")
     assert "exporter.cli.settings" in graph and graph["exporter.cli.main"], "the exporter was not walked"
-    assert _cycles(graph) == []
+    assert cycles(graph) == []
 
 
 def test_only_the_cli_takes_more_than_event_types_from_the_capture():
@@ -81,7 +81,7 @@ def test_only_the_cli_takes_more_than_event_types_from_the_capture():
         if path.relative_to(ROOT / "exporter").parts[0] == "cli":
             continue
         walked += 1
-        capture = {m for m in _project_imports(path) if m.split(".")[0] == "capture"}
+        capture = {m for m in project_imports(path) if m.split(".")[0] == "capture"}
         assert capture <= CAPTURE_PUBLIC, (str(path.relative_to(ROOT)), capture)
     assert walked >= 20
 
@@ -89,7 +89,7 @@ def test_only_the_cli_takes_more_than_event_types_from_the_capture():
 def test_the_pipeline_takes_only_the_event_log_and_the_identity_basis():
     paths = sorted((ROOT / "pipeline").rglob("*.py"))
     assert len(paths) >= 8
-    used = {m for path in paths for m in _project_imports(path) if m.split(".")[0] == "exporter"}
+    used = {m for path in paths for m in project_imports(path) if m.split(".")[0] == "exporter"}
     assert used and all(_within(m, PIPELINE_MAY_IMPORT) for m in used), used
 
 
@@ -125,7 +125,7 @@ WITHIN = {
 
 
 def test_inside_a_package_each_module_imports_only_the_modules_its_docstring_names():
-    graph = _import_graph(ROOT, "exporter")
+    graph = import_graph(ROOT, "exporter")
     for module, allowed in WITHIN.items():
         package = module.rsplit(".", 1)[0]
         own = {d for d in graph[module] if d.startswith(package + ".")}

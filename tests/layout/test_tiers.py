@@ -1,10 +1,10 @@
 """The test tiers of tests/conftest.py: the guard that keeps peers out of the fast tier, and the
-rule that sorts modules; and the rule that bench/ shares harness/ with the tests, never tests/.
+rule that sorts modules; the rule that bench/ shares harness/ with the tests, never tests/; and
+that no module imports a test module (helpers live in helper modules).
 Fast tier itself: these tests start nothing (the guard refuses before anything is forked)."""
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +13,7 @@ import pytest
 
 from harness.census import CENSUS
 from tests import conftest
+from tests.layout.import_graph import project_imports, top_level_imports
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -76,30 +77,31 @@ def test_module_tier_reads_the_pytestmark_line(tmp_path):
 ROOT = TESTS.parent
 
 
-def _imports(path: Path) -> set[str]:
-    """Top-level package names a file imports (absolute imports only)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
-    return found
-
-
 def test_bench_does_not_import_tests():
     """What the benchmarks need from the suite is in harness/ (issue 18)."""
-    offenders = {str(p.relative_to(ROOT)) for p in (ROOT / "bench").rglob("*.py") if "tests" in _imports(p)}
+    offenders = {str(p.relative_to(ROOT)) for p in (ROOT / "bench").rglob("*.py") if "tests" in top_level_imports(p)}
     assert not offenders
 
 
 def test_harness_imports_neither_tests_bench_nor_pytest():
     for path in (ROOT / "harness").rglob("*.py"):
-        assert not _imports(path) & {"tests", "bench", "pytest"}, path.name
+        assert not top_level_imports(path) & {"tests", "bench", "pytest"}, path.name
     # oracles and frames stay independent of the code they check
     for name in ("oracles.py", "kafka_frames.py"):
-        assert not _imports(ROOT / "harness" / name) & {"capture", "exporter", "pipeline"}, name
+        assert not top_level_imports(ROOT / "harness" / name) & {"capture", "exporter", "pipeline"}, name
 
+
+
+def _is_test_module(name: str) -> bool:
+    return name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_")
+
+
+def test_no_module_imports_a_test_module():
+    """What several tests share is a helper module (beside them, or in harness/ across areas),
+    never a test module: a reader finds helpers where docs/testing.md says they are."""
+    offenders = {str(p.relative_to(ROOT)): sorted(found) for p in TESTS.rglob("*.py")
+                 if "fixtures" not in p.parts and (found := {m for m in project_imports(p) if _is_test_module(m)})}
+    assert offenders == {}
 
 def test_free_port_never_hands_out_a_port_twice():
     """Consecutive binds to port 0 may get the same port: a broker whose listeners took two of

@@ -37,6 +37,7 @@ import pytest
 
 from harness import peers
 from harness.census import Census
+from harness.odd_clients import old_and_odd_clients
 from tests.pipeline.fleet import DAY0, HOSTS, PRINCIPALS, CliRun, ingested
 from tests.pipeline.oracle import (
     DAY,
@@ -56,7 +57,6 @@ from tests.pipeline.oracle import (
     software_of,
     utc_day,
 )
-from tests.system.test_exporter_e2e import old_and_odd_clients
 
 pytestmark = pytest.mark.spark
 

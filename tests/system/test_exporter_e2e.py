@@ -16,9 +16,7 @@ Needs root (live capture), as `make test` has on CI.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 from collections import Counter
 from pathlib import Path
 
@@ -29,10 +27,10 @@ from exporter.eventlog.format import SCHEMA_VERSION
 from exporter.eventlog.reader import list_logs, read_events
 from harness import peers, prom
 from harness.census import Census, wait_for
+from harness.golden import EXPECTED_IDENTITY
 from harness.java_client import JAVA_CLIENT_VERSION, SOFTWARE_NAME, run_java_client
 from harness.kafka_broker import USERS, start_kafka
-from harness.kafka_frames import produce_v0_2, raw_request
-from tests.core.test_golden import EXPECTED_IDENTITY
+from harness.odd_clients import old_and_odd_clients
 
 pytestmark = pytest.mark.e2e  # Apache Kafka, the real clients, kafka-census and Prometheus
 
@@ -65,25 +63,6 @@ def gauge(exporter: Exporter, listener: str, name: str, version: str) -> float |
     key = tuple(sorted({"listener": listener, "client_software_name": name,
                         "client_software_version": version}.items()))
     return exporter.samples("kafka_census_connections").get(key)
-
-
-def _send_and_close(port: int, data: bytes) -> None:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(data)
-        sock.settimeout(5)
-        with contextlib.suppress(OSError):
-            sock.recv(65536)  # Kafka 4 closes without an answer to each of these; the capture saw the bytes
-
-
-def old_and_odd_clients(port: int) -> None:
-    """What no modern client sends: Produce v2 (removed by Kafka 4.0, KIP-896) with acks=1 and
-    with acks=2 (invalid since KIP-1), in one segment (Kafka 4.4.0 closes the connection at the
-    first without an answer: both are on the wire); a Metadata version past the table (a decode
-    error); and an HTTP request on the Kafka port (a desync)."""
-    _send_and_close(port, produce_v0_2(2, 1, acks=1, client_id="census-legacy")
-                    + produce_v0_2(2, 2, acks=2, client_id="census-legacy"))
-    _send_and_close(port, raw_request(3, 99, 1, "census-future", b""))
-    _send_and_close(port, b"GET /metrics HTTP/1.1\r\nHost: kafka\r\n\r\n")
 
 
 @pytest.fixture(scope="module")
