@@ -1037,6 +1037,8 @@ class KafkaConnection:
         if error is not None:
             self._decode_error(stream, error.kind, walker.api_key, walker.api_version, error.message)
             topics.unread += 1
+        elif walker.costly:  # more items than a body of its size holds in real traffic
+            topics.unread += 1
         else:
             frames = 1 if walker.request else 0
             for (name, tid), nbytes in walker.entries.items():

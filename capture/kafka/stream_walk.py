@@ -11,6 +11,12 @@ of topics, ids and sizes stream (`streamable`); any other is counted unread by t
 Imports only `errors`, `topic_layouts` and topic_walk.py's name rules: no I/O. Raises nothing:
 a malformed body ends the walk with `error` set (a ProtocolError, for the caller to count).
 Pure Python on purpose: it runs once per large frame, never per packet of ordinary traffic.
+
+Bounded in work as in memory: each array item and tagged field costs a step of Python (about
+1 us), and a body of tiny items (empty partitions, a flood of empty tagged fields) would cost
+about 1 us a byte, 100 s for a 100 MiB frame. A walk takes at most `max_items(body_size)`
+items, one per BYTES_PER_ITEM bytes of body (a real partition holds 37 bytes or more); past it
+the walk stops (`costly`), the rest of the frame passes unread, and the caller counts it unread.
 """
 
 from __future__ import annotations
@@ -35,6 +41,19 @@ from .topic_layouts import (
 )
 from .topic_walk import MAX_TOPIC_NAME, topic_id, topic_name
 
+MIN_ITEMS = 4096
+BYTES_PER_ITEM = 32
+
+
+def max_items(body_size: int) -> int:
+    """The array items and tagged fields a walk of `body_size` bytes may read."""
+    return max(MIN_ITEMS, body_size // BYTES_PER_ITEM)
+
+
+class _TooCostly(Exception):
+    """The walk's item budget is spent."""
+
+
 _STREAMED = frozenset((FIXED, STRING, BYTES, RECORDS, ENTRIES, ARRAY, FIXED_ARRAY, TAGS, TOPIC, TOPIC_ID, TXN, REPLICA))
 
 
@@ -58,10 +77,11 @@ class StreamWalk:
     """One large frame's walk. `feed` each part of the body as it passes, in order, then `finish`
     once the frame has ended. `entries`: (topic name, topic id) -> record-set bytes, at most
     `max_topics` (past it, and for names that are not Kafka's, `dropped` counts); `error`: the
-    ProtocolError that ended a malformed body (its entries are then not to be used)."""
+    ProtocolError that ended a malformed body (its entries are then not to be used); `costly`: the
+    walk stopped at its item budget (`max_items`; its entries are not to be used either)."""
 
-    __slots__ = ("use", "request", "api_key", "api_version", "entries", "dropped", "error", "done", "max_topics",
-                 "_left", "_held", "_want", "_gen", "_name", "_id", "_nbytes")
+    __slots__ = ("use", "request", "api_key", "api_version", "entries", "dropped", "error", "done", "costly",
+                 "max_topics", "_left", "_items", "_held", "_want", "_gen", "_name", "_id", "_nbytes")
 
     def __init__(self, ops: tuple, compact: bool, body_size: int, *, use: int, request: bool, api_key: int,
                  api_version: int, max_topics: int) -> None:
@@ -70,8 +90,10 @@ class StreamWalk:
         self.dropped = 0
         self.error: ProtocolError | None = None
         self.done = False
+        self.costly = False
         self.max_topics = max_topics
         self._left = body_size  # bytes of the body not yet asked for: no count may exceed them
+        self._items = max_items(body_size)
         self._held = bytearray()
         self._want = 0
         self._name: str | None = None
@@ -125,6 +147,8 @@ class StreamWalk:
             self.done = True
         except ProtocolError as e:
             self.error = e
+        except _TooCostly:
+            self.done = self.costly = True  # the rest of the frame passes unread
 
     # --- the walk (a generator: each yield asks for bytes, as `_want` says) -------------------
 
@@ -175,6 +199,12 @@ class StreamWalk:
             raise ProtocolError(Kind.BAD_LENGTH, f"array of {n} items cannot fit in {self._left} bytes")
         return max(n, 0)
 
+    def _spend(self, n: int) -> None:
+        """`n` items (or tagged fields) are about to be walked: within the budget, or the walk stops."""
+        self._items -= n
+        if self._items < 0:
+            raise _TooCostly
+
     def _walk(self, ops: tuple, compact: bool) -> _Walk:
         for i in range(0, len(ops), 2):
             op, arg = ops[i], ops[i + 1]
@@ -190,18 +220,24 @@ class StreamWalk:
                     self._nbytes += n
                 yield from self._skip(max(n, 0))
             elif op == ENTRIES:
-                for _ in range((yield from self._count(compact))):
+                n = yield from self._count(compact)
+                self._spend(n)
+                for _ in range(n):
                     self._name = self._id = None
                     self._nbytes = 0
                     yield from self._walk(arg, compact)
                     self._commit()
             elif op == ARRAY:
-                for _ in range((yield from self._count(compact))):
+                n = yield from self._count(compact)
+                self._spend(n)
+                for _ in range(n):
                     yield from self._walk(arg, compact)
             elif op == FIXED_ARRAY:
                 yield from self._skip((yield from self._count(compact)) * arg)
             elif op == TAGS:
-                for _ in range((yield from self._uvarint())):
+                n = yield from self._uvarint()
+                self._spend(n)
+                for _ in range(n):
                     yield from self._uvarint()  # the tag: none is walked inside (streamable)
                     yield from self._skip((yield from self._uvarint()))
             elif op == TOPIC:

@@ -216,7 +216,8 @@ class CensusCollector:
                        "or id the registry refused, "
                        "'decoder' entries the decoder did not list (past its bound per frame, or invalid names), "
                        "'unread' frames whose topics were not read (malformed, cut short by a gap or the close, "
-                       "a Metadata answer over the decode limit).",
+                       "a Metadata answer over the decode limit, a frame over it of more items than its size "
+                       "allows).",
                        ["reason"], s.topics_dropped)
         yield _counter("topics_overflow", "Topic usage entries kept under the topic '<other>' because --max-topics "
                        "topics were known.", [], {(): s.topics_overflow})

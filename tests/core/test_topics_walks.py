@@ -22,6 +22,7 @@ from capture.kafka import (
     RequestSeen,
     RequestTally,
 )
+from capture.kafka.stream_walk import StreamWalk, max_items
 from capture.kafka.topic_layouts import REQUESTS
 from capture.kafka.topics import Topics
 from harness.kafka_frames import request_frame
@@ -174,6 +175,42 @@ def test_a_malformed_large_frame_is_a_decode_error_and_the_next_frame_is_read():
     assert [(e.kind, e.api_key) for e in of(events, DecodeError)] == [("truncated", 1)]  # its topics ran out
     assert counted(events, "unread") == 1
     assert usage_sum(events)[("produce", "orders", None)][1] > 0  # the next frame read
+
+
+def _many_items_body(kind: str, n: int) -> bytes:
+    """ProduceRequest v9 bodies of `n` tiny items: one topic's empty tagged fields, or its empty
+    (null-records) partitions, or `n` topics of one such partition each."""
+    if kind == "tags":
+        return flexible_produce_body(b"\x02\x07orders\x01" + uvarint(n) + b"\x00\x00" * n + b"\x00")
+    partition = struct.pack(">i", 0) + b"\x00\x00"  # index, records null, no tags
+    if kind == "partitions":
+        return flexible_produce_body(b"\x02\x07orders" + uvarint(n + 1) + partition * n + b"\x00\x00")
+    return flexible_produce_body(uvarint(n + 1) + (b"\x07orders\x02" + partition + b"\x00") * n + b"\x00")
+
+
+@pytest.mark.parametrize("kind", ["tags", "partitions", "topics"])
+def test_a_large_frame_of_tiny_items_stops_at_the_item_budget_and_is_unread(kind):
+    """Each item a stream walk reads costs a step of Python: a frame of tiny items would cost about
+    1 us a byte. Past max_items(body) the walk stops, the rest passes unread, the frame is counted
+    unread (not malformed), and the next frame is read."""
+    n = 200_000
+    body = _many_items_body(kind, n)
+    assert n > max_items(len(body))
+    _, flexible, ops = REQUESTS[(0, 9)]
+    walk = StreamWalk(ops, flexible, len(body), use=0, request=True, api_key=0, api_version=9, max_topics=256)
+    walk.feed(body[:64 * 1024])
+    assert walk.costly and walk.done and walk.error is None and walk.entries == {}  # stopped, not walked on
+    frame = flexible_request(0, 9, 5, body)
+    events = feed([(C, frame), (C, produce(9).request)], tally=True, max_decoded_frame=4096)
+    assert counted(events, "unread") == 1 and of(events, DecodeError) == []
+    assert usage_sum(events) == dict(produce(9).usage)  # the next frame read, nothing of the costly one
+
+
+def test_a_large_frame_within_the_item_budget_is_walked():
+    body = _many_items_body("partitions", 2000)  # 2,000 partitions in 14 KB: the minimum budget covers them
+    assert 2000 < max_items(len(body))
+    events = feed([(C, flexible_request(0, 9, 5, body))], tally=True, max_decoded_frame=4096)
+    assert counted(events, "unread") == 0 and usage_sum(events) == {("produce", "orders", None): [1, 0]}
 
 
 @pytest.mark.parametrize("tally", [False, True], ids=["events", "tally"])
